@@ -1,0 +1,7 @@
+/* Each CLI subcommand is a thin client of the engine API. */
+#ifndef TK_COMMANDS_H
+#define TK_COMMANDS_H
+
+int tk_cmd_tokenize(int argc, char **argv);
+
+#endif

@@ -1,0 +1,78 @@
+/* A loaded model file of any format, reduced to what the engine needs:
+ * an architecture name, hyper-parameters, and tensors under GGUF names
+ * (token_embd.weight, blk.N.attn_q.weight, output_norm.weight, ...).
+ *
+ * Each format module fills one: GGUF (gguf_source.c), llama2.c checkpoints
+ * (llama2c.c) and Hugging Face directories (hf.c).  The model module then
+ * binds tensors by name using the architecture table. */
+#ifndef TK_SOURCE_H
+#define TK_SOURCE_H
+
+#include <stdbool.h>
+
+#include "../util/err.h"
+#include "tensor.h"
+
+typedef enum tk_rope_style {
+    TK_ROPE_ADJACENT = 0, /* rotate (x[2i], x[2i+1]): GGUF llama, llama2.c */
+    TK_ROPE_HALVES = 1    /* rotate (x[i], x[i+d/2]): HF checkpoints, NeoX */
+} tk_rope_style;
+
+typedef enum tk_rope_scaling {
+    TK_ROPE_SCALING_NONE = 0,
+    TK_ROPE_SCALING_LINEAR = 1,
+    TK_ROPE_SCALING_LLAMA3 = 2
+} tk_rope_scaling;
+
+typedef struct tk_hparams {
+    int n_vocab;
+    int dim;          /* embedding / hidden size */
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;     /* usually dim / n_heads */
+    int ffn_dim;
+    int ctx_len;      /* trained context length */
+    float norm_eps;
+    float rope_theta;
+    tk_rope_style rope_style;
+    tk_rope_scaling rope_scaling;
+    float rope_factor;            /* linear and llama3 */
+    float rope_low_freq_factor;   /* llama3 */
+    float rope_high_freq_factor;  /* llama3 */
+    int rope_orig_ctx;            /* llama3: original max positions */
+    bool tied_output;             /* no output.weight: reuse token_embd */
+} tk_hparams;
+
+typedef enum tk_source_format {
+    TK_FORMAT_GGUF = 0,
+    TK_FORMAT_LLAMA2C = 1,
+    TK_FORMAT_HF = 2
+} tk_source_format;
+
+typedef struct tk_source {
+    tk_source_format format;
+    char arch[32];        /* "llama" */
+    char name[128];       /* general.name or directory name, may be empty */
+    tk_hparams hp;
+    tk_tensor *tensors;   /* owned array; names owned */
+    int n_tensors;
+    void *impl;           /* format-private state (mappings, buffers) */
+    void (*impl_free)(void *impl);
+    /* Format-specific handles the tokenizer loader can use (may be NULL). */
+    struct tk_gguf *gguf;     /* GGUF sources */
+    char *hf_dir;             /* HF sources: the directory */
+} tk_source;
+
+/* Detects the format: a directory is HF; a file starting with "GGUF" is
+ * GGUF; anything else is tried as a llama2.c checkpoint. */
+int tk_source_open(const char *path, tk_source *src, tk_err *err);
+void tk_source_close(tk_source *src);
+const tk_tensor *tk_source_find(const tk_source *src, const char *name);
+
+/* Per-format openers (used by tk_source_open). */
+int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err);
+int tk_llama2c_source_open(const char *path, tk_source *src, tk_err *err);
+int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err);
+
+#endif
