@@ -50,11 +50,21 @@ typedef enum tk_source_format {
     TK_FORMAT_HF = 2
 } tk_source_format;
 
+/* Generation defaults a model directory may carry (generation_config.json). */
+typedef struct tk_gen_defaults {
+    int eos_ids[8];       /* extra end-of-generation ids */
+    int n_eos_ids;
+    float temperature;    /* < 0: not given */
+    float top_p;          /* < 0: not given */
+    int top_k;            /* < 0: not given */
+} tk_gen_defaults;
+
 typedef struct tk_source {
     tk_source_format format;
     char arch[32];        /* "llama" */
     char name[128];       /* general.name or directory name, may be empty */
     tk_hparams hp;
+    tk_gen_defaults gen;
     tk_tensor *tensors;   /* owned array; names owned */
     int n_tensors;
     void *impl;           /* format-private state (mappings, buffers) */
