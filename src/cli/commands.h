@@ -2,6 +2,9 @@
 #ifndef TK_COMMANDS_H
 #define TK_COMMANDS_H
 
+int tk_cmd_run(int argc, char **argv);
+int tk_cmd_info(int argc, char **argv);
 int tk_cmd_tokenize(int argc, char **argv);
+int tk_cmd_logits(int argc, char **argv);
 
 #endif

@@ -10,7 +10,10 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"run", tk_cmd_run, "generate text from a prompt"},
+    {"info", tk_cmd_info, "show a model's architecture, tensors and sizes"},
     {"tokenize", tk_cmd_tokenize, "print the token ids / pieces of a text"},
+    {"logits", tk_cmd_logits, "print every position's logits for a token sequence"},
 };
 
 static void usage(FILE *f) {

@@ -5,9 +5,7 @@
 
 #include <stdarg.h>
 
-typedef struct tk_err {
-    char msg[512];
-} tk_err;
+#include <tokamak.h> /* struct tk_err */
 
 #if defined(__GNUC__)
 #define TK_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -1,0 +1,124 @@
+/* tokamak: an LLM inference engine.  The public API.
+ *
+ * Data flow: request -> engine -> batch of (token, position, sequence,
+ * wants-logits) -> batched, paged model forward -> sampler -> tokens back.
+ * Single-prompt generation is a batch of one sequence. */
+#ifndef TOKAMAK_H
+#define TOKAMAK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Every fallible call returns 0 (or a non-negative value) on success and -1
+ * on failure, with a message naming the problem in the tk_err. */
+typedef struct tk_err {
+    char msg[512];
+} tk_err;
+
+typedef struct tk_engine tk_engine;
+typedef struct tk_tokenizer tk_tokenizer;
+
+typedef struct tk_engine_config {
+    const char *model_path;     /* .gguf, llama2.c .bin or HF directory */
+    const char *tokenizer_path; /* optional override (tokenizer.bin / tokenizer.json) */
+    int n_threads;              /* 0: all online cores */
+    int ctx_len;                /* max tokens per sequence; 0: the model's */
+    int max_seqs;               /* sequences that can be live at once; 0: 1 */
+    int max_batch_tokens;       /* tokens per forward pass; 0: 512 */
+    int kv_block_size;          /* tokens per KV block; 0: 16 */
+    bool require_tokenizer;     /* fail if no tokenizer can be loaded */
+} tk_engine_config;
+
+/* One batch: parallel arrays of n_tokens entries. */
+typedef struct tk_batch {
+    int n_tokens;
+    int32_t *token;
+    int32_t *pos;
+    int32_t *seq;     /* a sequence id from tk_engine_seq_new */
+    uint8_t *logits;  /* nonzero: return logits for this token */
+} tk_batch;
+
+typedef struct tk_sampling {
+    float temperature;       /* 0: greedy */
+    int top_k;               /* <= 0: off */
+    float top_p;             /* >= 1: off */
+    float min_p;             /* <= 0: off */
+    float repeat_penalty;    /* 1: off (divides positive logits, multiplies negative) */
+    float presence_penalty;  /* 0: off (OpenAI style) */
+    float frequency_penalty; /* 0: off */
+    int penalty_last_n;      /* tokens the penalties look back over; -1: all */
+    uint64_t seed;
+} tk_sampling;
+
+void tk_sampling_defaults(tk_sampling *s);
+
+typedef struct tk_model_summary {
+    char arch[32];
+    char name[128];
+    const char *format;  /* "gguf", "llama2.c", "hf" */
+    int n_vocab, dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim, ctx_len;
+    float norm_eps, rope_theta;
+    const char *rope_style;
+    const char *rope_scaling;
+    bool tied_output;
+    int64_t n_params;
+    size_t weight_bytes;
+    size_t kv_bytes;     /* the engine's KV pool */
+    struct {
+        const char *name; /* "Q4_K" */
+        int n_tensors;
+        int64_t n_elems;
+        size_t bytes;
+    } types[16];         /* tensors by storage type */
+    int n_types;
+    int kv_blocks, kv_block_size;
+} tk_model_summary;
+
+int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err);
+void tk_engine_close(tk_engine *e);
+void tk_engine_summary(const tk_engine *e, tk_model_summary *out);
+const tk_tokenizer *tk_engine_tokenizer(const tk_engine *e); /* NULL if none */
+int tk_engine_n_vocab(const tk_engine *e);
+int tk_engine_ctx_len(const tk_engine *e);
+
+/* ---- low level: sequences and batches ---- */
+int tk_engine_seq_new(tk_engine *e, tk_err *err);           /* returns an id */
+void tk_engine_seq_free(tk_engine *e, int seq);
+int tk_engine_seq_len(const tk_engine *e, int seq);
+/* Runs one forward pass.  logits receives n_vocab floats for each token
+ * with the logits flag, in batch order.  KV blocks are reserved as needed;
+ * if the pool is full the call fails and nothing changes. */
+int tk_engine_decode(tk_engine *e, const tk_batch *b, float *logits, tk_err *err);
+
+/* ---- high level ---- */
+/* Logits of every position of one token sequence (a fresh sequence). */
+int tk_engine_logits(tk_engine *e, const int32_t *tokens, int n, float *out, tk_err *err);
+
+typedef struct tk_gen_params {
+    int max_tokens;     /* < 0: until end of generation or context */
+    tk_sampling sampling;
+    bool add_bos;       /* prepend BOS if the tokenizer has one */
+    bool ignore_eos;
+} tk_gen_params;
+
+typedef struct tk_gen_stats {
+    int n_prompt, n_generated;
+    double prompt_seconds, gen_seconds;
+    const char *stop_reason; /* "eos", "length", "context" */
+} tk_gen_stats;
+
+/* Called with each piece of complete UTF-8 text; return nonzero to stop. */
+typedef int (*tk_text_cb)(void *user, const char *text, int len);
+
+int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p, tk_text_cb cb, void *user,
+                       tk_gen_stats *stats, tk_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,70 @@
+/* tokamak info: what a model file holds. */
+#include <stdio.h>
+#include <string.h>
+
+#include <tokamak.h>
+
+#include "../tokenizer/tokenizer.h"
+#include "commands.h"
+
+int tk_cmd_info(int argc, char **argv) {
+    const char *path = NULL, *tok_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: tokamak info MODEL [--tokenizer PATH]\n");
+            return 0;
+        } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
+            tok_path = argv[++i];
+        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
+            path = argv[++i];
+        } else if (argv[i][0] != '-' && !path) {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "tokamak info: unexpected argument '%s'\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) {
+        fprintf(stderr, "usage: tokamak info MODEL [--tokenizer PATH]\n");
+        return 2;
+    }
+    tk_engine_config cfg = {.model_path = path, .tokenizer_path = tok_path, .ctx_len = 1, .n_threads = 1,
+                            .max_batch_tokens = 1};
+    tk_engine *e;
+    tk_err err;
+    if (tk_engine_open(&cfg, &e, &err)) {
+        fprintf(stderr, "tokamak info: %s\n", err.msg);
+        return 1;
+    }
+    tk_model_summary s;
+    tk_engine_summary(e, &s);
+    printf("file:          %s (%s)\n", path, s.format);
+    if (s.name[0]) printf("name:          %s\n", s.name);
+    printf("architecture:  %s\n", s.arch);
+    printf("vocab:         %d\n", s.n_vocab);
+    printf("dim:           %d\n", s.dim);
+    printf("layers:        %d\n", s.n_layers);
+    printf("heads:         %d (KV heads %d, head dim %d)\n", s.n_heads, s.n_kv_heads, s.head_dim);
+    printf("ffn dim:       %d\n", s.ffn_dim);
+    printf("context:       %d\n", s.ctx_len);
+    printf("norm eps:      %g\n", s.norm_eps);
+    printf("rope:          theta %g, %s, scaling %s\n", s.rope_theta, s.rope_style, s.rope_scaling);
+    printf("output head:   %s\n", s.tied_output ? "tied to the embedding" : "separate");
+    printf("parameters:    %lld (%.2f M)\n", (long long)s.n_params, s.n_params / 1e6);
+    printf("weight bytes:  %zu (%.2f MiB), %.3f bits per weight\n", s.weight_bytes, s.weight_bytes / 1048576.0,
+           s.n_params ? 8.0 * s.weight_bytes / s.n_params : 0);
+    printf("tensor types:\n");
+    for (int i = 0; i < s.n_types; i++)
+        printf("  %-8s %4d tensors %12lld weights %12zu bytes  %6.3f bits/weight\n", s.types[i].name,
+               s.types[i].n_tensors, (long long)s.types[i].n_elems, s.types[i].bytes,
+               s.types[i].n_elems ? 8.0 * s.types[i].bytes / s.types[i].n_elems : 0);
+    const tk_tokenizer *t = tk_engine_tokenizer(e);
+    if (t)
+        printf("tokenizer:     %s, %d tokens, BOS %d, EOS %d, add BOS %s\n",
+               tk_tokenizer_kind(t) == TK_TOK_SPM ? "SentencePiece BPE" : "byte-level BPE", tk_tokenizer_n_vocab(t),
+               tk_tokenizer_bos(t), tk_tokenizer_eos(t), tk_tokenizer_add_bos(t) ? "yes" : "no");
+    else
+        printf("tokenizer:     none (llama2.c models take --tokenizer tokenizer.bin)\n");
+    tk_engine_close(e);
+    return 0;
+}

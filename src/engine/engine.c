@@ -1,0 +1,299 @@
+/* The engine: owns the model, tokenizer, KV pool, thread pool and forward
+ * workspace; runs batches and single-prompt generation on top of them. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <tokamak.h>
+
+#include "../formats/dtype.h"
+#include "../model/model.h"
+#include "../sample/sampler.h"
+#include "../tokenizer/tokenizer.h"
+
+struct tk_engine {
+    tk_model model;
+    tk_tokenizer *tok;
+    tk_kv_pool kv;
+    tk_pool *pool;
+    tk_forward_ws ws;
+    int ctx_len;
+    int max_seqs;
+    tk_kv_seq *seqs;
+    tk_kv_seq **seq_ptrs; /* NULL for free slots; what tk_forward indexes */
+    int *saved_blocks;    /* per sequence, for undoing reservations */
+};
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
+    *out = NULL;
+    tk_engine *e = calloc(1, sizeof *e);
+    if (!e) return tk_err_set(err, "out of memory");
+    if (tk_model_load(cfg->model_path, &e->model, err)) {
+        free(e);
+        return -1;
+    }
+    tk_err tok_err;
+    if (tk_tokenizer_open(cfg->model_path, cfg->tokenizer_path, &e->tok, &tok_err)) {
+        e->tok = NULL;
+        if (cfg->require_tokenizer || cfg->tokenizer_path) {
+            tk_err_set(err, "%s", tok_err.msg);
+            goto fail;
+        }
+    }
+    if (e->tok && tk_tokenizer_n_vocab(e->tok) > e->model.hp.n_vocab) {
+        tk_err_set(err, "tokenizer has %d tokens but the model only %d", tk_tokenizer_n_vocab(e->tok),
+                   e->model.hp.n_vocab);
+        goto fail;
+    }
+    const tk_hparams *hp = &e->model.hp;
+    e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? hp->ctx_len : 2048;
+    e->max_seqs = cfg->max_seqs > 0 ? cfg->max_seqs : 1;
+    int block = cfg->kv_block_size > 0 ? cfg->kv_block_size : 16;
+    if (block > 1024) {
+        tk_err_set(err, "KV block size %d is too large (max 1024)", block);
+        goto fail;
+    }
+    int max_batch = cfg->max_batch_tokens > 0 ? cfg->max_batch_tokens : 512;
+    int n_threads = cfg->n_threads > 0 ? cfg->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (n_threads < 1) n_threads = 1;
+    int blocks_per_seq = (e->ctx_len + block - 1) / block;
+    if (tk_kv_pool_init(&e->kv, hp->n_layers, hp->n_kv_heads, hp->head_dim, block, blocks_per_seq * e->max_seqs,
+                        err))
+        goto fail;
+    e->pool = tk_pool_new(n_threads);
+    e->seqs = calloc((size_t)e->max_seqs, sizeof *e->seqs);
+    e->seq_ptrs = calloc((size_t)e->max_seqs, sizeof *e->seq_ptrs);
+    e->saved_blocks = calloc((size_t)e->max_seqs, sizeof *e->saved_blocks);
+    if (!e->pool || !e->seqs || !e->seq_ptrs || !e->saved_blocks) {
+        tk_err_set(err, "out of memory");
+        goto fail;
+    }
+    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, tk_pool_size(e->pool), err)) goto fail;
+    *out = e;
+    return 0;
+fail:
+    tk_engine_close(e);
+    return -1;
+}
+
+void tk_engine_close(tk_engine *e) {
+    if (!e) return;
+    if (e->seqs)
+        for (int i = 0; i < e->max_seqs; i++) tk_kv_seq_release(&e->kv, &e->seqs[i]);
+    free(e->seqs);
+    free(e->seq_ptrs);
+    free(e->saved_blocks);
+    tk_forward_ws_free(&e->ws);
+    tk_pool_free(e->pool);
+    tk_kv_pool_free(&e->kv);
+    tk_tokenizer_free(e->tok);
+    tk_model_free(&e->model);
+    free(e);
+}
+
+const tk_tokenizer *tk_engine_tokenizer(const tk_engine *e) { return e->tok; }
+int tk_engine_n_vocab(const tk_engine *e) { return e->model.hp.n_vocab; }
+int tk_engine_ctx_len(const tk_engine *e) { return e->ctx_len; }
+
+void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
+    const tk_model *m = &e->model;
+    const tk_hparams *hp = &m->hp;
+    memset(o, 0, sizeof *o);
+    snprintf(o->arch, sizeof o->arch, "%s", m->src.arch);
+    snprintf(o->name, sizeof o->name, "%s", m->src.name);
+    static const char *formats[] = {"gguf", "llama2.c", "hf"};
+    o->format = formats[m->src.format];
+    o->n_vocab = hp->n_vocab;
+    o->dim = hp->dim;
+    o->n_layers = hp->n_layers;
+    o->n_heads = hp->n_heads;
+    o->n_kv_heads = hp->n_kv_heads;
+    o->head_dim = hp->head_dim;
+    o->ffn_dim = hp->ffn_dim;
+    o->ctx_len = hp->ctx_len;
+    o->norm_eps = hp->norm_eps;
+    o->rope_theta = hp->rope_theta;
+    o->rope_style = hp->rope_style == TK_ROPE_ADJACENT ? "adjacent pairs" : "halves (neox)";
+    static const char *scalings[] = {"none", "linear", "llama3"};
+    o->rope_scaling = scalings[hp->rope_scaling];
+    o->tied_output = hp->tied_output;
+    for (int i = 0; i < m->src.n_tensors; i++) {
+        const tk_tensor *t = &m->src.tensors[i];
+        o->n_params += tk_tensor_nelems(t);
+        const tk_dtype_info *info = tk_dtype_get(t->type);
+        const char *name = info ? info->name : "?";
+        int k = 0;
+        while (k < o->n_types && strcmp(o->types[k].name, name)) k++;
+        if (k == o->n_types) {
+            if (k == (int)(sizeof o->types / sizeof o->types[0])) continue;
+            o->types[o->n_types++].name = name;
+        }
+        o->types[k].n_tensors++;
+        o->types[k].n_elems += tk_tensor_nelems(t);
+        o->types[k].bytes += t->nbytes;
+    }
+    o->weight_bytes = m->weight_bytes;
+    o->kv_bytes = tk_kv_pool_bytes(&e->kv);
+    o->kv_blocks = e->kv.n_blocks;
+    o->kv_block_size = e->kv.block_size;
+}
+
+int tk_engine_seq_new(tk_engine *e, tk_err *err) {
+    for (int i = 0; i < e->max_seqs; i++)
+        if (!e->seq_ptrs[i]) {
+            memset(&e->seqs[i], 0, sizeof e->seqs[i]);
+            e->seq_ptrs[i] = &e->seqs[i];
+            return i;
+        }
+    return tk_err_set(err, "all %d sequence slots are in use", e->max_seqs);
+}
+
+void tk_engine_seq_free(tk_engine *e, int seq) {
+    if (seq < 0 || seq >= e->max_seqs || !e->seq_ptrs[seq]) return;
+    tk_kv_seq_release(&e->kv, &e->seqs[seq]);
+    e->seq_ptrs[seq] = NULL;
+}
+
+int tk_engine_seq_len(const tk_engine *e, int seq) {
+    if (seq < 0 || seq >= e->max_seqs || !e->seq_ptrs[seq]) return -1;
+    return e->seqs[seq].len;
+}
+
+int tk_engine_decode(tk_engine *e, const tk_batch *b, float *logits, tk_err *err) {
+    for (int i = 0; i < e->max_seqs; i++) e->saved_blocks[i] = e->seqs[i].n_blocks;
+    for (int i = 0; i < b->n_tokens; i++) {
+        int s = b->seq[i];
+        if (s < 0 || s >= e->max_seqs || !e->seq_ptrs[s]) {
+            tk_err_set(err, "batch entry %d names unknown sequence %d", i, s);
+            goto undo;
+        }
+        if (b->pos[i] < 0 || b->pos[i] >= e->ctx_len) {
+            tk_err_set(err, "position %d is outside the context (%d tokens)", b->pos[i], e->ctx_len);
+            goto undo;
+        }
+        if (tk_kv_seq_reserve(&e->kv, &e->seqs[s], b->pos[i] + 1, err)) goto undo;
+    }
+    if (tk_forward(&e->model, &e->kv, e->seq_ptrs, e->max_seqs, b, logits, &e->ws, e->pool, err)) goto undo;
+    return 0;
+undo:
+    for (int i = 0; i < e->max_seqs; i++)
+        if (e->seq_ptrs[i]) tk_kv_seq_shrink(&e->kv, &e->seqs[i], e->saved_blocks[i]);
+    return -1;
+}
+
+/* Feeds tokens[0..n) of sequence `seq` starting at position start, in
+ * chunks that fit the workspace.  If want_all, logits of every token are
+ * written to out (n rows); otherwise only the last token's (one row). */
+static int feed(tk_engine *e, int seq, const int32_t *tokens, int n, int start, bool want_all, float *out,
+                tk_err *err) {
+    int cap = e->ws.max_tokens;
+    int32_t *pos = malloc((size_t)cap * sizeof(int32_t));
+    int32_t *seqs = malloc((size_t)cap * sizeof(int32_t));
+    uint8_t *flags = malloc((size_t)cap);
+    if (!pos || !seqs || !flags) {
+        free(pos);
+        free(seqs);
+        free(flags);
+        return tk_err_set(err, "out of memory");
+    }
+    int rc = 0;
+    size_t nv = (size_t)e->model.hp.n_vocab;
+    for (int done = 0; done < n && rc == 0; done += cap) {
+        int chunk = n - done < cap ? n - done : cap;
+        for (int i = 0; i < chunk; i++) {
+            pos[i] = start + done + i;
+            seqs[i] = seq;
+            flags[i] = want_all || done + i == n - 1;
+        }
+        tk_batch b = {chunk, (int32_t *)tokens + done, pos, seqs, flags};
+        float *dst = want_all ? out + (size_t)done * nv : out;
+        rc = tk_engine_decode(e, &b, dst, err);
+    }
+    free(pos);
+    free(seqs);
+    free(flags);
+    return rc;
+}
+
+int tk_engine_logits(tk_engine *e, const int32_t *tokens, int n, float *out, tk_err *err) {
+    if (n <= 0) return tk_err_set(err, "no tokens given");
+    if (n > e->ctx_len) return tk_err_set(err, "%d tokens exceed the context length %d", n, e->ctx_len);
+    int seq = tk_engine_seq_new(e, err);
+    if (seq < 0) return -1;
+    int rc = feed(e, seq, tokens, n, 0, true, out, err);
+    tk_engine_seq_free(e, seq);
+    return rc;
+}
+
+int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p, tk_text_cb cb, void *user,
+                       tk_gen_stats *stats, tk_err *err) {
+    memset(stats, 0, sizeof *stats);
+    if (!e->tok) return tk_err_set(err, "the model has no tokenizer (give one with --tokenizer)");
+    size_t len = strlen(prompt);
+    int n = 0;
+    if (tk_tokenize(e->tok, prompt, len, p->add_bos, true, NULL, 0, &n, err)) return tk_err_wrap(err, "prompt");
+    if (n == 0) return tk_err_set(err, "the prompt is empty (and the model has no BOS token)");
+    if (n >= e->ctx_len)
+        return tk_err_set(err, "the prompt is %d tokens, longer than the context allows (%d tokens, one kept "
+                               "for generation)", n, e->ctx_len);
+    int budget = e->ctx_len;
+    int32_t *tokens = malloc((size_t)budget * sizeof(int32_t));
+    float *logits = malloc((size_t)e->model.hp.n_vocab * sizeof(float));
+    tk_sampler sampler;
+    memset(&sampler, 0, sizeof sampler);
+    int seq = -1, rc = -1;
+    if (!tokens || !logits) {
+        tk_err_set(err, "out of memory");
+        goto done;
+    }
+    if (tk_tokenize(e->tok, prompt, len, p->add_bos, true, tokens, budget, &n, err)) goto done;
+    if (tk_sampler_init(&sampler, &p->sampling, e->model.hp.n_vocab, err)) goto done;
+    seq = tk_engine_seq_new(e, err);
+    if (seq < 0) goto done;
+
+    stats->n_prompt = n;
+    double t0 = now_seconds();
+    if (feed(e, seq, tokens, n, 0, false, logits, err)) goto done;
+    double t1 = now_seconds();
+    stats->prompt_seconds = t1 - t0;
+
+    tk_detok detok;
+    tk_detok_init(&detok, e->tok, tokens[n - 1]);
+    char text[1024];
+    int n_total = n;
+    stats->stop_reason = "length";
+    for (int i = 0; p->max_tokens < 0 || i < p->max_tokens; i++) {
+        int next = tk_sample(&sampler, logits, tokens, n_total);
+        if (!p->ignore_eos && tk_tokenizer_is_eog(e->tok, next)) {
+            stats->stop_reason = "eos";
+            break;
+        }
+        tokens[n_total++] = next;
+        stats->n_generated++;
+        int w = tk_detok_push(&detok, next, text, sizeof text);
+        if (w > 0 && cb && cb(user, text, w)) break;
+        if (n_total >= e->ctx_len) {
+            stats->stop_reason = "context";
+            break;
+        }
+        if (p->max_tokens >= 0 && i + 1 >= p->max_tokens) break;
+        if (feed(e, seq, &tokens[n_total - 1], 1, n_total - 1, false, logits, err)) goto done;
+    }
+    int w = tk_detok_flush(&detok, text, sizeof text);
+    if (w > 0 && cb) cb(user, text, w);
+    stats->gen_seconds = now_seconds() - t1;
+    rc = 0;
+done:
+    if (seq >= 0) tk_engine_seq_free(e, seq);
+    tk_sampler_free(&sampler);
+    free(tokens);
+    free(logits);
+    return rc;
+}

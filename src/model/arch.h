@@ -1,0 +1,44 @@
+/* Architectures as data: which tensors a layer has, their shapes in terms
+ * of the hyper-parameters, and the options the forward pass switches on.
+ * Adding an architecture means adding a table entry, not a code path. */
+#ifndef TK_ARCH_H
+#define TK_ARCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Symbolic dimensions resolved against tk_hparams. */
+typedef enum tk_dim_sym {
+    TK_DIM_NONE = 0, /* unused dimension (1) */
+    TK_DIM_EMBD,     /* hp.dim */
+    TK_DIM_Q,        /* n_heads * head_dim */
+    TK_DIM_KV,       /* n_kv_heads * head_dim */
+    TK_DIM_FFN,      /* ffn_dim */
+    TK_DIM_VOCAB,    /* n_vocab */
+    TK_DIM_HEAD      /* head_dim */
+} tk_dim_sym;
+
+typedef enum tk_act { TK_ACT_SILU = 0, TK_ACT_GELU_TANH = 1 } tk_act;
+
+/* Where a bound tensor goes: a matrix (kept in its file type) or a vector
+ * (converted to float32 at load). */
+typedef struct tk_tensor_role {
+    const char *name;  /* GGUF name; "%d" is the layer index for layer tensors */
+    size_t offset;     /* offsetof into tk_layer or tk_model_weights */
+    bool is_vector;
+    bool required;
+    tk_dim_sym ne0, ne1;
+} tk_tensor_role;
+
+typedef struct tk_arch {
+    const char *name;
+    const tk_tensor_role *global_roles;
+    int n_global_roles;
+    const tk_tensor_role *layer_roles;
+    int n_layer_roles;
+    tk_act ffn_act;
+} tk_arch;
+
+const tk_arch *tk_arch_find(const char *name);
+
+#endif

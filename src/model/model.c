@@ -1,0 +1,166 @@
+/* Binding a source's tensors to a model through the architecture table,
+ * with every shape checked against the hyper-parameters. */
+#include "model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../formats/dtype.h"
+
+static int64_t resolve_dim(const tk_hparams *hp, tk_dim_sym d) {
+    switch (d) {
+    case TK_DIM_NONE: return 1;
+    case TK_DIM_EMBD: return hp->dim;
+    case TK_DIM_Q: return (int64_t)hp->n_heads * hp->head_dim;
+    case TK_DIM_KV: return (int64_t)hp->n_kv_heads * hp->head_dim;
+    case TK_DIM_FFN: return hp->ffn_dim;
+    case TK_DIM_VOCAB: return hp->n_vocab;
+    case TK_DIM_HEAD: return hp->head_dim;
+    }
+    return -1;
+}
+
+static int check_hparams(const tk_hparams *hp, tk_err *err) {
+    if (hp->n_vocab <= 0 || hp->dim <= 0 || hp->n_layers <= 0 || hp->n_heads <= 0 || hp->n_kv_heads <= 0 ||
+        hp->head_dim <= 0 || hp->ffn_dim <= 0)
+        return tk_err_set(err,
+                          "invalid hyper-parameters (vocab=%d dim=%d layers=%d heads=%d kv_heads=%d head_dim=%d "
+                          "ffn=%d)",
+                          hp->n_vocab, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->head_dim,
+                          hp->ffn_dim);
+    if (hp->n_heads % hp->n_kv_heads != 0)
+        return tk_err_set(err, "head count %d is not a multiple of the KV head count %d", hp->n_heads,
+                          hp->n_kv_heads);
+    if (hp->head_dim % 2 != 0) return tk_err_set(err, "head_dim %d must be even for RoPE", hp->head_dim);
+    if (!(hp->norm_eps > 0) || !(hp->rope_theta > 0))
+        return tk_err_set(err, "invalid norm epsilon %g or RoPE base %g", hp->norm_eps, hp->rope_theta);
+    return 0;
+}
+
+/* Binds one role; vectors are converted to float32 into *vec_cursor. */
+static int bind_role(tk_model *m, const tk_tensor_role *role, int layer, void *base, float **vec_cursor,
+                     tk_err *err) {
+    char name[128];
+    if (layer >= 0)
+        snprintf(name, sizeof name, role->name, layer);
+    else
+        snprintf(name, sizeof name, "%s", role->name);
+    const tk_tensor *t = tk_source_find(&m->src, name);
+    if (!t) {
+        if (role->required) return tk_err_set(err, "missing tensor '%s'", name);
+        return 0;
+    }
+    int64_t ne0 = resolve_dim(&m->hp, role->ne0), ne1 = resolve_dim(&m->hp, role->ne1);
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return tk_err_set(err, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                          (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                          (long long)ne0, (long long)ne1);
+    const tk_dtype_info *info = tk_dtype_get(t->type);
+    if (!info || !info->can_dequant)
+        return tk_err_set(err, "tensor '%s' has unsupported type %d", name, (int)t->type);
+    if (tk_dtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1] > t->nbytes)
+        return tk_err_set(err, "tensor '%s' data is shorter than its shape", name);
+    m->weight_bytes += t->nbytes;
+    char *slot = (char *)base + role->offset;
+    if (role->is_vector) {
+        float *v = *vec_cursor;
+        tk_dequant_row(t->type, t->data, v, ne0);
+        *vec_cursor += ne0;
+        memcpy(slot, &v, sizeof v);
+    } else {
+        memcpy(slot, &t, sizeof t);
+    }
+    return 0;
+}
+
+static void init_rope(tk_model *m) {
+    const tk_hparams *hp = &m->hp;
+    int half = hp->head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        double f = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
+        if (hp->rope_scaling == TK_ROPE_SCALING_LINEAR && hp->rope_factor > 0) {
+            f /= hp->rope_factor;
+        } else if (hp->rope_scaling == TK_ROPE_SCALING_LLAMA3 && hp->rope_factor > 0) {
+            /* Llama 3.1: long wavelengths are slowed by `factor`, short ones
+             * kept, and the band between is interpolated. */
+            double wavelen = 2 * M_PI / f;
+            double low_wl = hp->rope_orig_ctx / hp->rope_low_freq_factor;
+            double high_wl = hp->rope_orig_ctx / hp->rope_high_freq_factor;
+            if (wavelen > low_wl) {
+                f /= hp->rope_factor;
+            } else if (wavelen >= high_wl) {
+                double smooth = (hp->rope_orig_ctx / wavelen - hp->rope_low_freq_factor) /
+                                (hp->rope_high_freq_factor - hp->rope_low_freq_factor);
+                f = (1 - smooth) * f / hp->rope_factor + smooth * f;
+            }
+        }
+        m->rope_inv_freq[i] = (float)f;
+    }
+}
+
+int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
+    memset(m, 0, sizeof *m);
+    m->arch = tk_arch_find(src->arch);
+    if (!m->arch) return tk_err_set(err, "unsupported architecture '%s'", src->arch);
+    m->hp = src->hp;
+    if (check_hparams(&m->hp, err)) return -1;
+    if (m->hp.rope_scaling == TK_ROPE_SCALING_LLAMA3 &&
+        (m->hp.rope_orig_ctx <= 0 || m->hp.rope_low_freq_factor <= 0 ||
+         m->hp.rope_high_freq_factor <= m->hp.rope_low_freq_factor))
+        return tk_err_set(err, "invalid llama3 RoPE scaling parameters");
+    m->src = *src; /* take ownership */
+    const tk_arch *a = m->arch;
+
+    /* Count vector floats to allocate them in one block. */
+    size_t n_vec = 0;
+    for (int i = 0; i < a->n_global_roles; i++)
+        if (a->global_roles[i].is_vector) n_vec += (size_t)resolve_dim(&m->hp, a->global_roles[i].ne0);
+    for (int i = 0; i < a->n_layer_roles; i++)
+        if (a->layer_roles[i].is_vector)
+            n_vec += (size_t)resolve_dim(&m->hp, a->layer_roles[i].ne0) * (size_t)m->hp.n_layers;
+    m->vectors = malloc((n_vec ? n_vec : 1) * sizeof(float));
+    m->layers = calloc((size_t)m->hp.n_layers, sizeof(tk_layer));
+    m->rope_inv_freq = malloc((size_t)m->hp.head_dim / 2 * sizeof(float));
+    if (!m->vectors || !m->layers || !m->rope_inv_freq) {
+        tk_err_set(err, "out of memory");
+        goto fail;
+    }
+    float *cursor = m->vectors;
+    for (int i = 0; i < a->n_global_roles; i++)
+        if (bind_role(m, &a->global_roles[i], -1, &m->w, &cursor, err)) goto fail;
+    for (int l = 0; l < m->hp.n_layers; l++)
+        for (int i = 0; i < a->n_layer_roles; i++)
+            if (bind_role(m, &a->layer_roles[i], l, &m->layers[l], &cursor, err)) goto fail;
+    if (!m->w.output) {
+        m->w.output = m->w.tok_embd;
+        m->hp.tied_output = true;
+    }
+    init_rope(m);
+    return 0;
+fail:
+    /* The caller keeps ownership of the source on failure. */
+    *src = m->src;
+    memset(&m->src, 0, sizeof m->src);
+    tk_model_free(m);
+    return -1;
+}
+
+int tk_model_load(const char *path, tk_model *m, tk_err *err) {
+    tk_source src;
+    if (tk_source_open(path, &src, err)) return -1;
+    if (tk_model_from_source(&src, m, err)) {
+        tk_source_close(&src);
+        return tk_err_wrap(err, "%s", path);
+    }
+    return 0;
+}
+
+void tk_model_free(tk_model *m) {
+    free(m->vectors);
+    free(m->layers);
+    free(m->rope_inv_freq);
+    tk_source_close(&m->src);
+    memset(m, 0, sizeof *m);
+}

@@ -1,0 +1,68 @@
+/* A model: hyper-parameters, weights bound by name through the
+ * architecture table, and the batched, paged forward pass. */
+#ifndef TK_MODEL_H
+#define TK_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../formats/source.h"
+#include "../kernels/threadpool.h"
+#include "../kv/kv.h"
+#include "arch.h"
+
+typedef struct tk_layer {
+    float *attn_norm;     /* [dim] */
+    float *ffn_norm;      /* [dim] */
+    const tk_tensor *wq, *wk, *wv, *wo;
+    const tk_tensor *w_gate, *w_up, *w_down;
+} tk_layer;
+
+typedef struct tk_model_weights {
+    const tk_tensor *tok_embd;
+    float *output_norm;
+    const tk_tensor *output; /* tok_embd when tied */
+} tk_model_weights;
+
+typedef struct tk_model {
+    tk_source src;
+    const tk_arch *arch;
+    tk_hparams hp;
+    tk_model_weights w;
+    tk_layer *layers;
+    float *rope_inv_freq; /* [head_dim / 2], scaling applied */
+    float *vectors;       /* storage for all float32 vectors */
+    size_t weight_bytes;  /* bytes of all bound tensors */
+} tk_model;
+
+
+/* Scratch for one forward pass of up to max_tokens tokens; allocated once. */
+typedef struct tk_forward_ws {
+    int max_tokens;
+    int max_ctx;
+    float *x, *xn, *q, *k, *v, *att, *h1, *h2, *logits_in;
+    float *rope_cos, *rope_sin; /* [max_tokens][head_dim/2] */
+    float *scratch;             /* per-thread dequant rows */
+    size_t scratch_stride;
+    float *att_scratch;         /* per-thread attention accumulators */
+    int n_threads;
+} tk_forward_ws;
+
+int tk_model_load(const char *path, tk_model *m, tk_err *err);
+/* Binds an already-open source (takes ownership on success). */
+int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err);
+void tk_model_free(tk_model *m);
+
+int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int n_threads, tk_err *err);
+void tk_forward_ws_free(tk_forward_ws *ws);
+
+/* Runs the batch.  Every token's sequence must already have KV blocks
+ * reserved up to its position (tk_kv_seq_reserve).  K/V are written at each
+ * token's position; attention for a token covers positions 0..pos of its
+ * sequence.  Logits rows (n_vocab floats each) are written to `logits` in
+ * batch order for the tokens that asked for them.  seqs[i]->len is raised to
+ * cover the written positions. */
+int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
+               float *logits, tk_forward_ws *ws, tk_pool *pool, tk_err *err);
+
+#endif

@@ -1,0 +1,160 @@
+#include "sampler.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tk_sampling_defaults(tk_sampling *s) {
+    memset(s, 0, sizeof *s);
+    s->temperature = 0.8f;
+    s->top_k = 40;
+    s->top_p = 0.95f;
+    s->min_p = 0.05f;
+    s->repeat_penalty = 1.0f;
+    s->penalty_last_n = 64;
+    s->seed = 0x746f6b616d616bULL;
+}
+
+/* xoshiro256** seeded through splitmix64: small, fast, reproducible. */
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t next_u64(uint64_t *s) {
+    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = rotl(s[3], 45);
+    return result;
+}
+
+double tk_sampler_uniform(tk_sampler *s) { return (double)(next_u64(s->rng) >> 11) * 0x1.0p-53; }
+
+int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_err *err) {
+    memset(s, 0, sizeof *s);
+    if (n_vocab <= 0) return tk_err_set(err, "invalid vocabulary size %d", n_vocab);
+    const tk_sampling *p = params;
+    if (!(p->temperature >= 0) || !(p->top_p > 0) || !(p->min_p >= 0 && p->min_p <= 1) ||
+        !(p->repeat_penalty > 0) || !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
+        return tk_err_set(err,
+                          "invalid sampling parameters (temperature %g must be >= 0, top_p %g in (0, 1], "
+                          "min_p %g in [0, 1], repeat penalty %g > 0)",
+                          p->temperature, p->top_p, p->min_p, p->repeat_penalty);
+    s->params = *params;
+    s->n_vocab = n_vocab;
+    uint64_t x = params->seed;
+    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    s->ids = malloc((size_t)n_vocab * sizeof(int32_t));
+    s->probs = malloc((size_t)n_vocab * sizeof(float));
+    s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
+    if (!s->ids || !s->probs || !s->counts) {
+        tk_sampler_free(s);
+        return tk_err_set(err, "out of memory");
+    }
+    return 0;
+}
+
+void tk_sampler_free(tk_sampler *s) {
+    free(s->ids);
+    free(s->probs);
+    free(s->counts);
+    memset(s, 0, sizeof *s);
+}
+
+int tk_argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+static void apply_penalties(tk_sampler *s, float *logits, const int32_t *history, int n_history) {
+    const tk_sampling *p = &s->params;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0) return;
+    int start = 0;
+    if (p->penalty_last_n >= 0 && n_history > p->penalty_last_n) start = n_history - p->penalty_last_n;
+    for (int i = start; i < n_history; i++)
+        if (history[i] >= 0 && history[i] < s->n_vocab) s->counts[history[i]]++;
+    for (int i = start; i < n_history; i++) {
+        int id = history[i];
+        if (id < 0 || id >= s->n_vocab || s->counts[id] == 0) continue;
+        float *l = &logits[id];
+        if (p->repeat_penalty != 1.0f) *l = *l > 0 ? *l / p->repeat_penalty : *l * p->repeat_penalty;
+        *l -= (float)s->counts[id] * p->frequency_penalty + p->presence_penalty;
+        s->counts[id] = 0; /* each distinct token once; also resets for next call */
+    }
+}
+
+/* Sorts ids by probability, descending (stable for equal values). */
+static int cmp_prob_desc(const void *a, const void *b, void *ctx) {
+    const float *probs = ctx;
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (probs[x] > probs[y]) return -1;
+    if (probs[x] < probs[y]) return 1;
+    return x < y ? -1 : x > y;
+}
+
+int tk_sample(tk_sampler *s, float *logits, const int32_t *history, int n_history) {
+    const tk_sampling *p = &s->params;
+    int n = s->n_vocab;
+    apply_penalties(s, logits, history, n_history);
+    if (p->temperature == 0) return tk_argmax(logits, n);
+
+    /* Softmax at temperature T over all candidates. */
+    float maxl = -FLT_MAX;
+    for (int i = 0; i < n; i++)
+        if (logits[i] > maxl) maxl = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        s->probs[i] = expf((logits[i] - maxl) / p->temperature);
+        sum += s->probs[i];
+    }
+    /* Only candidates that can survive min-p need sorting; with min-p off
+     * that is the whole vocabulary. */
+    float cand_floor = p->min_p > 0 ? p->min_p * (float)(1.0 / sum) : 0;
+    int n_cand = 0;
+    for (int i = 0; i < n; i++) {
+        s->probs[i] = (float)(s->probs[i] / sum);
+        if (s->probs[i] >= cand_floor) s->ids[n_cand++] = i;
+    }
+    qsort_r(s->ids, (size_t)n_cand, sizeof(int32_t), cmp_prob_desc, s->probs);
+
+    int keep = n_cand;
+    if (p->top_k > 0 && p->top_k < keep) keep = p->top_k;
+    if (p->min_p > 0) {
+        float min_prob = s->probs[s->ids[0]] * p->min_p;
+        int k = 1;
+        while (k < keep && s->probs[s->ids[k]] >= min_prob) k++;
+        keep = k;
+    }
+    if (p->top_p < 1) {
+        /* Renormalize over what is kept so far, then cut at top_p mass. */
+        double kept = 0;
+        for (int i = 0; i < keep; i++) kept += s->probs[s->ids[i]];
+        double cum = 0;
+        int k = 0;
+        while (k < keep) {
+            cum += s->probs[s->ids[k]] / kept;
+            k++;
+            if (cum >= p->top_p) break;
+        }
+        keep = k;
+    }
+    double total = 0;
+    for (int i = 0; i < keep; i++) total += s->probs[s->ids[i]];
+    double r = tk_sampler_uniform(s) * total, cum = 0;
+    for (int i = 0; i < keep; i++) {
+        cum += s->probs[s->ids[i]];
+        if (r < cum) return s->ids[i];
+    }
+    return s->ids[keep - 1];
+}

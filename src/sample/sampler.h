@@ -1,0 +1,33 @@
+/* Token sampling: penalties, then temperature, top-k, top-p, min-p, then a
+ * draw from a seeded generator.  Temperature 0 is greedy (argmax). */
+#ifndef TK_SAMPLER_H
+#define TK_SAMPLER_H
+
+#include <stdint.h>
+
+#include "../util/err.h" /* also brings tokamak.h: tk_sampling */
+
+
+typedef struct tk_sampler {
+    tk_sampling params;
+    uint64_t rng[4];
+    int n_vocab;
+    /* work arrays, n_vocab each */
+    int32_t *ids;
+    float *probs;
+    int32_t *counts;
+} tk_sampler;
+
+int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_err *err);
+void tk_sampler_free(tk_sampler *s);
+
+/* Picks the next token.  logits are modified in place (penalties,
+ * temperature).  history: tokens seen so far (prompt + generated). */
+int tk_sample(tk_sampler *s, float *logits, const int32_t *history, int n_history);
+
+/* Uniform double in [0, 1) from the sampler's generator. */
+double tk_sampler_uniform(tk_sampler *s);
+
+int tk_argmax(const float *x, int n);
+
+#endif
