@@ -38,6 +38,9 @@ typedef struct tk_dtype_info {
 
 /* NULL for unknown / unsupported type ids. */
 const tk_dtype_info *tk_dtype_get(int type);
+/* Name of any GGML type id, including types this engine does not support
+ * ("IQ2_XXS"); NULL if the id is not a GGML type.  For error messages. */
+const char *tk_dtype_ggml_name(int type);
 /* Parses "q8_0", "Q4_K", "f16"... ; returns -1 if unknown. */
 int tk_dtype_from_name(const char *name);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size

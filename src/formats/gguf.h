@@ -61,6 +61,10 @@ int64_t tk_gguf_arr_i(const tk_gguf_kv *kv, uint64_t i);
 size_t tk_gguf_n_tensors(const tk_gguf *g);
 const tk_tensor *tk_gguf_tensor_at(const tk_gguf *g, size_t i);
 const tk_tensor *tk_gguf_find_tensor(const tk_gguf *g, const char *name);
+/* general.alignment in effect (32 unless the file says otherwise). */
+size_t tk_gguf_alignment(const tk_gguf *g);
+/* Absolute file offset of tensor i's data (for tools and tests). */
+size_t tk_gguf_tensor_file_offset(const tk_gguf *g, size_t i);
 
 /* ---- writer ---- */
 typedef struct tk_gguf_writer tk_gguf_writer;

@@ -21,7 +21,10 @@ int tk_err_wrap(tk_err *err, const char *fmt, ...) {
         vsnprintf(prefix, sizeof prefix, fmt, ap);
         va_end(ap);
         memcpy(old, err->msg, sizeof old);
-        snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+        /* Checking the result tells GCC that truncation is handled: the
+         * tail of an over-long message is simply dropped. */
+        if (snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old) >= (int)sizeof err->msg)
+            err->msg[sizeof err->msg - 1] = 0;
     }
     return -1;
 }
