@@ -1,5 +1,5 @@
-/* Helpers for comparing engine logits with the reference files in
- * ../shared (golden/*.json, gguf-fixtures/*.golden.json, models/*.golden.json). */
+/* Helpers for comparing engine logits with the reference files in ../shared
+ * (golden, gguf-fixtures and models directories). */
 #ifndef TK_GOLDEN_UTIL_H
 #define TK_GOLDEN_UTIL_H
 

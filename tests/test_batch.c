@@ -109,13 +109,15 @@ int main(void) {
     const char *model = tk_shared("models/stories260K.bin");
     const int nv = 512;
     size_t rows = (size_t)(STEPS + 1) * nv;
-    float *alone[N_SEQ], *alone_t1[N_SEQ], *together[N_SEQ];
+    float *alone[N_SEQ], *alone_t1[N_SEQ], *alone_b16[N_SEQ], *together[N_SEQ];
     for (int s = 0; s < N_SEQ; s++) {
         alone[s] = calloc(rows, sizeof(float));
         alone_t1[s] = calloc(rows, sizeof(float));
+        alone_b16[s] = calloc(rows, sizeof(float));
         together[s] = calloc(rows, sizeof(float));
-        CHECK(run_alone(model, 2, 16, s, alone[s], nv) == 0, "alone %d", s);
-        CHECK(run_alone(model, 1, 5, s, alone_t1[s], nv) == 0, "alone, 1 thread, block 5, %d", s);
+        CHECK(run_alone(model, 2, 4, s, alone[s], nv) == 0, "alone %d", s);
+        CHECK(run_alone(model, 1, 4, s, alone_t1[s], nv) == 0, "alone, 1 thread, %d", s);
+        CHECK(run_alone(model, 2, 16, s, alone_b16[s], nv) == 0, "alone, block 16, %d", s);
     }
     CHECK(run_together(model, together, nv) == 0, "together");
     for (int s = 0; s < N_SEQ; s++) {
@@ -124,7 +126,11 @@ int main(void) {
          * so results are identical, not just close. */
         CHECK(d == 0, "sequence %d: batched vs alone differ by %g", s, d);
         d = max_diff(alone[s], alone_t1[s], rows);
-        CHECK(d == 0, "sequence %d: 1 thread / block 5 vs 2 threads / block 16 differ by %g", s, d);
+        CHECK(d == 0, "sequence %d: 1 thread vs 2 threads differ by %g", s, d);
+        /* Another block size splits the online softmax differently: float
+         * rounding only (logits here span about 20). */
+        d = max_diff(alone[s], alone_b16[s], rows);
+        CHECK(d < 1e-4, "sequence %d: block 4 vs block 16 differ by %g", s, d);
     }
 
     /* The pool is never exceeded: a batch needing more blocks than exist
@@ -164,6 +170,7 @@ int main(void) {
     for (int s = 0; s < N_SEQ; s++) {
         free(alone[s]);
         free(alone_t1[s]);
+        free(alone_b16[s]);
         free(together[s]);
     }
     TK_TEST_END();

@@ -1,5 +1,6 @@
 /* The engine: owns the model, tokenizer, KV pool, thread pool and forward
  * workspace; runs batches and single-prompt generation on top of them. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>

@@ -33,6 +33,9 @@ int tk_tokenizer_from_llama2c(const char *path, int vocab_size, tk_tokenizer **o
  * optionally tokenizer_config.json for add_bos / special tokens). */
 int tk_tokenizer_from_hf(const char *path, tk_tokenizer **out, tk_err *err);
 void tk_tokenizer_free(tk_tokenizer *t);
+/* Loads the tokenizer for a model path (.gguf, HF dir, tokenizer.json, or a
+ * llama2.c checkpoint with tokenizer_path); tokenizer_path overrides. */
+int tk_tokenizer_open(const char *model_path, const char *tokenizer_path, tk_tokenizer **out, tk_err *err);
 
 tk_tok_kind tk_tokenizer_kind(const tk_tokenizer *t);
 int tk_tokenizer_n_vocab(const tk_tokenizer *t);

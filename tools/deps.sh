@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what tokamak needs to build and test, when missing:
+# Debian packages (compiler, CMake, PCRE2, jansson, libmicrohttpd) and a
+# project-local Python venv (.venv) with the test oracles from PyPI.
+# Safe to run repeatedly; without network the oracle tests are skipped.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_pkgs=()
+command -v cc >/dev/null || need_pkgs+=(gcc)
+command -v cmake >/dev/null || need_pkgs+=(cmake)
+command -v make >/dev/null || need_pkgs+=(make)
+command -v pkg-config >/dev/null || need_pkgs+=(pkg-config)
+for pc in libpcre2-8:libpcre2-dev jansson:libjansson-dev libmicrohttpd:libmicrohttpd-dev; do
+  pkg-config --exists "${pc%%:*}" 2>/dev/null || need_pkgs+=("${pc##*:}")
+done
+python3 -c 'import venv, ensurepip' 2>/dev/null || need_pkgs+=(python3-venv)
+command -v python3 >/dev/null || need_pkgs+=(python3)
+
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  echo "deps: installing ${need_pkgs[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# Python oracles for the differential tests (never used by the engine).
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv || echo "deps: cannot create .venv; Python oracle tests will be skipped"
+fi
+if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import tokenizers, gguf, numpy, pytest' 2>/dev/null; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check tokenizers gguf numpy pytest \
+    || echo "deps: PyPI not reachable; Python oracle tests will be skipped"
+fi
+exit 0
