@@ -21,7 +21,9 @@ int tk_err_wrap(tk_err *err, const char *fmt, ...) {
         vsnprintf(prefix, sizeof prefix, fmt, ap);
         va_end(ap);
         memcpy(old, err->msg, sizeof old);
-        snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+        /* Truncation of an over-long message is fine (checked return
+         * keeps -Wformat-truncation quiet). */
+        if (snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old) < 0) err->msg[0] = 0;
     }
     return -1;
 }
