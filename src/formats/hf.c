@@ -1,0 +1,666 @@
+/* Hugging Face model directories: config.json + model.safetensors (or a
+ * sharded model.safetensors.index.json) + optional generation_config.json.
+ *
+ * Llama-layout checkpoints (model_type "llama" or "mistral") are exposed
+ * under GGUF tensor names.  HF stores a linear layer as [out, in] row-major,
+ * which is exactly GGUF's ne[0] = in, ne[1] = out: the data is used in place
+ * (BF16 stays BF16).  Q/K rows stay in HF order, so hp.rope_style is
+ * TK_ROPE_HALVES.
+ *
+ * Ownership: everything the source points to (tensor array, tensor names,
+ * hf_dir, the file mappings) belongs to the impl and is released by
+ * impl_free.  The caller must not free src->tensors or src->hf_dir itself. */
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../util/mapfile.h"
+#include "safetensors.h"
+#include "source.h"
+
+/* Small JSON files (config, index, generation config) larger than this are
+ * rejected before reading. */
+#define HF_MAX_JSON_BYTES ((long long)64 * 1024 * 1024)
+#define HF_MAX_SHARD_NAME 255
+
+typedef struct hf_impl {
+    char *dir;
+    tk_safetensors **shards;
+    char **shard_names;
+    int n_shards;
+    tk_tensor *tensors;
+    int n_tensors;
+} hf_impl;
+
+static void hf_impl_free(void *p) {
+    hf_impl *im = p;
+    if (!im) return;
+    for (int i = 0; i < im->n_tensors; i++) free(im->tensors[i].name);
+    free(im->tensors);
+    for (int i = 0; i < im->n_shards; i++) {
+        tk_safetensors_close(im->shards[i]);
+        free(im->shard_names[i]);
+    }
+    free(im->shards);
+    free(im->shard_names);
+    free(im->dir);
+    free(im);
+}
+
+static char *path_join(const char *dir, const char *name) {
+    size_t a = strlen(dir), b = strlen(name);
+    bool slash = a > 0 && dir[a - 1] != '/';
+    if (a > SIZE_MAX - b - 2) return NULL;
+    char *p = malloc(a + b + 2);
+    if (!p) return NULL;
+    memcpy(p, dir, a);
+    if (slash) p[a++] = '/';
+    memcpy(p + a, name, b + 1);
+    return p;
+}
+
+/* 1: regular file exists, 0: does not exist, -1: error (set). */
+static int file_exists(const char *path, tk_err *err) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0;
+        return tk_err_set(err, "%s: %s", path, strerror(errno));
+    }
+    if (!S_ISREG(st.st_mode)) return tk_err_set(err, "%s: not a regular file", path);
+    return 1;
+}
+
+static int load_json(const char *path, json_t **out, tk_err *err) {
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0) return tk_err_set(err, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return tk_err_set(err, "%s: not a regular file", path);
+    if ((long long)st.st_size > HF_MAX_JSON_BYTES)
+        return tk_err_set(err, "%s: file too large (%lld bytes)", path, (long long)st.st_size);
+    char *buf;
+    size_t len;
+    if (tk_read_file(path, &buf, &len, err) != 0) return -1;
+    json_error_t jerr;
+    json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(buf);
+    if (!j)
+        return tk_err_set(err, "%s: invalid JSON: %s (line %d, column %d)", path, jerr.text,
+                          jerr.line, jerr.column);
+    if (!json_is_object(j)) {
+        json_decref(j);
+        return tk_err_set(err, "%s: top level is not a JSON object", path);
+    }
+    *out = j;
+    return 0;
+}
+
+/* ---- config.json helpers; a JSON null counts as absent ---- */
+
+static json_t *cfg_get(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return (v && json_is_null(v)) ? NULL : v;
+}
+
+static int cfg_int(const char *path, json_t *o, const char *key, bool required, long long def,
+                   long long lo, long long hi, int *out, tk_err *err) {
+    json_t *v = cfg_get(o, key);
+    if (!v) {
+        if (required) return tk_err_set(err, "%s: missing '%s'", path, key);
+        *out = (int)def;
+        return 0;
+    }
+    if (!json_is_integer(v)) return tk_err_set(err, "%s: '%s' must be an integer", path, key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi)
+        return tk_err_set(err, "%s: '%s' = %lld is out of range [%lld, %lld]", path, key, x, lo, hi);
+    *out = (int)x;
+    return 0;
+}
+
+/* Number in (lo, hi]. */
+static int cfg_float(const char *path, json_t *o, const char *key, bool required, double def,
+                     double lo, double hi, float *out, tk_err *err) {
+    json_t *v = cfg_get(o, key);
+    if (!v) {
+        if (required) return tk_err_set(err, "%s: missing '%s'", path, key);
+        *out = (float)def;
+        return 0;
+    }
+    if (!json_is_number(v)) return tk_err_set(err, "%s: '%s' must be a number", path, key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || !(x > lo && x <= hi))
+        return tk_err_set(err, "%s: '%s' = %g is out of range (%g, %g]", path, key, x, lo, hi);
+    *out = (float)x;
+    return 0;
+}
+
+static bool arch_supported(const char *s) {
+    return strcmp(s, "LlamaForCausalLM") == 0 || strcmp(s, "MistralForCausalLM") == 0;
+}
+
+static int parse_arch(const char *path, json_t *cfg, tk_err *err) {
+    json_t *mt = cfg_get(cfg, "model_type");
+    json_t *ar = cfg_get(cfg, "architectures");
+    bool arch_ok = false;
+    if (ar) {
+        if (!json_is_array(ar)) return tk_err_set(err, "%s: 'architectures' must be an array", path);
+        size_t i;
+        json_t *a;
+        json_array_foreach(ar, i, a) {
+            if (!json_is_string(a))
+                return tk_err_set(err, "%s: 'architectures' must hold strings", path);
+            if (arch_supported(json_string_value(a))) arch_ok = true;
+        }
+    }
+    if (mt) {
+        if (!json_is_string(mt)) return tk_err_set(err, "%s: 'model_type' must be a string", path);
+        const char *s = json_string_value(mt);
+        if (strcmp(s, "llama") != 0 && strcmp(s, "mistral") != 0)
+            return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: llama, mistral)",
+                              path, s);
+        return 0;
+    }
+    if (!ar) return tk_err_set(err, "%s: missing 'model_type'", path);
+    if (!arch_ok)
+        return tk_err_set(err,
+                          "%s: no supported entry in 'architectures' (LlamaForCausalLM, MistralForCausalLM)",
+                          path);
+    return 0;
+}
+
+static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_err *err) {
+    hp->rope_scaling = TK_ROPE_SCALING_NONE;
+    hp->rope_factor = 1.0f;
+    hp->rope_low_freq_factor = 0.0f;
+    hp->rope_high_freq_factor = 0.0f;
+    hp->rope_orig_ctx = 0;
+    json_t *rs = cfg_get(cfg, "rope_scaling");
+    if (!rs) return 0;
+    if (!json_is_object(rs)) return tk_err_set(err, "%s: 'rope_scaling' must be an object or null", path);
+    json_t *ty = cfg_get(rs, "rope_type");
+    if (!ty) ty = cfg_get(rs, "type");
+    if (!ty) return tk_err_set(err, "%s: 'rope_scaling' has no 'rope_type' or 'type'", path);
+    if (!json_is_string(ty)) return tk_err_set(err, "%s: rope_scaling type must be a string", path);
+    const char *t = json_string_value(ty);
+    char where[600];
+    snprintf(where, sizeof where, "%s: rope_scaling", path);
+    if (strcmp(t, "default") == 0) return 0;
+    if (strcmp(t, "linear") == 0) {
+        hp->rope_scaling = TK_ROPE_SCALING_LINEAR;
+        return cfg_float(where, rs, "factor", true, 0, 0.0, 1e6, &hp->rope_factor, err);
+    }
+    if (strcmp(t, "llama3") == 0) {
+        hp->rope_scaling = TK_ROPE_SCALING_LLAMA3;
+        if (cfg_float(where, rs, "factor", true, 0, 0.0, 1e6, &hp->rope_factor, err) ||
+            cfg_float(where, rs, "low_freq_factor", true, 0, 0.0, 1e6, &hp->rope_low_freq_factor, err) ||
+            cfg_float(where, rs, "high_freq_factor", true, 0, 0.0, 1e6, &hp->rope_high_freq_factor, err) ||
+            cfg_int(where, rs, "original_max_position_embeddings", true, 0, 1, 1 << 26,
+                    &hp->rope_orig_ctx, err))
+            return -1;
+        if (!(hp->rope_high_freq_factor > hp->rope_low_freq_factor))
+            return tk_err_set(err, "%s: high_freq_factor must exceed low_freq_factor", where);
+        return 0;
+    }
+    return tk_err_set(err, "%s: unsupported rope_scaling type '%.64s' (supported: linear, llama3)",
+                      path, t);
+}
+
+static int parse_config(const char *dir, tk_hparams *hp, bool *tie, tk_err *err) {
+    char *path = path_join(dir, "config.json");
+    if (!path) return tk_err_set(err, "%s: out of memory", dir);
+    json_t *cfg = NULL;
+    int rc = -1;
+    if (load_json(path, &cfg, err) != 0) goto done;
+    if (parse_arch(path, cfg, err) != 0) goto done;
+
+    memset(hp, 0, sizeof *hp);
+    if (cfg_int(path, cfg, "hidden_size", true, 0, 1, 1 << 20, &hp->dim, err) ||
+        cfg_int(path, cfg, "num_hidden_layers", true, 0, 1, 1 << 16, &hp->n_layers, err) ||
+        cfg_int(path, cfg, "num_attention_heads", true, 0, 1, 1 << 16, &hp->n_heads, err) ||
+        cfg_int(path, cfg, "num_key_value_heads", false, hp->n_heads, 1, hp->n_heads,
+                &hp->n_kv_heads, err) ||
+        cfg_int(path, cfg, "intermediate_size", true, 0, 1, 1 << 24, &hp->ffn_dim, err) ||
+        cfg_int(path, cfg, "vocab_size", true, 0, 1, 1 << 26, &hp->n_vocab, err) ||
+        cfg_int(path, cfg, "max_position_embeddings", false, 2048, 1, 1 << 26, &hp->ctx_len, err) ||
+        cfg_float(path, cfg, "rms_norm_eps", false, 1e-6, 0.0, 1.0, &hp->norm_eps, err) ||
+        cfg_float(path, cfg, "rope_theta", false, 10000.0, 0.0, 1e12, &hp->rope_theta, err))
+        goto done;
+    if (hp->n_heads % hp->n_kv_heads != 0) {
+        tk_err_set(err, "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                   path, hp->n_heads, hp->n_kv_heads);
+        goto done;
+    }
+    if (!cfg_get(cfg, "head_dim") && hp->dim % hp->n_heads != 0) {
+        tk_err_set(err, "%s: hidden_size %d is not a multiple of num_attention_heads %d (and no 'head_dim')",
+                   path, hp->dim, hp->n_heads);
+        goto done;
+    }
+    if (cfg_int(path, cfg, "head_dim", false, hp->dim / hp->n_heads, 1, 1 << 16, &hp->head_dim, err))
+        goto done;
+    if (hp->head_dim % 2 != 0) {
+        tk_err_set(err, "%s: head_dim %d is odd (RoPE needs pairs)", path, hp->head_dim);
+        goto done;
+    }
+    if ((long long)hp->n_heads * hp->head_dim > (1 << 24)) {
+        tk_err_set(err, "%s: num_attention_heads x head_dim = %lld is absurd", path,
+                   (long long)hp->n_heads * hp->head_dim);
+        goto done;
+    }
+    if (parse_rope_scaling(path, cfg, hp, err) != 0) goto done;
+    hp->rope_style = TK_ROPE_HALVES;
+
+    json_t *tw = cfg_get(cfg, "tie_word_embeddings");
+    *tie = false;
+    if (tw) {
+        if (!json_is_boolean(tw)) {
+            tk_err_set(err, "%s: 'tie_word_embeddings' must be a boolean", path);
+            goto done;
+        }
+        *tie = json_is_true(tw);
+    }
+    rc = 0;
+done:
+    if (cfg) json_decref(cfg);
+    free(path);
+    return rc;
+}
+
+static int parse_generation_config(const char *dir, int n_vocab, tk_gen_defaults *g, tk_err *err) {
+    memset(g, 0, sizeof *g);
+    g->temperature = -1.0f;
+    g->top_p = -1.0f;
+    g->top_k = -1;
+    char *path = path_join(dir, "generation_config.json");
+    if (!path) return tk_err_set(err, "%s: out of memory", dir);
+    json_t *j = NULL;
+    int rc = -1;
+    int ex = file_exists(path, err);
+    if (ex < 0) goto done;
+    if (ex == 0) {
+        rc = 0;
+        goto done;
+    }
+    if (load_json(path, &j, err) != 0) goto done;
+
+    json_t *eos = cfg_get(j, "eos_token_id");
+    if (eos) {
+        size_t n = 1;
+        if (json_is_array(eos)) {
+            n = json_array_size(eos);
+            if (n > sizeof g->eos_ids / sizeof g->eos_ids[0]) {
+                tk_err_set(err, "%s: too many eos_token_id entries (%zu, at most %zu)", path, n,
+                           sizeof g->eos_ids / sizeof g->eos_ids[0]);
+                goto done;
+            }
+        }
+        for (size_t i = 0; i < n; i++) {
+            json_t *e = json_is_array(eos) ? json_array_get(eos, i) : eos;
+            if (!json_is_integer(e)) {
+                tk_err_set(err, "%s: 'eos_token_id' must be an integer or a list of integers", path);
+                goto done;
+            }
+            long long id = json_integer_value(e);
+            if (id < 0 || id >= n_vocab) {
+                tk_err_set(err, "%s: eos_token_id %lld is outside the vocabulary (%d)", path, id,
+                           n_vocab);
+                goto done;
+            }
+            g->eos_ids[g->n_eos_ids++] = (int)id;
+        }
+    }
+    json_t *v = cfg_get(j, "temperature");
+    if (v) {
+        double x = json_is_number(v) ? json_number_value(v) : -1.0;
+        if (!json_is_number(v) || !isfinite(x) || x < 0 || x > 1e6) {
+            tk_err_set(err, "%s: 'temperature' must be a number >= 0", path);
+            goto done;
+        }
+        g->temperature = (float)x;
+    }
+    v = cfg_get(j, "top_p");
+    if (v) {
+        double x = json_is_number(v) ? json_number_value(v) : -1.0;
+        if (!json_is_number(v) || !isfinite(x) || x < 0 || x > 1) {
+            tk_err_set(err, "%s: 'top_p' must be a number in [0, 1]", path);
+            goto done;
+        }
+        g->top_p = (float)x;
+    }
+    v = cfg_get(j, "top_k");
+    if (v) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT_MAX) {
+            tk_err_set(err, "%s: 'top_k' must be a non-negative integer", path);
+            goto done;
+        }
+        g->top_k = (int)json_integer_value(v);
+    }
+    rc = 0;
+done:
+    if (j) json_decref(j);
+    free(path);
+    return rc;
+}
+
+/* ---- tensor names and shapes ---- */
+
+typedef enum hf_kind {
+    K_EMBD, K_OUTPUT, K_NORM, K_Q, K_K, K_V, K_O, K_GATE, K_UP, K_DOWN
+} hf_kind;
+
+static const struct {
+    const char *hf, *gguf;
+    hf_kind kind;
+} layer_map[] = {
+    {"input_layernorm.weight", "attn_norm.weight", K_NORM},
+    {"post_attention_layernorm.weight", "ffn_norm.weight", K_NORM},
+    {"self_attn.q_proj.weight", "attn_q.weight", K_Q},
+    {"self_attn.k_proj.weight", "attn_k.weight", K_K},
+    {"self_attn.v_proj.weight", "attn_v.weight", K_V},
+    {"self_attn.o_proj.weight", "attn_output.weight", K_O},
+    {"mlp.gate_proj.weight", "ffn_gate.weight", K_GATE},
+    {"mlp.up_proj.weight", "ffn_up.weight", K_UP},
+    {"mlp.down_proj.weight", "ffn_down.weight", K_DOWN},
+};
+
+/* 1: mapped into out/kind; 0: not a tensor we use; -1: error (set). */
+static int map_name(const char *hf, int n_layers, char *out, size_t cap, hf_kind *kind, tk_err *err) {
+    if (strcmp(hf, "model.embed_tokens.weight") == 0) {
+        snprintf(out, cap, "token_embd.weight");
+        *kind = K_EMBD;
+        return 1;
+    }
+    if (strcmp(hf, "model.norm.weight") == 0) {
+        snprintf(out, cap, "output_norm.weight");
+        *kind = K_NORM;
+        return 1;
+    }
+    if (strcmp(hf, "lm_head.weight") == 0) {
+        snprintf(out, cap, "output.weight");
+        *kind = K_OUTPUT;
+        return 1;
+    }
+    static const char prefix[] = "model.layers.";
+    size_t pl = sizeof prefix - 1;
+    if (strncmp(hf, prefix, pl) != 0) return 0;
+    const char *p = hf + pl;
+    size_t nd = 0;
+    while (p[nd] >= '0' && p[nd] <= '9') nd++;
+    if (nd == 0 || p[nd] != '.') return 0;
+    if (nd > 9 || (nd > 1 && p[0] == '0'))
+        return tk_err_set(err, "tensor '%.200s': malformed layer index", hf);
+    long layer = 0;
+    for (size_t i = 0; i < nd; i++) layer = layer * 10 + (p[i] - '0');
+    const char *suffix = p + nd + 1;
+    for (size_t i = 0; i < sizeof layer_map / sizeof layer_map[0]; i++) {
+        if (strcmp(suffix, layer_map[i].hf) != 0) continue;
+        if (layer >= n_layers)
+            return tk_err_set(err, "tensor '%.200s': layer %ld but num_hidden_layers is %d", hf,
+                              layer, n_layers);
+        snprintf(out, cap, "blk.%ld.%s", layer, layer_map[i].gguf);
+        *kind = layer_map[i].kind;
+        return 1;
+    }
+    return 0;
+}
+
+static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = 0;
+    n += (size_t)snprintf(buf + n, cap - n, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, const tk_hparams *hp,
+                       tk_err *err) {
+    int64_t q = (int64_t)hp->n_heads * hp->head_dim;
+    int64_t kv = (int64_t)hp->n_kv_heads * hp->head_dim;
+    int64_t exp[2];
+    int nd = 2;
+    switch (kind) {
+    case K_EMBD:
+    case K_OUTPUT: exp[0] = hp->n_vocab; exp[1] = hp->dim; break;
+    case K_NORM: exp[0] = hp->dim; nd = 1; break;
+    case K_Q: exp[0] = q; exp[1] = hp->dim; break;
+    case K_K:
+    case K_V: exp[0] = kv; exp[1] = hp->dim; break;
+    case K_O: exp[0] = hp->dim; exp[1] = q; break;
+    case K_GATE:
+    case K_UP: exp[0] = hp->ffn_dim; exp[1] = hp->dim; break;
+    case K_DOWN: exp[0] = hp->dim; exp[1] = hp->ffn_dim; break;
+    default: return tk_err_set(err, "internal error: bad tensor kind");
+    }
+    bool ok = t->ndim == nd;
+    for (int i = 0; ok && i < nd; i++) ok = t->shape[i] == exp[i];
+    if (ok) return 0;
+    char got[128], want[64];
+    fmt_shape(got, sizeof got, t->ndim, t->shape);
+    fmt_shape(want, sizeof want, nd, exp);
+    return tk_err_set(err, "%s: tensor '%.200s' has shape %s but config.json implies %s", file,
+                      t->name, got, want);
+}
+
+typedef struct hf_load {
+    hf_impl *im;
+    const tk_hparams *hp;
+    bool tie;
+    bool have_output;
+    int cap;  /* capacity of im->tensors */
+} hf_load;
+
+static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_err *err) {
+    char gname[96];
+    hf_kind kind = K_EMBD;
+    int m = map_name(t->name, L->hp->n_layers, gname, sizeof gname, &kind, err);
+    if (m < 0) return tk_err_wrap(err, "%s", file);
+    if (m == 0) return 0;
+    if (kind == K_OUTPUT && L->tie) return 0; /* tied: the head is the embedding */
+    if (check_shape(file, t, kind, L->hp, err) != 0) return -1;
+    if (L->im->n_tensors >= L->cap) return tk_err_set(err, "%s: internal error: tensor overflow", file);
+    tk_tensor *d = &L->im->tensors[L->im->n_tensors];
+    memset(d, 0, sizeof *d);
+    d->name = strdup(gname);
+    if (!d->name) return tk_err_set(err, "%s: out of memory", file);
+    L->im->n_tensors++;
+    d->type = t->dtype;
+    d->ndim = t->ndim;
+    for (int i = 0; i < TK_MAX_DIMS; i++) d->ne[i] = 1;
+    for (int i = 0; i < t->ndim; i++) d->ne[i] = t->shape[t->ndim - 1 - i];
+    d->data = t->data;
+    d->nbytes = t->nbytes;
+    if (kind == K_OUTPUT) L->have_output = true;
+    return 0;
+}
+
+static int add_shard(hf_impl *im, const char *name, tk_safetensors **out, tk_err *err) {
+    for (int i = 0; i < im->n_shards; i++)
+        if (strcmp(im->shard_names[i], name) == 0) {
+            *out = im->shards[i];
+            return 0;
+        }
+    char *path = path_join(im->dir, name);
+    char *copy = strdup(name);
+    tk_safetensors **ns = realloc(im->shards, (size_t)(im->n_shards + 1) * sizeof *ns);
+    if (ns) im->shards = ns;
+    char **nn = realloc(im->shard_names, (size_t)(im->n_shards + 1) * sizeof *nn);
+    if (nn) im->shard_names = nn;
+    if (!path || !copy || !ns || !nn) {
+        free(path);
+        free(copy);
+        return tk_err_set(err, "%s: out of memory", im->dir);
+    }
+    tk_safetensors *st;
+    int rc = tk_safetensors_open(path, &st, err);
+    free(path);
+    if (rc != 0) {
+        free(copy);
+        return -1;
+    }
+    im->shards[im->n_shards] = st;
+    im->shard_names[im->n_shards] = copy;
+    im->n_shards++;
+    *out = st;
+    return 0;
+}
+
+static bool shard_name_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > HF_MAX_SHARD_NAME) return false;
+    if (strcmp(s, ".") == 0 || strcmp(s, "..") == 0) return false;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '/' || c == '\\' || c < 0x20) return false;
+    }
+    return true;
+}
+
+static int load_single(hf_load *L, tk_err *err) {
+    tk_safetensors *st;
+    if (add_shard(L->im, "model.safetensors", &st, err) != 0) return -1;
+    int n = tk_safetensors_count(st);
+    L->im->tensors = calloc((size_t)(n ? n : 1), sizeof *L->im->tensors);
+    if (!L->im->tensors) return tk_err_set(err, "%s: out of memory", tk_safetensors_path(st));
+    L->cap = n;
+    for (int i = 0; i < n; i++)
+        if (add_tensor(L, tk_safetensors_path(st), tk_safetensors_get(st, i), err) != 0) return -1;
+    return 0;
+}
+
+static int load_sharded(hf_load *L, const char *index_path, tk_err *err) {
+    json_t *idx = NULL;
+    int rc = -1;
+    if (load_json(index_path, &idx, err) != 0) return -1;
+    json_t *wm = json_object_get(idx, "weight_map");
+    if (!wm) {
+        tk_err_set(err, "%s: missing 'weight_map'", index_path);
+        goto done;
+    }
+    if (!json_is_object(wm)) {
+        tk_err_set(err, "%s: 'weight_map' must be an object", index_path);
+        goto done;
+    }
+    size_t n = json_object_size(wm);
+    if (n > (size_t)INT32_MAX) {
+        tk_err_set(err, "%s: too many tensors", index_path);
+        goto done;
+    }
+    L->im->tensors = calloc(n ? n : 1, sizeof *L->im->tensors);
+    if (!L->im->tensors) {
+        tk_err_set(err, "%s: out of memory", index_path);
+        goto done;
+    }
+    L->cap = (int)n;
+    const char *tname;
+    json_t *fv;
+    json_object_foreach(wm, tname, fv) {
+        if (!json_is_string(fv)) {
+            tk_err_set(err, "%s: weight_map entry '%.200s' is not a string", index_path, tname);
+            goto done;
+        }
+        const char *fname = json_string_value(fv);
+        if (!shard_name_ok(fname)) {
+            tk_err_set(err, "%s: shard name '%.200s' for '%.200s' is not a plain file name in the directory",
+                       index_path, fname, tname);
+            goto done;
+        }
+        tk_safetensors *st;
+        if (add_shard(L->im, fname, &st, err) != 0) {
+            tk_err_wrap(err, "%s: shard '%.100s'", index_path, fname);
+            goto done;
+        }
+        const tk_st_tensor *t = tk_safetensors_find(st, tname);
+        if (!t) {
+            tk_err_set(err, "%s: tensor '%.200s' is listed in weight_map but not present in its shard",
+                       tk_safetensors_path(st), tname);
+            goto done;
+        }
+        if (add_tensor(L, tk_safetensors_path(st), t, err) != 0) goto done;
+    }
+    rc = 0;
+done:
+    json_decref(idx);
+    return rc;
+}
+
+static void dir_basename(const char *dir, char *out, size_t cap) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    size_t len = n - b;
+    if (len >= cap) len = cap - 1;
+    memcpy(out, dir + b, len);
+    out[len] = 0;
+}
+
+int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
+    memset(src, 0, sizeof *src);
+    struct stat sb;
+    if (stat(dir, &sb) != 0) return tk_err_set(err, "%s: cannot open: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode)) return tk_err_set(err, "%s: not a directory", dir);
+
+    hf_impl *im = calloc(1, sizeof *im);
+    if (!im) return tk_err_set(err, "%s: out of memory", dir);
+    im->dir = strdup(dir);
+    if (!im->dir) {
+        free(im);
+        return tk_err_set(err, "%s: out of memory", dir);
+    }
+
+    tk_hparams hp;
+    tk_gen_defaults gen;
+    bool tie = false;
+    char *index_path = NULL, *single_path = NULL;
+    if (parse_config(dir, &hp, &tie, err) != 0) goto fail;
+    if (parse_generation_config(dir, hp.n_vocab, &gen, err) != 0) goto fail;
+
+    hf_load L = {.im = im, .hp = &hp, .tie = tie};
+    index_path = path_join(dir, "model.safetensors.index.json");
+    single_path = path_join(dir, "model.safetensors");
+    if (!index_path || !single_path) {
+        tk_err_set(err, "%s: out of memory", dir);
+        goto fail;
+    }
+    int has_index = file_exists(index_path, err);
+    if (has_index < 0) goto fail;
+    if (has_index) {
+        if (load_sharded(&L, index_path, err) != 0) goto fail;
+    } else {
+        int has_single = file_exists(single_path, err);
+        if (has_single < 0) goto fail;
+        if (!has_single) {
+            tk_err_set(err, "%s: no model.safetensors or model.safetensors.index.json", dir);
+            goto fail;
+        }
+        if (load_single(&L, err) != 0) goto fail;
+    }
+    free(index_path);
+    free(single_path);
+
+    hp.tied_output = tie || !L.have_output;
+    src->format = TK_FORMAT_HF;
+    snprintf(src->arch, sizeof src->arch, "llama");
+    dir_basename(dir, src->name, sizeof src->name);
+    src->hp = hp;
+    src->gen = gen;
+    src->tensors = im->tensors;
+    src->n_tensors = im->n_tensors;
+    src->impl = im;
+    src->impl_free = hf_impl_free;
+    src->hf_dir = im->dir;
+    return 0;
+
+fail:
+    free(index_path);
+    free(single_path);
+    hf_impl_free(im);
+    memset(src, 0, sizeof *src);
+    return -1;
+}
