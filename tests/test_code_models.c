@@ -1,7 +1,7 @@
 /* The trained code-target / code-draft models (Llama-2 tokenizer, GQA,
  * head dim 48) as a Hugging Face directory (BF16 safetensors, RoPE on
  * halves) and as llama2.c exports (RoPE on adjacent pairs): both must match
- * the float32 reference in models/*.golden.json. */
+ * the float32 reference in the models directory golden files. */
 #include <sys/stat.h>
 
 #include <tokamak.h>

@@ -3,6 +3,7 @@
 #define TK_ARGS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Each returns 0 on success; on failure prints "tokamak CMD: OPT: ..." and

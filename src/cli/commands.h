@@ -6,5 +6,6 @@ int tk_cmd_run(int argc, char **argv);
 int tk_cmd_info(int argc, char **argv);
 int tk_cmd_tokenize(int argc, char **argv);
 int tk_cmd_logits(int argc, char **argv);
+int tk_cmd_convert(int argc, char **argv);
 
 #endif

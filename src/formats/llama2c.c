@@ -11,25 +11,31 @@
 
 typedef struct llama2c_impl {
     tk_mapfile map;
+    tk_tensor *tensors;
+    int n_tensors;
 } llama2c_impl;
 
 static void llama2c_free(void *p) {
     llama2c_impl *impl = p;
+    for (int i = 0; i < impl->n_tensors; i++) free(impl->tensors[i].name);
+    free(impl->tensors);
     tk_mapfile_close(&impl->map);
     free(impl);
 }
 
 /* Appends a tensor view of `rows x cols` floats at *off, or fails if the
  * file is too short. */
-static int take(tk_source *src, const tk_mapfile *m, size_t *off, const char *name, int64_t cols,
-                int64_t rows, tk_err *err) {
+static int take(tk_source *src, llama2c_impl *impl, size_t *off, const char *name, int64_t cols, int64_t rows,
+                tk_err *err) {
+    const tk_mapfile *m = &impl->map;
     uint64_t bytes = (uint64_t)cols * (uint64_t)rows * sizeof(float);
     if (*off > m->size || bytes > m->size - *off)
         return tk_err_set(err, "checkpoint truncated: tensor '%s' needs %llu bytes at offset %zu, file has %zu",
                           name, (unsigned long long)bytes, *off, m->size);
-    tk_tensor *t = &src->tensors[src->n_tensors++];
+    tk_tensor *t = &impl->tensors[impl->n_tensors];
     t->name = strdup(name);
     if (!t->name) return tk_err_set(err, "out of memory");
+    src->n_tensors = ++impl->n_tensors;
     t->type = TK_F32;
     t->ndim = rows > 1 ? 2 : 1;
     t->ne[0] = cols;
@@ -91,8 +97,8 @@ int tk_llama2c_source_open(const char *path, tk_source *src, tk_err *err) {
     src->gen.temperature = src->gen.top_p = -1;
     src->gen.top_k = -1;
 
-    src->tensors = calloc((size_t)n_layers * 9 + 4, sizeof(tk_tensor));
-    if (!src->tensors) {
+    src->tensors = impl->tensors = calloc((size_t)n_layers * 9 + 4, sizeof(tk_tensor));
+    if (!impl->tensors) {
         tk_err_set(err, "out of memory");
         goto fail;
     }
@@ -103,7 +109,7 @@ int tk_llama2c_source_open(const char *path, tk_source *src, tk_err *err) {
         {"attn_norm", 0}, {"attn_q", 1}, {"attn_k", 2}, {"attn_v", 2}, {"attn_output", 3},
         {"ffn_norm", 0}, {"ffn_gate", 4}, {"ffn_down", 5}, {"ffn_up", 4},
     };
-    if (take(src, m, &off, "token_embd.weight", dim, vocab, err)) goto fail_ctx;
+    if (take(src, impl, &off, "token_embd.weight", dim, vocab, err)) goto fail_ctx;
     for (size_t k = 0; k < sizeof order / sizeof order[0]; k++) {
         for (int l = 0; l < n_layers; l++) {
             int64_t cols = dim, rows = 1;
@@ -116,10 +122,10 @@ int tk_llama2c_source_open(const char *path, tk_source *src, tk_err *err) {
             case 5: cols = hidden; rows = dim; break;
             }
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, order[k].suffix);
-            if (take(src, m, &off, name, cols, rows, err)) goto fail_ctx;
+            if (take(src, impl, &off, name, cols, rows, err)) goto fail_ctx;
         }
     }
-    if (take(src, m, &off, "output_norm.weight", dim, 1, err)) goto fail_ctx;
+    if (take(src, impl, &off, "output_norm.weight", dim, 1, err)) goto fail_ctx;
     /* Legacy RoPE tables (unused: we compute RoPE ourselves). */
     uint64_t freq_bytes = (uint64_t)seq_len * (uint64_t)head_dim * sizeof(float);
     if (freq_bytes > m->size - off) {
@@ -127,7 +133,7 @@ int tk_llama2c_source_open(const char *path, tk_source *src, tk_err *err) {
         goto fail_ctx;
     }
     off += (size_t)freq_bytes;
-    if (!shared && take(src, m, &off, "output.weight", dim, vocab, err)) goto fail_ctx;
+    if (!shared && take(src, impl, &off, "output.weight", dim, vocab, err)) goto fail_ctx;
     return 0;
 
 fail_ctx:

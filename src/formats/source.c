@@ -22,12 +22,8 @@ int tk_source_open(const char *path, tk_source *src, tk_err *err) {
 }
 
 void tk_source_close(tk_source *src) {
-    if (src->tensors) {
-        for (int i = 0; i < src->n_tensors; i++) free(src->tensors[i].name);
-        free(src->tensors);
-    }
+    /* The format's impl owns everything the source points to. */
     if (src->impl_free && src->impl) src->impl_free(src->impl);
-    free(src->hf_dir);
     memset(src, 0, sizeof *src);
 }
 

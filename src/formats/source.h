@@ -67,7 +67,9 @@ typedef struct tk_source {
     tk_gen_defaults gen;
     tk_tensor *tensors;   /* owned array; names owned */
     int n_tensors;
-    void *impl;           /* format-private state (mappings, buffers) */
+    /* Format-private state.  It owns everything the source points to
+     * (tensor array and names, mappings, hf_dir); impl_free releases it. */
+    void *impl;
     void (*impl_free)(void *impl);
     /* Format-specific handles the tokenizer loader can use (may be NULL). */
     struct tk_gguf *gguf;     /* GGUF sources */

@@ -138,6 +138,23 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
         m->hp.tied_output = true;
     }
     init_rope(m);
+    /* GGUF files carry Llama-3.1 style scaling as per-frequency divisors. */
+    const tk_tensor *rf = tk_source_find(&m->src, "rope_freqs.weight");
+    if (rf && m->hp.rope_scaling != TK_ROPE_SCALING_LLAMA3) {
+        int half = m->hp.head_dim / 2;
+        if (rf->type != TK_F32 || rf->ne[0] != half || rf->nbytes < sizeof(float) * (size_t)half) {
+            tk_err_set(err, "tensor 'rope_freqs.weight' must be %d float32 values", half);
+            goto fail;
+        }
+        const float *factor = rf->data;
+        for (int i = 0; i < half; i++) {
+            if (!(factor[i] > 0)) {
+                tk_err_set(err, "tensor 'rope_freqs.weight' has a non-positive factor");
+                goto fail;
+            }
+            m->rope_inv_freq[i] /= factor[i];
+        }
+    }
     return 0;
 fail:
     /* The caller keeps ownership of the source on failure. */
