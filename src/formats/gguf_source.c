@@ -1,0 +1,256 @@
+/* tk_source from a GGUF file: architecture, hyper-parameters from the
+ * `{arch}.*` metadata keys, and the tensor table (which already uses GGUF
+ * names, so no renaming is needed).
+ *
+ * Ownership follows source.h: src->tensors and every tensor name are owned
+ * by the source (freed by tk_source_close); the open tk_gguf handle, which
+ * owns the mapping the tensor data points into, is the format-private impl
+ * and is released by impl_free. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "gguf.h"
+#include "source.h"
+
+static void gguf_impl_free(void *impl) {
+    tk_gguf_close(impl);
+}
+
+/* Architectures whose GGUF q/k weights are laid out for NeoX-style RoPE
+ * (rotating halves).  Everything else, llama included, rotates adjacent
+ * pairs: llama.cpp's converter permutes HF llama weights into that form. */
+static const char *const neox_archs[] = {
+    "gptneox", "falcon", "qwen", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi2", "phi3",
+    "gemma",   "gemma2", "gemma3", "stablelm", "starcoder2", "olmo2", "codeshell", "orion",
+};
+
+static tk_rope_style rope_style_for(const char *arch) {
+    for (size_t i = 0; i < sizeof neox_archs / sizeof neox_archs[0]; i++)
+        if (!strcmp(arch, neox_archs[i])) return TK_ROPE_HALVES;
+    return TK_ROPE_ADJACENT;
+}
+
+typedef struct keyctx {
+    const tk_gguf *g;
+    const char *path;
+    const char *arch;
+    tk_err *err;
+} keyctx;
+
+static const char *akey(const keyctx *k, const char *suffix, char *buf, size_t n) {
+    snprintf(buf, n, "%s.%s", k->arch, suffix);
+    return buf;
+}
+
+/* Reads `{arch}.suffix` as a positive int.  Missing: *out = dflt, or an
+ * error naming the key when dflt < 0 (required). */
+static int get_pos_int(const keyctx *k, const char *suffix, int dflt, int *out) {
+    char key[160];
+    akey(k, suffix, key, sizeof key);
+    const tk_gguf_kv *kv = tk_gguf_find(k->g, key);
+    if (!kv) {
+        if (dflt < 0) return tk_err_set(k->err, "%s: missing required key '%s'", k->path, key);
+        *out = dflt;
+        return 0;
+    }
+    if (kv->type == TK_GGUF_ARRAY)
+        return tk_err_set(k->err, "%s: key '%s' is an array (per-layer values are not supported)",
+                          k->path, key);
+    int64_t v;
+    if (tk_gguf_get_int(k->g, key, &v))
+        return tk_err_set(k->err, "%s: key '%s' must be an integer", k->path, key);
+    if (v <= 0 || v > INT_MAX)
+        return tk_err_set(k->err, "%s: key '%s' has invalid value %lld", k->path, key, (long long)v);
+    *out = (int)v;
+    return 0;
+}
+
+/* `{arch}.suffix` as a number; missing: *out = dflt, or an error if
+ * required. */
+static int get_num(const keyctx *k, const char *suffix, bool required, double dflt, double *out) {
+    char key[160];
+    akey(k, suffix, key, sizeof key);
+    if (!tk_gguf_find(k->g, key)) {
+        if (required) return tk_err_set(k->err, "%s: missing required key '%s'", k->path, key);
+        *out = dflt;
+        return 0;
+    }
+    if (tk_gguf_get_float(k->g, key, out))
+        return tk_err_set(k->err, "%s: key '%s' must be a number", k->path, key);
+    return 0;
+}
+
+static int read_rope_scaling(const keyctx *k, tk_hparams *hp) {
+    char key[160];
+    hp->rope_scaling = TK_ROPE_SCALING_NONE;
+    hp->rope_factor = 1.0f;
+    double v;
+    char *type = tk_gguf_get_str(k->g, akey(k, "rope.scaling.type", key, sizeof key));
+    if (type) {
+        if (!strcasecmp(type, "linear")) {
+            hp->rope_scaling = TK_ROPE_SCALING_LINEAR;
+        } else if (strcasecmp(type, "none") != 0) {
+            int rc = tk_err_set(k->err, "%s: rope scaling type '%.40s' (%s) is not supported", k->path,
+                                type, key);
+            free(type);
+            return rc;
+        }
+        free(type);
+    } else if (tk_gguf_find(k->g, key)) {
+        return tk_err_set(k->err, "%s: key '%s' must be a string", k->path, key);
+    } else if (tk_gguf_get_float(k->g, akey(k, "rope.scale_linear", key, sizeof key), &v) == 0) {
+        /* older files: a bare linear factor */
+        if (v != 1.0) hp->rope_scaling = TK_ROPE_SCALING_LINEAR;
+        hp->rope_factor = (float)v;
+    }
+    if (hp->rope_scaling != TK_ROPE_SCALING_NONE) {
+        if (get_num(k, "rope.scaling.factor", false, hp->rope_factor, &v)) return -1;
+        if (!(v > 0.0))
+            return tk_err_set(k->err, "%s: rope scaling factor %g must be positive", k->path, v);
+        hp->rope_factor = (float)v;
+    }
+    if (get_pos_int(k, "rope.scaling.original_context_length", hp->ctx_len, &hp->rope_orig_ctx))
+        return -1;
+    /* Llama 3 style frequency scaling is stored by llama.cpp as a per-dim
+     * factor tensor (rope_freqs.weight), not as metadata; the model module
+     * applies it when present. */
+    return 0;
+}
+
+static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
+    memset(hp, 0, sizeof *hp);
+    if (get_pos_int(k, "embedding_length", -1, &hp->dim) ||
+        get_pos_int(k, "block_count", -1, &hp->n_layers) ||
+        get_pos_int(k, "attention.head_count", -1, &hp->n_heads) ||
+        get_pos_int(k, "attention.head_count_kv", hp->n_heads, &hp->n_kv_heads) ||
+        get_pos_int(k, "feed_forward_length", -1, &hp->ffn_dim) ||
+        get_pos_int(k, "context_length", -1, &hp->ctx_len))
+        return -1;
+    if (hp->n_heads % hp->n_kv_heads)
+        return tk_err_set(k->err, "%s: head_count %d is not a multiple of head_count_kv %d", k->path,
+                          hp->n_heads, hp->n_kv_heads);
+
+    /* head_dim: explicit key length, else the rotary dimension (equal to the
+     * head size for llama), else dim / heads. */
+    int dflt = hp->dim % hp->n_heads == 0 ? hp->dim / hp->n_heads : -1;
+    int rot;
+    if (get_pos_int(k, "rope.dimension_count", dflt > 0 ? dflt : 0, &rot)) return -1;
+    if (get_pos_int(k, "attention.key_length", rot, &hp->head_dim)) return -1;
+    if (hp->head_dim <= 0)
+        return tk_err_set(k->err,
+                          "%s: cannot derive head size: embedding_length %d is not a multiple of "
+                          "head_count %d and no key_length is given",
+                          k->path, hp->dim, hp->n_heads);
+
+    double v;
+    if (get_num(k, "attention.layer_norm_rms_epsilon", true, 0, &v)) return -1;
+    if (!(v > 0.0 && v < 1.0))
+        return tk_err_set(k->err, "%s: layer_norm_rms_epsilon %g is out of range", k->path, v);
+    hp->norm_eps = (float)v;
+    if (get_num(k, "rope.freq_base", false, 10000.0, &v)) return -1;
+    if (!(v > 0.0)) return tk_err_set(k->err, "%s: rope.freq_base %g must be positive", k->path, v);
+    hp->rope_theta = (float)v;
+    if (read_rope_scaling(k, hp)) return -1;
+    hp->rope_style = rope_style_for(k->arch);
+
+    /* Vocabulary size: explicit key, else the token list, else the
+     * embedding matrix's row count. */
+    const tk_gguf_kv *tokens = tk_gguf_find(g, "tokenizer.ggml.tokens");
+    const tk_tensor *embd = tk_gguf_find_tensor(g, "token_embd.weight");
+    char key[160];
+    if (tk_gguf_find(g, akey(k, "vocab_size", key, sizeof key))) {
+        if (get_pos_int(k, "vocab_size", -1, &hp->n_vocab)) return -1;
+    } else if (tokens && tokens->type == TK_GGUF_ARRAY && tokens->arr_n > 0 &&
+               tokens->arr_n <= INT_MAX) {
+        hp->n_vocab = (int)tokens->arr_n;
+    } else if (embd && embd->ndim >= 2 && embd->ne[1] <= INT_MAX) {
+        hp->n_vocab = (int)embd->ne[1];
+    } else {
+        return tk_err_set(k->err,
+                          "%s: cannot determine the vocabulary size (no '%s', no "
+                          "tokenizer.ggml.tokens, no token_embd.weight)",
+                          k->path, key);
+    }
+    hp->tied_output = tk_gguf_find_tensor(g, "output.weight") == NULL;
+    return 0;
+}
+
+static void free_tensors(tk_tensor *t, int n) {
+    for (int i = 0; i < n; i++) free(t[i].name);
+    free(t);
+}
+
+int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err) {
+    memset(src, 0, sizeof *src);
+    tk_gguf *g;
+    if (tk_gguf_open(path, &g, err)) return -1;
+
+    const size_t nt = tk_gguf_n_tensors(g);
+    char *arch = NULL;
+    tk_tensor *tensors = NULL;
+    int n_copied = 0;
+    if (nt == 0) {
+        tk_err_set(err, "%s: GGUF file has no tensors (a vocab-only file?); cannot load it as a model",
+                   path);
+        goto fail;
+    }
+    if (nt > INT_MAX) {
+        tk_err_set(err, "%s: too many tensors (%zu)", path, nt);
+        goto fail;
+    }
+    arch = tk_gguf_get_str(g, "general.architecture");
+    if (!arch) {
+        tk_err_set(err, "%s: missing required key 'general.architecture'%s", path,
+                   tk_gguf_find(g, "general.architecture") ? " (not a string)" : "");
+        goto fail;
+    }
+    if (arch[0] == 0 || strlen(arch) >= sizeof src->arch || strchr(arch, '.')) {
+        tk_err_set(err, "%s: invalid general.architecture '%.40s'", path, arch);
+        goto fail;
+    }
+    snprintf(src->arch, sizeof src->arch, "%s", arch);
+    char *name = tk_gguf_get_str(g, "general.name");
+    if (name) {
+        snprintf(src->name, sizeof src->name, "%s", name);
+        free(name);
+    }
+
+    keyctx k = {g, path, src->arch, err};
+    if (read_hparams(&k, g, &src->hp)) goto fail;
+
+    tensors = calloc(nt, sizeof *tensors);
+    if (!tensors) {
+        tk_err_set(err, "%s: out of memory", path);
+        goto fail;
+    }
+    for (size_t i = 0; i < nt; i++, n_copied++) {
+        tensors[i] = *tk_gguf_tensor_at(g, i);
+        tensors[i].name = strdup(tensors[i].name);
+        if (!tensors[i].name) {
+            tk_err_set(err, "%s: out of memory", path);
+            goto fail;
+        }
+    }
+
+    free(arch);
+    src->format = TK_FORMAT_GGUF;
+    src->gen.temperature = -1.0f;
+    src->gen.top_p = -1.0f;
+    src->gen.top_k = -1;
+    src->tensors = tensors;
+    src->n_tensors = (int)nt;
+    src->gguf = g;
+    src->impl = g;
+    src->impl_free = gguf_impl_free;
+    return 0;
+
+fail:
+    free_tensors(tensors, n_copied);
+    free(arch);
+    tk_gguf_close(g);
+    memset(src, 0, sizeof *src);
+    return -1;
+}
