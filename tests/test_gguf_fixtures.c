@@ -21,15 +21,6 @@
 
 _Static_assert(FLT_DECIMAL_DIG == 9, "9 digits round-trip a float");
 
-/* What tk_source_close is specified to do (source.h): free the owned
- * tensor table and names, then the format-private state. */
-static void source_release(tk_source *s) {
-    for (int i = 0; i < s->n_tensors; i++) free(s->tensors[i].name);
-    free(s->tensors);
-    if (s->impl_free) s->impl_free(s->impl);
-    memset(s, 0, sizeof *s);
-}
-
 static int count_sig_digits(const char *num) {
     int n = 0, started = 0;
     for (const char *p = num; *p && *p != 'e' && *p != 'E'; p++) {
@@ -172,7 +163,7 @@ static void check_fixture(const char *gguf_path) {
         CHECK(a && b && a->nbytes == b->nbytes && !memcmp(a->data, b->data, a->nbytes) && a->type == b->type &&
                   a->name != b->name,
               "source tensor copy");
-        source_release(&src);
+        tk_source_close(&src);
     }
     tk_gguf_close(g);
     json_decref(golden);
@@ -292,7 +283,7 @@ static void check_aidreams(void) {
               hp->dim, hp->ffn_dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->n_vocab,
               hp->ctx_len, hp->head_dim);
         CHECK(!hp->tied_output && src.n_tensors == 39, "aidreams tensors");
-        source_release(&src);
+        tk_source_close(&src);
     }
 }
 

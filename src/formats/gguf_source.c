@@ -2,10 +2,9 @@
  * `{arch}.*` metadata keys, and the tensor table (which already uses GGUF
  * names, so no renaming is needed).
  *
- * Ownership follows source.h: src->tensors and every tensor name are owned
- * by the source (freed by tk_source_close); the open tk_gguf handle, which
- * owns the mapping the tensor data points into, is the format-private impl
- * and is released by impl_free. */
+ * Ownership follows source.h: the impl (the open tk_gguf handle, which owns
+ * the mapping, plus the copied tensor table and names) owns everything and
+ * is released by impl_free. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,8 +14,22 @@
 #include "gguf.h"
 #include "source.h"
 
-static void gguf_impl_free(void *impl) {
-    tk_gguf_close(impl);
+typedef struct gguf_impl {
+    tk_gguf *g;
+    tk_tensor *tensors;
+    int n_tensors;
+} gguf_impl;
+
+static void free_tensors(tk_tensor *t, int n) {
+    for (int i = 0; i < n; i++) free(t[i].name);
+    free(t);
+}
+
+static void gguf_impl_free(void *p) {
+    gguf_impl *impl = p;
+    free_tensors(impl->tensors, impl->n_tensors);
+    tk_gguf_close(impl->g);
+    free(impl);
 }
 
 /* Architectures whose GGUF q/k weights are laid out for NeoX-style RoPE
@@ -178,11 +191,6 @@ static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
     return 0;
 }
 
-static void free_tensors(tk_tensor *t, int n) {
-    for (int i = 0; i < n; i++) free(t[i].name);
-    free(t);
-}
-
 int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err) {
     memset(src, 0, sizeof *src);
     tk_gguf *g;
@@ -235,6 +243,14 @@ int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err) {
         }
     }
 
+    gguf_impl *impl = malloc(sizeof *impl);
+    if (!impl) {
+        tk_err_set(err, "%s: out of memory", path);
+        goto fail;
+    }
+    impl->g = g;
+    impl->tensors = tensors;
+    impl->n_tensors = (int)nt;
     free(arch);
     src->format = TK_FORMAT_GGUF;
     src->gen.temperature = -1.0f;
@@ -243,7 +259,7 @@ int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err) {
     src->tensors = tensors;
     src->n_tensors = (int)nt;
     src->gguf = g;
-    src->impl = g;
+    src->impl = impl;
     src->impl_free = gguf_impl_free;
     return 0;
 
