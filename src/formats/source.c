@@ -18,6 +18,11 @@ int tk_source_open(const char *path, tk_source *src, tk_err *err) {
     size_t n = fread(magic, 1, 4, f);
     fclose(f);
     if (n == 4 && !memcmp(magic, "GGUF", 4)) return tk_gguf_source_open(path, src, err);
+    size_t len = strlen(path);
+    if (len >= 5 && !strcmp(path + len - 5, ".gguf"))
+        return tk_err_set(err, "%s: bad magic %02x %02x %02x %02x (expected \"GGUF\"): not a GGUF file", path,
+                          (unsigned char)magic[0], (unsigned char)magic[1], (unsigned char)magic[2],
+                          (unsigned char)magic[3]);
     return tk_llama2c_source_open(path, src, err);
 }
 
