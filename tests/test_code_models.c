@@ -3,6 +3,7 @@
  * halves) and as llama2.c exports (RoPE on adjacent pairs): both must match
  * the float32 reference in the models directory golden files. */
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <tokamak.h>
 
@@ -74,6 +75,20 @@ int main(void) {
         snprintf(golden, sizeof golden, "models/%s.golden.json", names[i]);
         check_model(tk_shared(dir), NULL, tk_shared(golden));
         check_model(tk_shared(bin), tk_shared("tokenizers/llama2/tokenizer.bin"), tk_shared(golden));
+        /* Converted to GGUF (Q/K rows permuted to adjacent pairs): F32 and
+         * BF16 are lossless here because the weights are BF16 already. */
+        static const char *types[] = {"f32", "bf16"};
+        for (int k = 0; k < 2; k++) {
+            char tmp[] = "/tmp/tk_convert_XXXXXX", out[128], cmd[1024];
+            if (!mkdtemp(tmp)) continue;
+            snprintf(out, sizeof out, "%s/model.gguf", tmp);
+            snprintf(cmd, sizeof cmd, "%s convert %s %s --type %s 2>/dev/null", TK_TOKAMAK_BIN, tk_shared(dir), out,
+                     types[k]);
+            CHECK(system(cmd) == 0, "%s", cmd);
+            check_model(out, NULL, tk_shared(golden));
+            unlink(out);
+            rmdir(tmp);
+        }
     }
     TK_TEST_END();
 }

@@ -1,0 +1,22 @@
+import os
+import shutil
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHARED = os.environ.get("TK_SHARED_DIR", os.path.join(os.path.dirname(REPO), "shared"))
+
+
+@pytest.fixture(scope="session")
+def tokamak_bin():
+    path = os.environ.get("TOKAMAK_BIN") or os.path.join(REPO, "build", "tokamak")
+    if not os.path.exists(path):
+        pytest.skip(f"tokamak binary not found at {path} (set TOKAMAK_BIN)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def shared():
+    if not os.path.isdir(SHARED):
+        pytest.skip(f"shared assets not found at {SHARED}")
+    return SHARED
