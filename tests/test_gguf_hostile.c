@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "formats/gguf.h"
+#include "formats/source.h"
 #include "tk_test.h"
 #include "util/mapfile.h"
 
@@ -666,6 +667,96 @@ static void test_fixture_truncations(void) {
     free(bytes);
 }
 
+/* tk_gguf_source_open: required keys are named when missing; optional ones
+ * get their defaults; rope scaling is read. */
+typedef struct src_case {
+    const char *label;
+    const char *skip_key; /* key left out */
+    const char *want;     /* expected error substring, NULL = must open */
+} src_case;
+
+static int write_model(const char *path, const char *skip, const char *scaling, bool output,
+                       tk_err *err) {
+    tk_gguf_writer *w = tk_gguf_writer_new();
+    static const float emb[8 * 10];
+    const int64_t ne[] = {8, 10};
+    struct { const char *k; uint32_t v; } ints[] = {
+        {"llama.embedding_length", 8}, {"llama.block_count", 1}, {"llama.attention.head_count", 2},
+        {"llama.feed_forward_length", 16}, {"llama.context_length", 64},
+    };
+    if (!skip || strcmp(skip, "general.architecture")) tk_gguf_set_str(w, "general.architecture", "llama");
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (!skip || strcmp(skip, ints[i].k)) tk_gguf_set_u32(w, ints[i].k, ints[i].v);
+    if (!skip || strcmp(skip, "llama.attention.layer_norm_rms_epsilon"))
+        tk_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-6f);
+    if (scaling) {
+        tk_gguf_set_str(w, "llama.rope.scaling.type", scaling);
+        tk_gguf_set_f32(w, "llama.rope.scaling.factor", 4.0f);
+    }
+    tk_gguf_add_tensor(w, "token_embd.weight", TK_F32, 2, ne, emb, sizeof emb);
+    if (output) tk_gguf_add_tensor(w, "output.weight", TK_F32, 2, ne, emb, sizeof emb);
+    int rc = tk_gguf_write(w, path, err);
+    tk_gguf_writer_free(w);
+    return rc;
+}
+
+static void test_source(void) {
+    static const src_case cases[] = {
+        {"complete", NULL, NULL},
+        {"no arch", "general.architecture", "missing required key 'general.architecture'"},
+        {"no dim", "llama.embedding_length", "missing required key 'llama.embedding_length'"},
+        {"no layers", "llama.block_count", "missing required key 'llama.block_count'"},
+        {"no heads", "llama.attention.head_count", "missing required key 'llama.attention.head_count'"},
+        {"no ffn", "llama.feed_forward_length", "missing required key 'llama.feed_forward_length'"},
+        {"no ctx", "llama.context_length", "missing required key 'llama.context_length'"},
+        {"no eps", "llama.attention.layer_norm_rms_epsilon", "layer_norm_rms_epsilon'"},
+    };
+    tk_err err = {{0}};
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmp_path("model.gguf"));
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (write_model(path, cases[i].skip_key, NULL, true, &err)) {
+            CHECK(0, "write: %s", err.msg);
+            continue;
+        }
+        tk_source src;
+        int rc = tk_gguf_source_open(path, &src, &err);
+        if (!cases[i].want) {
+            CHECK(rc == 0, "%s: %s", cases[i].label, err.msg);
+            if (rc) continue;
+            const tk_hparams *hp = &src.hp;
+            /* defaults: kv heads = heads, head_dim = dim/heads, theta 10000,
+             * vocab from token_embd (no token list) */
+            CHECK(hp->n_kv_heads == 2 && hp->head_dim == 4 && hp->rope_theta == 10000.0f &&
+                      hp->n_vocab == 10 && hp->norm_eps == 1e-6f && !hp->tied_output &&
+                      hp->rope_scaling == TK_ROPE_SCALING_NONE && hp->rope_orig_ctx == 64,
+                  "defaults");
+            for (int t = 0; t < src.n_tensors; t++) free(src.tensors[t].name);
+            free(src.tensors);
+            src.impl_free(src.impl);
+        } else {
+            CHECK(rc == -1 && strstr(err.msg, cases[i].want) && strstr(err.msg, path), "%s: '%s'",
+                  cases[i].label, err.msg);
+        }
+    }
+    /* linear rope scaling and a tied output */
+    tk_source src;
+    if (write_model(path, NULL, "linear", false, &err) == 0 && tk_gguf_source_open(path, &src, &err) == 0) {
+        CHECK(src.hp.rope_scaling == TK_ROPE_SCALING_LINEAR && src.hp.rope_factor == 4.0f &&
+                  src.hp.tied_output,
+              "linear scaling / tied output");
+        for (int t = 0; t < src.n_tensors; t++) free(src.tensors[t].name);
+        free(src.tensors);
+        src.impl_free(src.impl);
+    } else {
+        CHECK(0, "linear: %s", err.msg);
+    }
+    CHECK(write_model(path, NULL, "yarn", true, &err) == 0 && tk_gguf_source_open(path, &src, &err) == -1 &&
+              strstr(err.msg, "rope scaling type 'yarn'"),
+          "yarn refused: %s", err.msg);
+    unlink(path);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "%s/tk_gguf_hostile_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmpdir)) {
@@ -676,6 +767,7 @@ int main(void) {
     test_metadata();
     test_writer(getenv("TK_GGUF_ROUNDTRIP_OUT"));
     test_fixture_truncations();
+    test_source();
 
     static const char *const names[] = {"bad.gguf", "ok.gguf", "trunc.gguf", "fuzz.gguf",
                                         "roundtrip.gguf", "never.gguf", "vocab.gguf"};
