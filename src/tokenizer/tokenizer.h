@@ -27,7 +27,8 @@ enum {
 };
 
 int tk_tokenizer_from_gguf(const struct tk_gguf *g, tk_tokenizer **out, tk_err *err);
-/* llama2.c tokenizer.bin; vocab_size comes from the checkpoint header. */
+/* llama2.c tokenizer.bin; vocab_size comes from the checkpoint header
+ * (0: every token record in the file). */
 int tk_tokenizer_from_llama2c(const char *path, int vocab_size, tk_tokenizer **out, tk_err *err);
 /* path: a tokenizer.json file or a directory holding tokenizer.json (and
  * optionally tokenizer_config.json for add_bos / special tokens). */
@@ -36,6 +37,15 @@ void tk_tokenizer_free(tk_tokenizer *t);
 /* Loads the tokenizer for a model path (.gguf, HF dir, tokenizer.json, or a
  * llama2.c checkpoint with tokenizer_path); tokenizer_path overrides. */
 int tk_tokenizer_open(const char *model_path, const char *tokenizer_path, tk_tokenizer **out, tk_err *err);
+
+/* Opens the tokenizer of a model: model_path may be a .gguf file (vocab-only
+ * GGUFs work), a Hugging Face directory (tokenizer.json +
+ * tokenizer_config.json), a tokenizer.json, or a llama2.c checkpoint (its
+ * header gives the vocabulary size; tokenizer_path must then name the
+ * tokenizer.bin).  A tokenizer_path (tokenizer.json, directory, .gguf or
+ * tokenizer.bin) overrides the model's own vocabulary. */
+int tk_tokenizer_open(const char *model_path, const char *tokenizer_path, tk_tokenizer **out,
+                      tk_err *err);
 
 tk_tok_kind tk_tokenizer_kind(const tk_tokenizer *t);
 int tk_tokenizer_n_vocab(const tk_tokenizer *t);
@@ -47,16 +57,21 @@ bool tk_tokenizer_is_eog(const tk_tokenizer *t, int id);
 /* Raw vocabulary piece (as stored, e.g. "▁the" or "Ġthe"), NUL-terminated. */
 const char *tk_tokenizer_piece(const tk_tokenizer *t, int id);
 int tk_tokenizer_token_type(const tk_tokenizer *t, int id);
+/* Id of a piece given as stored (e.g. "<|eot_id|>"), -1 if absent. */
+int tk_tokenizer_find(const tk_tokenizer *t, const char *piece);
 
-/* Encodes UTF-8 text.  Invalid UTF-8 is an error.  With parse_special,
- * special/control token texts in the input map to their ids.  Writes up to
+/* Encodes UTF-8 text.  Invalid UTF-8 is an error ("invalid UTF-8 at byte N").
+ * With parse_special, special/control token texts in the input map to their
+ * ids (leftmost, longest first, as HF tokenizers does for added tokens);
+ * user-defined (non-special) added tokens are always matched.  Writes up to
  * cap ids; *n_out gets the total count (may exceed cap: call again bigger). */
 int tk_tokenize(const tk_tokenizer *t, const char *text, size_t len, bool add_bos,
                 bool parse_special, int32_t *ids, int cap, int *n_out, tk_err *err);
 
 /* Bytes that token `id` contributes to the decoded text, given the previous
  * token (SPM strips the leading space after BOS).  Control tokens decode to
- * nothing unless render_special. Returns the byte count written (<= cap). */
+ * nothing unless render_special. Returns the byte count written (<= cap);
+ * if the bytes do not fit, writes nothing useful and returns -(needed). */
 int tk_token_to_bytes(const tk_tokenizer *t, int prev_id, int id, bool render_special,
                       char *buf, int cap);
 
@@ -70,7 +85,9 @@ typedef struct tk_detok {
 } tk_detok;
 
 void tk_detok_init(tk_detok *d, const tk_tokenizer *t, int prev_id);
-/* Appends the newly complete text to out (<= cap bytes); returns bytes written. */
+/* Appends the newly complete text to out (<= cap bytes); returns bytes
+ * written.  Invalid sequences become U+FFFD.  If cap is too small nothing is
+ * consumed and -(needed) is returned. */
 int tk_detok_push(tk_detok *d, int id, char *out, int cap);
 /* Flushes what is left (invalid leftovers become U+FFFD). */
 int tk_detok_flush(tk_detok *d, char *out, int cap);

@@ -1,0 +1,83 @@
+/* tk_tokenizer_open: picks the loader from the model path (GGUF file, HF
+ * directory or tokenizer.json, llama2.c checkpoint + tokenizer.bin). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../formats/gguf.h"
+#include "tok_internal.h"
+
+static bool is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool ends_with(const char *s, const char *suf) {
+    size_t n = strlen(s), k = strlen(suf);
+    return n >= k && strcmp(s + n - k, suf) == 0;
+}
+
+/* Reads the first n bytes of a file; returns the count read or -1. */
+static int read_head(const char *path, unsigned char *buf, int n, tk_err *err) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return tk_err_set(err, "%s: cannot open", path);
+    size_t r = fread(buf, 1, (size_t)n, f);
+    fclose(f);
+    return (int)r;
+}
+
+static int from_gguf_path(const char *path, tk_tokenizer **out, tk_err *err) {
+    tk_gguf *g = NULL;
+    if (tk_gguf_open(path, &g, err)) return -1;
+    int rc = tk_tokenizer_from_gguf(g, out, err);
+    tk_gguf_close(g);
+    if (rc) return tk_err_wrap(err, "%s", path);
+    return 0;
+}
+
+/* A path that names a tokenizer by itself (not a llama2.c tokenizer.bin). */
+static int open_self_describing(const char *path, bool *handled, tk_tokenizer **out, tk_err *err) {
+    *handled = true;
+    if (is_dir(path) || ends_with(path, ".json")) return tk_tokenizer_from_hf(path, out, err);
+    unsigned char head[4] = {0};
+    int n = read_head(path, head, 4, err);
+    if (n < 0) return -1;
+    if (n == 4 && !memcmp(head, "GGUF", 4)) return from_gguf_path(path, out, err);
+    *handled = false;
+    return 0;
+}
+
+int tk_tokenizer_open(const char *model_path, const char *tokenizer_path, tk_tokenizer **out,
+                      tk_err *err) {
+    *out = NULL;
+    bool handled = false;
+    if (!tokenizer_path) {
+        if (!model_path) return tk_err_set(err, "no model or tokenizer path given");
+        int rc = open_self_describing(model_path, &handled, out, err);
+        if (handled) return rc;
+        unsigned char head[28];
+        int n = read_head(model_path, head, 28, err);
+        if (n < 0) return -1;
+        if (n < 28)
+            return tk_err_set(err, "%s: not a GGUF file, tokenizer.json or llama2.c checkpoint", model_path);
+        return tk_err_set(err, "%s: a llama2.c checkpoint has no vocabulary: give its tokenizer.bin", model_path);
+    }
+    /* an explicit tokenizer overrides the model's own; a llama2.c checkpoint
+     * still tells the vocabulary size of a tokenizer.bin (header[5]) */
+    int vocab_size = 0;
+    if (model_path && !is_dir(model_path) && !ends_with(model_path, ".json")) {
+        unsigned char head[28];
+        int n = read_head(model_path, head, 28, err);
+        if (n == 28 && memcmp(head, "GGUF", 4) != 0) {
+            int32_t h5;
+            memcpy(&h5, head + 20, 4);
+            if (h5 != INT32_MIN) vocab_size = h5 < 0 ? -h5 : h5;
+            if (vocab_size > (1 << 24)) vocab_size = 0;
+        }
+    }
+    int rc = open_self_describing(tokenizer_path, &handled, out, err);
+    if (handled) return rc;
+    return tk_tokenizer_from_llama2c(tokenizer_path, vocab_size, out, err);
+}

@@ -1,0 +1,142 @@
+/* Score-based SentencePiece BPE, as llama.cpp (llm_tokenizer_spm) and
+ * llama2.c do it: start from UTF-8 characters, repeatedly merge the adjacent
+ * pair whose concatenation is a vocabulary piece with the highest score
+ * (leftmost on ties); characters that end up without a piece fall back to
+ * <0xNN> byte pieces, then to unk. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok_internal.h"
+
+typedef struct sym {
+    int prev, next;
+    uint32_t start, n;
+} sym;
+
+typedef struct bigram {
+    float score;
+    int left, right;
+    uint32_t size;
+} bigram;
+
+/* a before b in the queue: higher score, then smaller left index */
+static bool bg_before(const bigram *a, const bigram *b) {
+    if (a->score != b->score) return a->score > b->score;
+    return a->left < b->left;
+}
+
+typedef struct heap {
+    bigram *v;
+    size_t n, cap;
+} heap;
+
+static int heap_push(heap *h, bigram x) {
+    if (h->n == h->cap) {
+        size_t nc = h->cap ? h->cap * 2 : 64;
+        bigram *nv = realloc(h->v, nc * sizeof *nv);
+        if (!nv) return -1;
+        h->v = nv;
+        h->cap = nc;
+    }
+    size_t i = h->n++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (!bg_before(&x, &h->v[p])) break;
+        h->v[i] = h->v[p];
+        i = p;
+    }
+    h->v[i] = x;
+    return 0;
+}
+
+static bigram heap_pop(heap *h) {
+    bigram top = h->v[0];
+    bigram last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        const bigram *best = &last;
+        if (l < h->n && bg_before(&h->v[l], best)) { m = l; best = &h->v[l]; }
+        if (r < h->n && bg_before(&h->v[r], best)) { m = r; }
+        if (m == i) break;
+        h->v[i] = h->v[m];
+        i = m;
+    }
+    if (h->n > 0) h->v[i] = last;
+    return top;
+}
+
+static int try_add(const tk_tokenizer *t, const char *text, sym *s, int left, int right, heap *h) {
+    if (left < 0 || right < 0) return 0;
+    uint32_t size = s[left].n + s[right].n;
+    int id = tk_vocab_find(t, text + s[left].start, size);
+    if (id < 0) return 0;
+    bigram b = {t->score[id], left, right, size};
+    return heap_push(h, b);
+}
+
+int tk_spm_encode(const tk_tokenizer *t, const char *text, size_t len, tk_ivec *out,
+                  tk_scratch *sc, tk_err *err) {
+    if (len == 0) return 0;
+    if (len > 0x7fffffff) return tk_err_set(err, "text segment too long (%zu bytes)", len);
+    /* symbols: one per UTF-8 character (input is valid UTF-8) */
+    size_t need = len * sizeof(sym);
+    if (sc->a_cap < need) {
+        void *p = realloc(sc->a, need);
+        if (!p) return tk_err_set(err, "out of memory");
+        sc->a = p;
+        sc->a_cap = need;
+    }
+    sym *s = sc->a;
+    int ns = 0;
+    size_t off = 0;
+    while (off < len) {
+        int n = tk_utf8_seq_len((const unsigned char *)text + off, len - off);
+        if (n <= 0) n = 1;
+        s[ns].start = (uint32_t)off;
+        s[ns].n = (uint32_t)n;
+        s[ns].prev = ns - 1;
+        off += (size_t)n;
+        s[ns].next = off == len ? -1 : ns + 1;
+        ns++;
+    }
+    heap h = {0};
+    for (int i = 1; i < ns; i++)
+        if (try_add(t, text, s, i - 1, i, &h)) goto oom;
+    while (h.n > 0) {
+        bigram b = heap_pop(&h);
+        sym *l = &s[b.left], *r = &s[b.right];
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0) s[r->next].prev = b.left;
+        if (try_add(t, text, s, l->prev, b.left, &h)) goto oom;
+        if (try_add(t, text, s, b.left, l->next, &h)) goto oom;
+    }
+    free(h.v);
+    for (int i = 0; i != -1; i = s[i].next) {
+        int id = tk_vocab_find(t, text + s[i].start, s[i].n);
+        if (id >= 0) {
+            if (tk_ivec_push(out, id)) return tk_err_set(err, "out of memory");
+            continue;
+        }
+        for (uint32_t j = 0; j < s[i].n; j++) {
+            int bid = t->byte_id[(unsigned char)text[s[i].start + j]];
+            if (bid < 0) bid = t->unk;
+            if (bid < 0) continue;
+            if (tk_ivec_push(out, bid)) return tk_err_set(err, "out of memory");
+        }
+    }
+    return 0;
+oom:
+    free(h.v);
+    return tk_err_set(err, "out of memory");
+}
+
+void tk_scratch_free(tk_scratch *s) {
+    free(s->a);
+    free(s->b);
+    s->a = s->b = NULL;
+    s->a_cap = s->b_cap = 0;
+}
