@@ -21,7 +21,7 @@ static void slurp(const char *path, char *buf, size_t cap) {
 
 /* Runs `tokamak ARGS`; returns the exit code (or 128+signal). */
 static int tokamak(const char *args) {
-    char cmd[4096];
+    char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s %s >%s/out.txt 2>%s/err.txt", TK_TOKAMAK_BIN, args, tmpdir, tmpdir);
     int st = system(cmd);
     char p[512];
@@ -108,21 +108,26 @@ int main(void) {
     if (!mkdtemp(tmpdir)) TK_SKIP("cannot create a temp dir");
     char args[2048];
 
-    /* The reference continuation from ../shared/README.md. */
-    const char *want = ", as I sense the nodes, a gentle hum of probability. Contrast emerge, a";
+    /* The reference continuation from ../shared/README.md is 34 tokens
+     * long; -n 24 prints its first 24 tokens (golden greedy_24), ending in
+     * the "C" of "Contrast". */
+    const char *want = ", as I sense the nodes, a gentle hum of probability. Contrast emerge, a\n";
+    const char *want24 = ", as I sense the nodes, a gentle hum of probability. C\n";
     snprintf(args, sizeof args, "run -m %s -p 'I dreamed' -n 24 --temp 0", tk_shared("models/aidreams260K.gguf"));
     CHECK(tokamak(args) == 0, "run gguf: %s", err_text);
-    CHECK(strstr(out_text, want) != NULL, "gguf continuation: '%s'", out_text);
+    CHECK(!strcmp(out_text, want24), "gguf -n 24: '%s'", out_text);
     CHECK(strstr(err_text, "tokens/s") && strstr(err_text, "peak RSS"), "run prints speed and memory: %s", err_text);
-    snprintf(args, sizeof args, "run -m %s --tokenizer %s -p 'I dreamed' -n 24 --temp 0",
+    snprintf(args, sizeof args, "run -m %s -p 'I dreamed' -n 34 --temp 0", tk_shared("models/aidreams260K.gguf"));
+    CHECK(tokamak(args) == 0 && !strcmp(out_text, want), "gguf -n 34: '%s'", out_text);
+    snprintf(args, sizeof args, "run -m %s --tokenizer %s -p 'I dreamed' -n 34 --temp 0",
              tk_shared("models/aidreams260K.bin"), tk_shared("models/aidreams260K.tok512.bin"));
     CHECK(tokamak(args) == 0, "run llama2.c: %s", err_text);
-    CHECK(strstr(out_text, want) != NULL, "llama2.c continuation: '%s'", out_text);
+    CHECK(!strcmp(out_text, want), "llama2.c continuation: '%s'", out_text);
     /* Same seed, same output. */
     snprintf(args, sizeof args, "run -m %s -p 'I dreamed' -n 20 --temp 0.9 --seed 7",
              tk_shared("models/aidreams260K.gguf"));
     tokamak(args);
-    char first[4096];
+    char first[sizeof out_text];
     snprintf(first, sizeof first, "%s", out_text);
     tokamak(args);
     CHECK(!strcmp(first, out_text) && strlen(first) > 10, "seeded sampling repeats: '%s' vs '%s'", first, out_text);

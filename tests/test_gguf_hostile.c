@@ -731,9 +731,7 @@ static void test_source(void) {
                       hp->n_vocab == 10 && hp->norm_eps == 1e-6f && !hp->tied_output &&
                       hp->rope_scaling == TK_ROPE_SCALING_NONE && hp->rope_orig_ctx == 64,
                   "defaults");
-            for (int t = 0; t < src.n_tensors; t++) free(src.tensors[t].name);
-            free(src.tensors);
-            src.impl_free(src.impl);
+            tk_source_close(&src);
         } else {
             CHECK(rc == -1 && strstr(err.msg, cases[i].want) && strstr(err.msg, path), "%s: '%s'",
                   cases[i].label, err.msg);
@@ -745,9 +743,7 @@ static void test_source(void) {
         CHECK(src.hp.rope_scaling == TK_ROPE_SCALING_LINEAR && src.hp.rope_factor == 4.0f &&
                   src.hp.tied_output,
               "linear scaling / tied output");
-        for (int t = 0; t < src.n_tensors; t++) free(src.tensors[t].name);
-        free(src.tensors);
-        src.impl_free(src.impl);
+        tk_source_close(&src);
     } else {
         CHECK(0, "linear: %s", err.msg);
     }

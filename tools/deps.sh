@@ -11,7 +11,7 @@ command -v cc >/dev/null || need_pkgs+=(gcc)
 command -v cmake >/dev/null || need_pkgs+=(cmake)
 command -v make >/dev/null || need_pkgs+=(make)
 command -v pkg-config >/dev/null || need_pkgs+=(pkg-config)
-for pc in libpcre2-8:libpcre2-dev jansson:libjansson-dev libmicrohttpd:libmicrohttpd-dev; do
+for pc in libpcre2-8:libpcre2-dev jansson:libjansson-dev libutf8proc:libutf8proc-dev libmicrohttpd:libmicrohttpd-dev; do
   pkg-config --exists "${pc%%:*}" 2>/dev/null || need_pkgs+=("${pc##*:}")
 done
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_pkgs+=(python3-venv)

@@ -30,14 +30,12 @@ int tk_tokenizer_from_gguf(const struct tk_gguf *g, tk_tokenizer **out, tk_err *
 /* llama2.c tokenizer.bin; vocab_size comes from the checkpoint header
  * (0: every token record in the file). */
 int tk_tokenizer_from_llama2c(const char *path, int vocab_size, tk_tokenizer **out, tk_err *err);
+/* SentencePiece tokenizer.model (protobuf ModelProto, BPE models). */
+int tk_tokenizer_from_spm_model(const char *path, tk_tokenizer **out, tk_err *err);
 /* path: a tokenizer.json file or a directory holding tokenizer.json (and
  * optionally tokenizer_config.json for add_bos / special tokens). */
 int tk_tokenizer_from_hf(const char *path, tk_tokenizer **out, tk_err *err);
 void tk_tokenizer_free(tk_tokenizer *t);
-/* Loads the tokenizer for a model path (.gguf, HF dir, tokenizer.json, or a
- * llama2.c checkpoint with tokenizer_path); tokenizer_path overrides. */
-int tk_tokenizer_open(const char *model_path, const char *tokenizer_path, tk_tokenizer **out, tk_err *err);
-
 /* Opens the tokenizer of a model: model_path may be a .gguf file (vocab-only
  * GGUFs work), a Hugging Face directory (tokenizer.json +
  * tokenizer_config.json), a tokenizer.json, or a llama2.c checkpoint (its
