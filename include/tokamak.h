@@ -32,6 +32,9 @@ typedef struct tk_engine_config {
     int max_batch_tokens;       /* tokens per forward pass; 0: 512 */
     int kv_block_size;          /* tokens per KV block; 0: 16 */
     bool require_tokenizer;     /* fail if no tokenizer can be loaded */
+    size_t kv_memory;           /* KV pool bytes; 0: enough for max_seqs full contexts */
+    bool no_prefix_cache;       /* disable automatic prefix caching */
+    int max_waiting;            /* bound of the waiting queue; 0: 256 */
 } tk_engine_config;
 
 /* One batch: parallel arrays of n_tokens entries. */
@@ -117,6 +120,74 @@ typedef int (*tk_text_cb)(void *user, const char *text, int len);
 
 int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p, tk_text_cb cb, void *user,
                        tk_gen_stats *stats, tk_err *err);
+
+/* ---- continuous batching: requests ----
+ * Any thread may submit or cancel; one thread runs tk_engine_step in a loop.
+ * Each step schedules one batch (decode tokens of running sequences plus
+ * prefill chunks of new ones), runs it, samples, and reports events through
+ * the request's callback (called on the stepping thread). */
+typedef struct tk_request_params {
+    const int32_t *prompt;     /* prompt token ids (copied at submit) */
+    int n_prompt;
+    int max_tokens;            /* <= 0: until end of generation or the context is full */
+    int n;                     /* parallel samples sharing the prompt's KV blocks; 0 or 1: one */
+    tk_sampling sampling;      /* sample i uses seed + i */
+    bool ignore_eos;
+    const char *const *stop;   /* stop strings (copied); output ends before the first match */
+    int n_stop;
+    int top_logprobs;          /* < 0: no logprobs; 0..20: chosen token's logprob + that many top alternatives */
+} tk_request_params;
+
+typedef struct tk_event {
+    uint64_t request;
+    int index;                 /* which of the n samples */
+    const char *text;          /* text that became final with this event (not NUL-terminated) */
+    int text_len;
+    int32_t token;             /* the sampled token, -1 if the event carries none */
+    float logprob;             /* of `token` (when top_logprobs >= 0) */
+    int n_top;
+    const int32_t *top_ids;
+    const float *top_logprobs;
+    bool done;                 /* this sample has finished; no more events for it */
+    const char *finish_reason; /* when done: "stop", "length", "cancelled" or "error" */
+    int n_prompt_tokens;       /* prompt length */
+    int n_cached_tokens;       /* prompt tokens served from the prefix cache */
+    int n_generated;           /* tokens generated so far by this sample */
+} tk_event;
+
+typedef void (*tk_event_cb)(void *user, const tk_event *ev);
+
+/* Queues a request.  Fails (nothing queued) if the prompt plus max_tokens
+ * exceed the context, if a parameter is invalid, or if the waiting queue is
+ * full (message starts with "queue full"). */
+int tk_engine_submit(tk_engine *e, const tk_request_params *p, tk_event_cb cb, void *user, uint64_t *id,
+                     tk_err *err);
+/* Cancels a request: its blocks are freed at the next step and each of its
+ * unfinished samples gets a final event with finish_reason "cancelled". */
+void tk_engine_cancel(tk_engine *e, uint64_t id);
+/* Runs one scheduler iteration.  Returns the number of live requests
+ * (waiting + running) after it, or -1 on an internal error. */
+int tk_engine_step(tk_engine *e, tk_err *err);
+/* Blocks until there is work (a submitted request) or timeout_ms passes. */
+void tk_engine_wait_for_work(tk_engine *e, int timeout_ms);
+
+typedef struct tk_engine_metrics {
+    int requests_running, requests_waiting;
+    int kv_blocks_total, kv_blocks_used, kv_blocks_cached; /* cached: unused but kept for prefix reuse */
+    uint64_t prefix_query_tokens, prefix_hit_tokens;      /* prompt tokens looked up / found in the cache */
+    uint64_t preemptions;
+    uint64_t prompt_tokens, generation_tokens;             /* processed so far */
+    uint64_t requests_finished;
+    /* latency histograms (seconds): counts per bucket, cumulative as Prometheus wants */
+    int n_buckets;
+    const double *bucket_bounds;                           /* n_buckets upper bounds, last is +Inf */
+    uint64_t ttft_buckets[24], itl_buckets[24];
+    double ttft_sum, itl_sum;
+    uint64_t ttft_count, itl_count;
+} tk_engine_metrics;
+
+/* A consistent snapshot; safe from any thread. */
+void tk_engine_metrics_get(tk_engine *e, tk_engine_metrics *m);
 
 #ifdef __cplusplus
 }
