@@ -12,25 +12,8 @@
 #include "../model/model.h"
 #include "../sample/sampler.h"
 #include "../tokenizer/tokenizer.h"
+#include "engine_internal.h"
 
-struct tk_engine {
-    tk_model model;
-    tk_tokenizer *tok;
-    tk_kv_pool kv;
-    tk_pool *pool;
-    tk_forward_ws ws;
-    int ctx_len;
-    int max_seqs;
-    tk_kv_seq *seqs;
-    tk_kv_seq **seq_ptrs; /* NULL for free slots; what tk_forward indexes */
-    int *saved_blocks;    /* per sequence, for undoing reservations */
-};
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     *out = NULL;
@@ -65,8 +48,15 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     int n_threads = cfg->n_threads > 0 ? cfg->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n_threads < 1) n_threads = 1;
     int blocks_per_seq = (e->ctx_len + block - 1) / block;
-    if (tk_kv_pool_init(&e->kv, hp->n_layers, hp->n_kv_heads, hp->head_dim, block, blocks_per_seq * e->max_seqs,
-                        err))
+    size_t block_bytes = 2 * sizeof(float) * (size_t)hp->n_layers * hp->n_kv_heads * hp->head_dim * block;
+    size_t n_blocks = cfg->kv_memory ? cfg->kv_memory / block_bytes : (size_t)blocks_per_seq * e->max_seqs;
+    if (n_blocks < 1 || n_blocks > (1u << 30)) {
+        tk_err_set(err, "KV memory of %zu bytes gives %zu blocks of %zu bytes: need at least one", cfg->kv_memory,
+                   n_blocks, block_bytes);
+        goto fail;
+    }
+    if (tk_kv_pool_init(&e->kv, hp->n_layers, hp->n_kv_heads, hp->head_dim, block, (int)n_blocks,
+                        !cfg->no_prefix_cache, err))
         goto fail;
     e->pool = tk_pool_new(n_threads);
     e->seqs = calloc((size_t)e->max_seqs, sizeof *e->seqs);
@@ -77,6 +67,7 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         goto fail;
     }
     if (tk_forward_ws_init(&e->ws, &e->model, max_batch, tk_pool_size(e->pool), err)) goto fail;
+    if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, err)) goto fail;
     *out = e;
     return 0;
 fail:
@@ -86,6 +77,7 @@ fail:
 
 void tk_engine_close(tk_engine *e) {
     if (!e) return;
+    tk_sched_free(e);
     if (e->seqs)
         for (int i = 0; i < e->max_seqs; i++) tk_kv_seq_release(&e->kv, &e->seqs[i]);
     free(e->seqs);
@@ -179,7 +171,9 @@ int tk_engine_decode(tk_engine *e, const tk_batch *b, float *logits, tk_err *err
             tk_err_set(err, "position %d is outside the context (%d tokens)", b->pos[i], e->ctx_len);
             goto undo;
         }
-        if (tk_kv_seq_reserve(&e->kv, &e->seqs[s], b->pos[i] + 1, err)) goto undo;
+        if (tk_kv_seq_reserve(&e->kv, &e->seqs[s], b->pos[i] + 1, err) ||
+            tk_kv_seq_prepare_write(&e->kv, &e->seqs[s], b->pos[i], b->pos[i] + 1, err))
+            goto undo;
     }
     if (tk_forward(&e->model, &e->kv, e->seq_ptrs, e->max_seqs, b, logits, &e->ws, e->pool, err)) goto undo;
     return 0;
@@ -230,71 +224,5 @@ int tk_engine_logits(tk_engine *e, const int32_t *tokens, int n, float *out, tk_
     if (seq < 0) return -1;
     int rc = feed(e, seq, tokens, n, 0, true, out, err);
     tk_engine_seq_free(e, seq);
-    return rc;
-}
-
-int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p, tk_text_cb cb, void *user,
-                       tk_gen_stats *stats, tk_err *err) {
-    memset(stats, 0, sizeof *stats);
-    if (!e->tok) return tk_err_set(err, "the model has no tokenizer (give one with --tokenizer)");
-    size_t len = strlen(prompt);
-    int n = 0;
-    if (tk_tokenize(e->tok, prompt, len, p->add_bos, true, NULL, 0, &n, err)) return tk_err_wrap(err, "prompt");
-    if (n == 0) return tk_err_set(err, "the prompt is empty (and the model has no BOS token)");
-    if (n >= e->ctx_len)
-        return tk_err_set(err, "the prompt is %d tokens, longer than the context allows (%d tokens, one kept "
-                               "for generation)", n, e->ctx_len);
-    int budget = e->ctx_len;
-    int32_t *tokens = malloc((size_t)budget * sizeof(int32_t));
-    float *logits = malloc((size_t)e->model.hp.n_vocab * sizeof(float));
-    tk_sampler sampler;
-    memset(&sampler, 0, sizeof sampler);
-    int seq = -1, rc = -1;
-    if (!tokens || !logits) {
-        tk_err_set(err, "out of memory");
-        goto done;
-    }
-    if (tk_tokenize(e->tok, prompt, len, p->add_bos, true, tokens, budget, &n, err)) goto done;
-    if (tk_sampler_init(&sampler, &p->sampling, e->model.hp.n_vocab, err)) goto done;
-    seq = tk_engine_seq_new(e, err);
-    if (seq < 0) goto done;
-
-    stats->n_prompt = n;
-    double t0 = now_seconds();
-    if (feed(e, seq, tokens, n, 0, false, logits, err)) goto done;
-    double t1 = now_seconds();
-    stats->prompt_seconds = t1 - t0;
-
-    tk_detok detok;
-    tk_detok_init(&detok, e->tok, tokens[n - 1]);
-    char text[1024];
-    int n_total = n;
-    stats->stop_reason = "length";
-    for (int i = 0; p->max_tokens < 0 || i < p->max_tokens; i++) {
-        int next = tk_sample(&sampler, logits, tokens, n_total);
-        if (!p->ignore_eos && tk_tokenizer_is_eog(e->tok, next)) {
-            stats->stop_reason = "eos";
-            break;
-        }
-        tokens[n_total++] = next;
-        stats->n_generated++;
-        int w = tk_detok_push(&detok, next, text, sizeof text);
-        if (w > 0 && cb && cb(user, text, w)) break;
-        if (n_total >= e->ctx_len) {
-            stats->stop_reason = "context";
-            break;
-        }
-        if (p->max_tokens >= 0 && i + 1 >= p->max_tokens) break;
-        if (feed(e, seq, &tokens[n_total - 1], 1, n_total - 1, false, logits, err)) goto done;
-    }
-    int w = tk_detok_flush(&detok, text, sizeof text);
-    if (w > 0 && cb) cb(user, text, w);
-    stats->gen_seconds = now_seconds() - t1;
-    rc = 0;
-done:
-    if (seq >= 0) tk_engine_seq_free(e, seq);
-    tk_sampler_free(&sampler);
-    free(tokens);
-    free(logits);
     return rc;
 }

@@ -4,7 +4,7 @@
 #include <string.h>
 
 int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks,
-                    tk_err *err) {
+                    bool prefix_cache, tk_err *err) {
     memset(p, 0, sizeof *p);
     if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || block_size <= 0 || n_blocks <= 0)
         return tk_err_set(err, "invalid KV pool shape");
@@ -13,19 +13,33 @@ int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, i
     p->head_dim = head_dim;
     p->block_size = block_size;
     p->n_blocks = n_blocks;
+    p->prefix_cache = prefix_cache;
     p->block_floats = (size_t)n_layers * n_kv_heads * block_size * head_dim;
     size_t total = p->block_floats * (size_t)n_blocks;
+    uint32_t buckets = 1;
+    while (buckets < (uint32_t)n_blocks) buckets <<= 1;
+    p->bucket_mask = buckets - 1;
     p->k = malloc(total * sizeof(float));
     p->v = malloc(total * sizeof(float));
     p->refcount = calloc((size_t)n_blocks, sizeof(int));
     p->free_list = malloc((size_t)n_blocks * sizeof(int));
-    if (!p->k || !p->v || !p->refcount || !p->free_list) {
+    p->hash = calloc((size_t)n_blocks, sizeof(uint64_t));
+    p->registered = calloc((size_t)n_blocks, sizeof(bool));
+    p->tokens = malloc((size_t)n_blocks * block_size * sizeof(int32_t));
+    p->bucket = malloc((size_t)buckets * sizeof(int));
+    p->bucket_next = malloc((size_t)n_blocks * sizeof(int));
+    p->lru_prev = malloc((size_t)n_blocks * sizeof(int));
+    p->lru_next = malloc((size_t)n_blocks * sizeof(int));
+    if (!p->k || !p->v || !p->refcount || !p->free_list || !p->hash || !p->registered || !p->tokens ||
+        !p->bucket || !p->bucket_next || !p->lru_prev || !p->lru_next) {
         tk_kv_pool_free(p);
-        return tk_err_set(err, "cannot allocate KV pool of %zu MiB", 2 * total * sizeof(float) >> 20);
+        return tk_err_set(err, "cannot allocate a KV pool of %zu MiB", 2 * total * sizeof(float) >> 20);
     }
+    for (uint32_t i = 0; i < buckets; i++) p->bucket[i] = -1;
     /* Hand out low block ids first. */
     for (int i = 0; i < n_blocks; i++) p->free_list[i] = n_blocks - 1 - i;
     p->n_free = n_blocks;
+    p->lru_head = p->lru_tail = -1;
     return 0;
 }
 
@@ -34,34 +48,147 @@ void tk_kv_pool_free(tk_kv_pool *p) {
     free(p->v);
     free(p->refcount);
     free(p->free_list);
+    free(p->hash);
+    free(p->registered);
+    free(p->tokens);
+    free(p->bucket);
+    free(p->bucket_next);
+    free(p->lru_prev);
+    free(p->lru_next);
     memset(p, 0, sizeof *p);
 }
 
 size_t tk_kv_pool_bytes(const tk_kv_pool *p) { return 2 * p->block_floats * (size_t)p->n_blocks * sizeof(float); }
 
-int tk_kv_seq_reserve(tk_kv_pool *p, tk_kv_seq *s, int n_tokens, tk_err *err) {
-    int need = (n_tokens + p->block_size - 1) / p->block_size;
-    if (need <= s->n_blocks) return 0;
-    if (need - s->n_blocks > p->n_free)
-        return tk_err_set(err, "KV cache full: need %d more blocks, %d free", need - s->n_blocks, p->n_free);
-    if (need > s->cap) {
-        int cap = s->cap ? s->cap : 8;
-        while (cap < need) cap *= 2;
-        int *nb = realloc(s->blocks, (size_t)cap * sizeof(int));
-        if (!nb) return tk_err_set(err, "out of memory");
-        s->blocks = nb;
-        s->cap = cap;
+/* ---- LRU of cached blocks ---- */
+
+static void lru_remove(tk_kv_pool *p, int b) {
+    int prev = p->lru_prev[b], next = p->lru_next[b];
+    if (prev >= 0) p->lru_next[prev] = next;
+    else p->lru_head = next;
+    if (next >= 0) p->lru_prev[next] = prev;
+    else p->lru_tail = prev;
+    p->n_cached--;
+}
+
+static void lru_push(tk_kv_pool *p, int b) {
+    p->lru_prev[b] = p->lru_tail;
+    p->lru_next[b] = -1;
+    if (p->lru_tail >= 0) p->lru_next[p->lru_tail] = b;
+    else p->lru_head = b;
+    p->lru_tail = b;
+    p->n_cached++;
+}
+
+/* ---- hash buckets ---- */
+
+static void unregister(tk_kv_pool *p, int b) {
+    if (!p->registered[b]) return;
+    int *link = &p->bucket[p->hash[b] & p->bucket_mask];
+    while (*link != b) link = &p->bucket_next[*link];
+    *link = p->bucket_next[b];
+    p->registered[b] = false;
+}
+
+static int find_block(const tk_kv_pool *p, uint64_t hash, const int32_t *tokens) {
+    for (int b = p->bucket[hash & p->bucket_mask]; b >= 0; b = p->bucket_next[b])
+        if (p->hash[b] == hash &&
+            !memcmp(p->tokens + (size_t)b * p->block_size, tokens, sizeof(int32_t) * p->block_size))
+            return b;
+    return -1;
+}
+
+uint64_t tk_kv_block_hash(uint64_t parent, const int32_t *tokens, int n) {
+    /* FNV-style mixing with a final avalanche; collisions are harmless
+     * because lookups also compare the tokens. */
+    uint64_t h = parent ^ 0x9e3779b97f4a7c15ULL;
+    for (int i = 0; i < n; i++) {
+        h ^= (uint32_t)tokens[i];
+        h *= 0x100000001b3ULL;
+        h ^= h >> 29;
     }
-    while (s->n_blocks < need) {
-        int b = p->free_list[--p->n_free];
-        p->refcount[b] = 1;
-        s->blocks[s->n_blocks++] = b;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h ? h : 1;
+}
+
+/* ---- allocation ---- */
+
+static int alloc_block(tk_kv_pool *p) {
+    int b;
+    if (p->n_free > 0) {
+        b = p->free_list[--p->n_free];
+    } else if (p->lru_head >= 0) {
+        b = p->lru_head; /* evict the least recently used cached block */
+        lru_remove(p, b);
+        unregister(p, b);
+        p->evictions++;
+    } else {
+        return -1;
     }
-    return 0;
+    p->refcount[b] = 1;
+    return b;
 }
 
 static void release_block(tk_kv_pool *p, int b) {
-    if (--p->refcount[b] == 0) p->free_list[p->n_free++] = b;
+    if (--p->refcount[b] > 0) return;
+    if (p->registered[b])
+        lru_push(p, b);
+    else
+        p->free_list[p->n_free++] = b;
+}
+
+static int grow_table(tk_kv_seq *s, int need, tk_err *err) {
+    if (need <= s->cap) return 0;
+    int cap = s->cap ? s->cap : 8;
+    while (cap < need) cap *= 2;
+    int *nb = realloc(s->blocks, (size_t)cap * sizeof(int));
+    if (!nb) return tk_err_set(err, "out of memory");
+    s->blocks = nb;
+    s->cap = cap;
+    return 0;
+}
+
+int tk_kv_seq_reserve(tk_kv_pool *p, tk_kv_seq *s, int n_tokens, tk_err *err) {
+    int need = (n_tokens + p->block_size - 1) / p->block_size;
+    if (need <= s->n_blocks) return 0;
+    if (need - s->n_blocks > tk_kv_available(p))
+        return tk_err_set(err, "KV cache full: need %d more blocks, %d available", need - s->n_blocks,
+                          tk_kv_available(p));
+    if (grow_table(s, need, err)) return -1;
+    while (s->n_blocks < need) s->blocks[s->n_blocks++] = alloc_block(p);
+    return 0;
+}
+
+int tk_kv_seq_blocks_needed(const tk_kv_pool *p, const tk_kv_seq *s, int from, int to) {
+    if (to <= from) return 0;
+    int first = from / p->block_size, last = (to - 1) / p->block_size, need = 0;
+    for (int i = first; i <= last; i++)
+        if (i >= s->n_blocks || p->refcount[s->blocks[i]] > 1) need++;
+    return need;
+}
+
+int tk_kv_seq_prepare_write(tk_kv_pool *p, tk_kv_seq *s, int from, int to, tk_err *err) {
+    if (to <= from) return 0;
+    int first = from / p->block_size, last = (to - 1) / p->block_size;
+    for (int i = first; i <= last && i < s->n_blocks; i++) {
+        int b = s->blocks[i];
+        if (p->refcount[b] > 1) {
+            int nb = alloc_block(p);
+            if (nb < 0) return tk_err_set(err, "KV cache full: no block for copy-on-write");
+            memcpy(p->k + (size_t)nb * p->block_floats, p->k + (size_t)b * p->block_floats,
+                   p->block_floats * sizeof(float));
+            memcpy(p->v + (size_t)nb * p->block_floats, p->v + (size_t)b * p->block_floats,
+                   p->block_floats * sizeof(float));
+            p->refcount[b]--;
+            s->blocks[i] = nb;
+        } else {
+            /* Its contents are about to change: it no longer matches its hash. */
+            unregister(p, b);
+        }
+    }
+    return 0;
 }
 
 void tk_kv_seq_shrink(tk_kv_pool *p, tk_kv_seq *s, int n_blocks) {
@@ -78,4 +205,52 @@ void tk_kv_seq_release(tk_kv_pool *p, tk_kv_seq *s) {
     tk_kv_seq_truncate(p, s, 0);
     free(s->blocks);
     memset(s, 0, sizeof *s);
+}
+
+int tk_kv_seq_fork(tk_kv_pool *p, const tk_kv_seq *src, tk_kv_seq *dst, tk_err *err) {
+    if (grow_table(dst, src->n_blocks, err)) return -1;
+    for (int i = 0; i < src->n_blocks; i++) {
+        dst->blocks[i] = src->blocks[i];
+        p->refcount[src->blocks[i]]++;
+    }
+    dst->n_blocks = src->n_blocks;
+    dst->len = src->len;
+    return 0;
+}
+
+int tk_kv_seq_match_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, int max_blocks,
+                           uint64_t *last_hash) {
+    *last_hash = 0;
+    if (!p->prefix_cache || s->n_blocks != 0) return 0;
+    uint64_t h = 0;
+    int n = 0;
+    tk_err err;
+    while (n < max_blocks) {
+        const int32_t *bt = tokens + (size_t)n * p->block_size;
+        uint64_t nh = tk_kv_block_hash(h, bt, p->block_size);
+        int b = find_block(p, nh, bt);
+        if (b < 0 || grow_table(s, n + 1, &err)) break;
+        if (p->refcount[b] == 0) lru_remove(p, b);
+        p->refcount[b]++;
+        s->blocks[s->n_blocks++] = b;
+        h = nh;
+        n++;
+    }
+    s->len = n * p->block_size;
+    *last_hash = h;
+    return n;
+}
+
+uint64_t tk_kv_seq_register_block(tk_kv_pool *p, const tk_kv_seq *s, int i, uint64_t parent,
+                                  const int32_t *block_tokens) {
+    uint64_t h = tk_kv_block_hash(parent, block_tokens, p->block_size);
+    if (!p->prefix_cache || i >= s->n_blocks) return h;
+    int b = s->blocks[i];
+    if (p->registered[b] || find_block(p, h, block_tokens) >= 0) return h;
+    p->hash[b] = h;
+    memcpy(p->tokens + (size_t)b * p->block_size, block_tokens, sizeof(int32_t) * p->block_size);
+    p->bucket_next[b] = p->bucket[h & p->bucket_mask];
+    p->bucket[h & p->bucket_mask] = b;
+    p->registered[b] = true;
+    return h;
 }

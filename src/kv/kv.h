@@ -1,10 +1,20 @@
 /* Paged KV cache: one preallocated pool of fixed-size blocks shared by all
  * sequences.  A sequence owns a block table (logical block i -> pool block)
- * and a length.  Blocks are reference counted so that later layers (prefix
- * sharing, copy-on-write) can share them. */
+ * and a length.
+ *
+ * Blocks are reference counted: sequences forked from one prompt share its
+ * blocks, and a shared block is copied before it is written (copy on write).
+ * Automatic prefix caching: a full block can be registered under the hash of
+ * its tokens chained with its parent block's hash; a later sequence with the
+ * same prefix finds it and reuses it.  A registered block whose last user
+ * leaves stays cached (LRU) until its space is needed.
+ *
+ * Block states: free (refcount 0, unregistered, on the free stack), cached
+ * (refcount 0, registered, on the LRU list), used (refcount > 0). */
 #ifndef TK_KV_H
 #define TK_KV_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,7 +24,7 @@ typedef struct tk_kv_pool {
     int n_layers;
     int n_kv_heads;
     int head_dim;
-    int block_size;   /* tokens per block */
+    int block_size;      /* tokens per block */
     int n_blocks;
     size_t block_floats; /* floats of K (or V) per block, all layers */
     float *k;            /* [n_blocks][n_layers][n_kv_heads][block_size][head_dim] */
@@ -22,6 +32,18 @@ typedef struct tk_kv_pool {
     int *refcount;
     int *free_list;      /* stack of free block ids */
     int n_free;
+    /* prefix cache */
+    bool prefix_cache;
+    uint64_t *hash;      /* per block; meaningful when registered[b] */
+    bool *registered;
+    int32_t *tokens;     /* [n_blocks][block_size]: tokens of registered blocks */
+    int *bucket;         /* hash buckets -> first block, -1 empty */
+    int *bucket_next;    /* per block: next block in the same bucket */
+    uint32_t bucket_mask;
+    int *lru_prev, *lru_next; /* cached blocks, oldest at lru_head */
+    int lru_head, lru_tail;
+    int n_cached;
+    uint64_t evictions;
 } tk_kv_pool;
 
 typedef struct tk_kv_seq {
@@ -32,19 +54,43 @@ typedef struct tk_kv_seq {
 } tk_kv_seq;
 
 int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks,
-                    tk_err *err);
+                    bool prefix_cache, tk_err *err);
 void tk_kv_pool_free(tk_kv_pool *p);
 size_t tk_kv_pool_bytes(const tk_kv_pool *p);
+/* Blocks a new allocation can get: free + cached (evictable). */
+static inline int tk_kv_available(const tk_kv_pool *p) { return p->n_free + p->n_cached; }
+static inline int tk_kv_used(const tk_kv_pool *p) { return p->n_blocks - p->n_free - p->n_cached; }
 
 /* Ensures the sequence has blocks for positions [0, n_tokens).  Fails
- * (without changing anything) if the pool has too few free blocks. */
+ * (without changing anything) if the pool has too few blocks. */
 int tk_kv_seq_reserve(tk_kv_pool *p, tk_kv_seq *s, int n_tokens, tk_err *err);
+/* New blocks (allocations and copies) that writing positions [from, to)
+ * would need. */
+int tk_kv_seq_blocks_needed(const tk_kv_pool *p, const tk_kv_seq *s, int from, int to);
+/* Makes the blocks holding positions [from, to) writable by this sequence
+ * alone: shared blocks are copied, registered ones unregistered.  Call after
+ * reserve, before writing K/V.  Fails only when the pool is exhausted. */
+int tk_kv_seq_prepare_write(tk_kv_pool *p, tk_kv_seq *s, int from, int to, tk_err *err);
 /* Drops positions >= len, releasing blocks no longer needed. */
 void tk_kv_seq_truncate(tk_kv_pool *p, tk_kv_seq *s, int len);
 /* Gives back blocks past the first n_blocks (undoes a reservation). */
 void tk_kv_seq_shrink(tk_kv_pool *p, tk_kv_seq *s, int n_blocks);
 /* Releases all blocks and the table. */
 void tk_kv_seq_release(tk_kv_pool *p, tk_kv_seq *s);
+/* dst (empty) shares all of src's blocks. */
+int tk_kv_seq_fork(tk_kv_pool *p, const tk_kv_seq *src, tk_kv_seq *dst, tk_err *err);
+
+/* ---- prefix cache ---- */
+uint64_t tk_kv_block_hash(uint64_t parent, const int32_t *tokens, int n);
+/* Appends to the (empty) sequence the cached blocks matching the prefix of
+ * tokens (full blocks only, at most max_blocks); returns how many matched.
+ * *last_hash gets the hash of the last matched block (0 if none). */
+int tk_kv_seq_match_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, int max_blocks,
+                           uint64_t *last_hash);
+/* Registers full block i of the sequence, holding block_tokens, under
+ * hash(parent, block_tokens); returns that hash (for the next block). */
+uint64_t tk_kv_seq_register_block(tk_kv_pool *p, const tk_kv_seq *s, int i, uint64_t parent,
+                                  const int32_t *block_tokens);
 
 /* Address of the K (or V) vector of (layer, kv_head) for position pos. */
 static inline float *tk_kv_k(const tk_kv_pool *p, const tk_kv_seq *s, int layer, int head, int pos) {

@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <jansson.h>
+
 #include "../formats/gguf.h"
 #include "tok_internal.h"
 
@@ -37,10 +39,31 @@ static int from_gguf_path(const char *path, tk_tokenizer **out, tk_err *err) {
     return 0;
 }
 
+/* A HF directory: like llama.cpp's converter, prefer the SentencePiece
+ * tokenizer.model when there is one (it is the original vocabulary; a
+ * tokenizer.json beside it is derived and can be stale or mismatched), then
+ * apply tokenizer_config.json's add_bos_token.  Otherwise tokenizer.json. */
+static int from_hf_dir(const char *dir, tk_tokenizer **out, tk_err *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer.model", dir);
+    struct stat st;
+    if (stat(path, &st) != 0) return tk_tokenizer_from_hf(dir, out, err);
+    if (tk_tokenizer_from_spm_model(path, out, err)) return -1;
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    json_error_t je;
+    json_t *cfg = stat(path, &st) == 0 ? json_load_file(path, JSON_DECODE_INT_AS_REAL, &je) : NULL;
+    json_t *add_bos = cfg ? json_object_get(cfg, "add_bos_token") : NULL;
+    if (json_is_boolean(add_bos)) (*out)->add_bos = json_is_true(add_bos);
+    json_decref(cfg);
+    return 0;
+}
+
 /* A path that names a tokenizer by itself (not a llama2.c tokenizer.bin). */
 static int open_self_describing(const char *path, bool *handled, tk_tokenizer **out, tk_err *err) {
     *handled = true;
-    if (is_dir(path) || ends_with(path, ".json")) return tk_tokenizer_from_hf(path, out, err);
+    if (is_dir(path)) return from_hf_dir(path, out, err);
+    if (ends_with(path, ".json")) return tk_tokenizer_from_hf(path, out, err);
+    if (ends_with(path, ".model")) return tk_tokenizer_from_spm_model(path, out, err);
     unsigned char head[4] = {0};
     int n = read_head(path, head, 4, err);
     if (n < 0) return -1;
