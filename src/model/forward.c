@@ -197,6 +197,11 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         const tk_layer *L = &m->layers[l];
         for (int t = 0; t < T; t++)
             tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->attn_norm, D, hp->norm_eps);
+        if (ws->observe) {
+            ws->observe(ws->observe_ctx, l, L->wq, ws->xn, T, D);
+            ws->observe(ws->observe_ctx, l, L->wk, ws->xn, T, D);
+            ws->observe(ws->observe_ctx, l, L->wv, ws->xn, T, D);
+        }
         tk_matmul(pool, L->wq, ws->xn, D, T, ws->q, q_dim, ws->scratch);
         tk_matmul(pool, L->wk, ws->xn, D, T, ws->k, kv_dim, ws->scratch);
         tk_matmul(pool, L->wv, ws->xn, D, T, ws->v, kv_dim, ws->scratch);
@@ -216,14 +221,20 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         attn_job aj = {m, kv, seqs, batch, l, ws->q, ws->att, ws->att_scratch,
                        (size_t)(hp->n_heads / hp->n_kv_heads) * (hd + 2) + 1024};
         tk_pool_run(pool, T * hp->n_kv_heads, attn_task, &aj);
+        if (ws->observe) ws->observe(ws->observe_ctx, l, L->wo, ws->att, T, q_dim);
         tk_matmul(pool, L->wo, ws->att, q_dim, T, ws->xn, D, ws->scratch);
         for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
 
         for (int t = 0; t < T; t++)
             tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->ffn_norm, D, hp->norm_eps);
+        if (ws->observe) {
+            ws->observe(ws->observe_ctx, l, L->w_gate, ws->xn, T, D);
+            ws->observe(ws->observe_ctx, l, L->w_up, ws->xn, T, D);
+        }
         tk_matmul(pool, L->w_gate, ws->xn, D, T, ws->h1, F, ws->scratch);
         tk_matmul(pool, L->w_up, ws->xn, D, T, ws->h2, F, ws->scratch);
         for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_silu(ws->h1[i]) * ws->h2[i];
+        if (ws->observe) ws->observe(ws->observe_ctx, l, L->w_down, ws->h1, T, F);
         tk_matmul(pool, L->w_down, ws->h1, F, T, ws->xn, D, ws->scratch);
         for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
     }

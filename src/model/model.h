@@ -46,6 +46,10 @@ typedef struct tk_forward_ws {
     size_t scratch_stride;
     float *att_scratch;         /* per-thread attention accumulators */
     int n_threads;
+    /* Optional: called with the input of every weight matmul (calibration
+     * for GPTQ/AWQ).  x holds n_tok rows of `dim` floats. */
+    void (*observe)(void *ctx, int layer, const tk_tensor *w, const float *x, int n_tok, int dim);
+    void *observe_ctx;
 } tk_forward_ws;
 
 int tk_model_load(const char *path, tk_model *m, tk_err *err);
