@@ -146,9 +146,10 @@ static float q3_search(int n, int nmax, const float *x, const float *w, int8_t *
  * weighted least squares (min forced to 0 if it would be positive), keeping
  * the one with least weighted error (absolute if use_mad, else squared).
  * Returns the scale; *min_out gets -min (>= 0). */
-static float affine_search(int n, int nmax, const float *x, const float *w, uint8_t *L, float *min_out,
-                           float rmin, float rdelta, int nstep, int use_mad) {
-    uint8_t Laux[32];
+float tk_affine_search(int n, int nmax, const float *x, const float *w, uint8_t *L, float *min_out, float rmin,
+                       float rdelta, int nstep, int use_mad) {
+    uint8_t Laux[256];
+    if (n > 256) return 0.0f;
     float min = x[0], max = x[0];
     float sum_w = w[0];
     float sum_x = sum_w * x[0];
@@ -289,7 +290,7 @@ static void affine_block(const float *x, int nmax, float *d_out, float *m_out, i
     }
     uint8_t l8[32];
     float mn;
-    const float d = affine_search(32, nmax, x, imp, l8, &mn, -1.0f, 0.1f, 20, 0);
+    const float d = tk_affine_search(32, nmax, x, imp, l8, &mn, -1.0f, 0.1f, 20, 0);
     *d_out = d;
     *m_out = -mn;
     const float ds = tk_f16_to_f32(tk_f32_to_f16(d)), ms = tk_f16_to_f32(tk_f32_to_f16(-mn));
@@ -340,7 +341,7 @@ static void q2_K_block(const float *x, tk_block_q2_K *y, const float *imp) {
     float max_scale = 0, max_min = 0;
     for (int j = 0; j < 16; j++) {
         for (int l = 0; l < 16; l++) w[l] = fabsf(x[16 * j + l]) * (imp ? imp[16 * j + l] : 1.0f);
-        scales[j] = affine_search(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
+        scales[j] = tk_affine_search(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], -0.5f, 0.1f, 15, 1);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -420,7 +421,7 @@ static void q3_K_block(const float *x, tk_block_q3_K *y, const float *imp) {
 }
 
 /* Q4_K and Q5_K share the scale search; nmax 15 or 31. */
-static void k45_scales(const float *x, int nmax, uint8_t *L, uint8_t packed[12], uint16_t *d_out,
+void tk_k45_fit(const float *x, int nmax, uint8_t *L, uint8_t packed[12], uint16_t *d_out,
                        uint16_t *dmin_out, const float *imp) {
     float w[32], mins[8], scales[8];
     float max_scale = 0, max_min = 0;
@@ -429,8 +430,8 @@ static void k45_scales(const float *x, int nmax, uint8_t *L, uint8_t packed[12],
         for (int l = 0; l < 32; l++) sum_x2 += x[32 * j + l] * x[32 * j + l];
         const float av_x = sqrtf(sum_x2 / 32);
         for (int l = 0; l < 32; l++) w[l] = (av_x + fabsf(x[32 * j + l])) * (imp ? imp[32 * j + l] : 1.0f);
-        scales[j] = nmax == 15 ? affine_search(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20, 0)
-                               : affine_search(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], -0.5f, 0.1f, 15, 0);
+        scales[j] = nmax == 15 ? tk_affine_search(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], -1.0f, 0.1f, 20, 0)
+                               : tk_affine_search(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], -0.5f, 0.1f, 15, 0);
         if (scales[j] > max_scale) max_scale = scales[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
@@ -465,14 +466,14 @@ static void k45_scales(const float *x, int nmax, uint8_t *L, uint8_t packed[12],
 
 static void q4_K_block(const float *x, tk_block_q4_K *y, const float *imp) {
     uint8_t L[256];
-    k45_scales(x, 15, L, y->scales, &y->d, &y->dmin, imp);
+    tk_k45_fit(x, 15, L, y->scales, &y->d, &y->dmin, imp);
     for (int j = 0; j < 4; j++)
         for (int l = 0; l < 32; l++) y->qs[32 * j + l] = (uint8_t)(L[64 * j + l] | (L[64 * j + l + 32] << 4));
 }
 
 static void q5_K_block(const float *x, tk_block_q5_K *y, const float *imp) {
     uint8_t L[256];
-    k45_scales(x, 31, L, y->scales, &y->d, &y->dmin, imp);
+    tk_k45_fit(x, 31, L, y->scales, &y->d, &y->dmin, imp);
     memset(y->qh, 0, 32);
     for (int j = 0; j < 4; j++) {
         const uint8_t m1 = (uint8_t)(1 << (2 * j)), m2 = (uint8_t)(2 << (2 * j));
