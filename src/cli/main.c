@@ -15,6 +15,8 @@ static const command commands[] = {
     {"tokenize", tk_cmd_tokenize, "print the token ids / pieces of a text"},
     {"logits", tk_cmd_logits, "print every position's logits for a token sequence"},
     {"convert", tk_cmd_convert, "convert a llama2.c or Hugging Face model to GGUF"},
+    {"quantize", tk_cmd_quantize, "quantize a model to a GGUF (round to nearest, GPTQ, AWQ, NF4)"},
+    {"perplexity", tk_cmd_perplexity, "perplexity and KL divergence of a model on a text"},
 };
 
 static void usage(FILE *f) {

@@ -20,4 +20,13 @@ float tk_affine_search(int n, int nmax, const float *x, const float *w, uint8_t 
 void tk_k45_fit(const float *x, int nmax, uint8_t *L, uint8_t packed[12], uint16_t *d_out, uint16_t *dmin_out,
                 const float *imp);
 
+/* Round to nearest of one row on groups of `group` columns (matrix.c). */
+struct tk_qgrid;
+void tk_rtn_row(tk_dtype type, const float *x, int64_t cols, int group, struct tk_qgrid *grids, uint8_t *codes,
+                float *deq);
+
+/* Quantize-dequantize one row: grids of `group` columns when group > 0 and
+ * the type holds grids, else the type's reference quantizer (awq.c). */
+int tk_quant_row_values(tk_dtype type, int group, const float *x, int64_t cols, float *out);
+
 #endif
