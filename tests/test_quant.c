@@ -424,6 +424,9 @@ static void test_awq_synthetic(void) {
 
 /* ---- 5. whole models ---- */
 
+/* Logits of the last N_EVAL of n positions (one sequence, one batch): the
+ * vocabulary projection dominates the cost, so only those are asked for. */
+#define N_EVAL 48
 static int eval_tokens(const char *model, int32_t *ids, int n, float **logits, int *nv) {
     tk_engine_config cfg = {.model_path = model, .n_threads = 2, .ctx_len = 256, .max_batch_tokens = 256};
     tk_engine *e;
@@ -433,8 +436,17 @@ static int eval_tokens(const char *model, int32_t *ids, int n, float **logits, i
         return -1;
     }
     *nv = tk_engine_n_vocab(e);
-    *logits = malloc(sizeof(float) * (size_t)n * *nv);
-    int rc = tk_engine_logits(e, ids, n, *logits, &err);
+    *logits = malloc(sizeof(float) * (size_t)N_EVAL * *nv);
+    int32_t pos[256], seq[256];
+    uint8_t flags[256];
+    const int s = tk_engine_seq_new(e, &err);
+    for (int i = 0; i < n; i++) {
+        pos[i] = i;
+        seq[i] = s;
+        flags[i] = i >= n - N_EVAL;
+    }
+    tk_batch b = {n, ids, pos, seq, flags};
+    int rc = s < 0 ? -1 : tk_engine_decode(e, &b, *logits, &err);
     CHECK(rc == 0, "%s: %s", model, err.msg);
     tk_engine_close(e);
     return rc;
@@ -460,6 +472,7 @@ static void check_model(const char *model, const char *name, const char *type, t
     p.calib_path = calib;
     p.ctx = 64;
     p.max_windows = 4;
+    p.awq_grid = 6;
     tk_quant_report rep;
     const char *out = tmp_path(name);
     if (tk_quantize_model(model, out, &p, &rep, &err)) {
@@ -474,6 +487,7 @@ static void check_model(const char *model, const char *name, const char *type, t
     int nv;
     if (eval_tokens(out, ids, n, &lg, &nv)) return;
     int agree = 0, finite = 1;
+    n = N_EVAL;
     for (int i = 0; i < n; i++) {
         agree += argmax(lg + (size_t)i * nv, nv) == argmax(ref + (size_t)i * nv, nv);
         for (int v = 0; v < nv; v++) finite &= isfinite(lg[(size_t)i * nv + v]) != 0;
@@ -505,17 +519,14 @@ static void test_models(void) {
     int n = 0;
     CHECK(tk_tokenize(tok, text, len, true, false, ids, 2048, &n, &err) == 0, "%s", err.msg);
     tk_tokenizer_free(tok);
-    if (n > 192) n = 192;
+    if (n > 80) n = 80;
     float *ref_t, *ref_d;
     int nv;
     if (eval_tokens(target, ids, n, &ref_t, &nv) || eval_tokens(draft, ids, n, &ref_d, &nv)) return;
     check_model(target, "t-q4_0.gguf", "q4_0", TK_QMETHOD_RTN, 0, ref_t, ids, n, 0.90, NULL);
-    check_model(target, "t-q4_1.gguf", "q4_1", TK_QMETHOD_RTN, 0, ref_t, ids, n, 0.90, NULL);
     check_model(target, "t-q4_k_m.gguf", "q4_k_m", TK_QMETHOD_RTN, 0, ref_t, ids, n, 0.90, NULL);
     check_model(target, "t-nf4.gguf", "nf4", TK_QMETHOD_RTN, 0, ref_t, ids, n, 0.90, NULL);
     check_model(target, "t-nf4_dq.gguf", "nf4_dq", TK_QMETHOD_RTN, 0, ref_t, ids, n, 0.90, NULL);
-    check_model(target, "t-q8_0.gguf", "q8_0", TK_QMETHOD_RTN, 0, ref_t, ids, n, 0.97, NULL);
-    check_model(target, "t-q3_k.gguf", "q3_k", TK_QMETHOD_RTN, 0, ref_t, ids, n, 0.5, NULL);
     check_model(draft, "d-gptq-q4_0.gguf", "q4_0", TK_QMETHOD_GPTQ, 32, ref_d, ids, n, 0.90, calib);
     check_model(draft, "d-gptq-q4_0-g128.gguf", "q4_0", TK_QMETHOD_GPTQ, 128, ref_d, ids, n, 0.85, calib);
     check_model(draft, "d-awq-q4_0.gguf", "q4_0", TK_QMETHOD_AWQ, 0, ref_d, ids, n, 0.90, calib);
@@ -673,20 +684,38 @@ static void test_perplexity_self(void) {
     CHECK(strstr(out, "same top-1 as base (top-1 agreement): 100.000 %") != NULL, "self agreement 100 %%: %s", out);
 }
 
+#include <sys/resource.h>
+#include <time.h>
+
+/* CPU seconds of this process and its finished children */
+static double cpu_s(void) {
+    struct rusage a, b;
+    getrusage(RUSAGE_SELF, &a);
+    getrusage(RUSAGE_CHILDREN, &b);
+    return (double)(a.ru_utime.tv_sec + b.ru_utime.tv_sec) + 1e-6 * (double)(a.ru_utime.tv_usec + b.ru_utime.tv_usec);
+}
+
+#define RUN(fn)                                                     \
+    do {                                                            \
+        const double t0_ = cpu_s();                                 \
+        fn();                                                       \
+        printf("%-22s %6.2f s CPU\n", #fn, cpu_s() - t0_);          \
+    } while (0)
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tk_test_quant_%d", (int)getpid());
     mkdir(tmpdir, 0755);
-    test_rtn_fixtures();
-    test_rtn_api();
-    test_nf4_codebook();
-    test_nf4_rows();
-    test_nf4_kernel();
-    test_grids();
-    test_gptq_synthetic();
-    test_awq_synthetic();
-    test_models();
-    test_cli_errors();
-    test_perplexity_self();
+    RUN(test_rtn_fixtures);
+    RUN(test_rtn_api);
+    RUN(test_nf4_codebook);
+    RUN(test_nf4_rows);
+    RUN(test_nf4_kernel);
+    RUN(test_grids);
+    RUN(test_gptq_synthetic);
+    RUN(test_awq_synthetic);
+    RUN(test_models);
+    RUN(test_cli_errors);
+    RUN(test_perplexity_self);
     char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf %s", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

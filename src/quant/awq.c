@@ -67,10 +67,7 @@ static void awq_task(void *ctx, int task, int thread) {
         double e = 0;
         for (int64_t a = 0; a < C; a++) {
             if (d[a] == 0) continue;
-            const double *Ha = j->H + a * C;
-            double t = 0;
-            for (int64_t b = 0; b < C; b++) t += Ha[b] * d[b];
-            e += d[a] * t;
+            e += d[a] * tk_dotd(j->H + a * C, d, C);
         }
         j->row_loss[g] = e;
     }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant_internal.h"
 #include "quantize.h"
 
 int tk_qmatrix_alloc(tk_qmatrix *q, tk_dtype type, int64_t rows, int64_t cols, tk_err *err) {
@@ -167,10 +168,7 @@ static void err_task(void *ctx, int task, int thread) {
         double e = 0;
         for (int64_t a = 0; a < C; a++) {
             if (d[a] == 0) continue;
-            const double *Ha = j->H + a * C;
-            double s = 0;
-            for (int64_t b = 0; b < C; b++) s += Ha[b] * d[b];
-            e += d[a] * s;
+            e += d[a] * tk_dotd(j->H + a * C, d, C);
         }
         j->row_err[r] = e;
     }
