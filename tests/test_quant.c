@@ -426,7 +426,7 @@ static void test_awq_synthetic(void) {
 
 /* Logits of the last N_EVAL of n positions (one sequence, one batch): the
  * vocabulary projection dominates the cost, so only those are asked for. */
-#define N_EVAL 48
+#define N_EVAL 96
 static int eval_tokens(const char *model, int32_t *ids, int n, float **logits, int *nv) {
     tk_engine_config cfg = {.model_path = model, .n_threads = 2, .ctx_len = 256, .max_batch_tokens = 256};
     tk_engine *e;
@@ -519,7 +519,7 @@ static void test_models(void) {
     int n = 0;
     CHECK(tk_tokenize(tok, text, len, true, false, ids, 2048, &n, &err) == 0, "%s", err.msg);
     tk_tokenizer_free(tok);
-    if (n > 80) n = 80;
+    if (n > 144) n = 144;
     float *ref_t, *ref_d;
     int nv;
     if (eval_tokens(target, ids, n, &ref_t, &nv) || eval_tokens(draft, ids, n, &ref_d, &nv)) return;
