@@ -15,6 +15,8 @@ static const command commands[] = {
     {"tokenize", tk_cmd_tokenize, "print the token ids / pieces of a text"},
     {"logits", tk_cmd_logits, "print every position's logits for a token sequence"},
     {"convert", tk_cmd_convert, "convert a llama2.c or Hugging Face model to GGUF"},
+    {"serve", tk_cmd_serve, "run an OpenAI-compatible HTTP server"},
+    {"loadtest", tk_cmd_loadtest, "benchmark an OpenAI-compatible server (streaming completions)"},
 };
 
 static void usage(FILE *f) {
