@@ -701,10 +701,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             errno = 0;
             unsigned long long v = strtoull(cl, &end, 10);
             if (errno || end == cl || v > TK_API_MAX_BODY) r->too_large = true;
+            /* A moderately oversized body is read and discarded so the
+             * client sees the 413 (answering before the body would reset
+             * the connection under a client still sending); a huge one is
+             * refused at once. */
+            if (r->too_large && (errno || end == cl || v > 16 * (unsigned long long)TK_API_MAX_BODY))
+                return send_err(r, 413, "invalid_request_error", "request_too_large", NULL,
+                                "request body too large (limit 1 MiB)");
         }
-        if (r->too_large)
-            return send_err(r, 413, "invalid_request_error", "request_too_large", NULL,
-                            "request body too large (limit 1 MiB)");
         if (!post_route) return handle_get(r, url);
         return MHD_YES;
     }
@@ -764,6 +768,9 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     s->n_vocab = tk_engine_n_vocab(e);
     s->created = time(NULL);
     s->listen_fd = -1;
+    tk_model_summary ms;
+    tk_engine_summary(e, &ms);
+    s->kv_blocks_total = ms.kv_blocks;
     if (!s->tok) return tk_err_set(err, "the model has no tokenizer");
 
     struct sockaddr_storage ss;

@@ -33,6 +33,7 @@ static void histogram(tk_sbuf *b, const char *name, const char *help, int n, con
 char *tk_server_metrics_text(tk_server *s) {
     tk_engine_metrics m;
     tk_engine_metrics_get(s->engine, &m);
+    if (m.kv_blocks_total == 0) m.kv_blocks_total = s->kv_blocks_total; /* no step has run yet */
     tk_sbuf b = {0};
     gauge(&b, "tokamak_requests_running", "Requests currently being generated.", m.requests_running);
     gauge(&b, "tokamak_requests_waiting", "Requests waiting to be scheduled.", m.requests_waiting);

@@ -37,6 +37,7 @@ typedef struct tk_server {
     char *bos_text, *eos_text;  /* for the chat template */
     tk_server_config cfg;
     int ctx_len, n_vocab;
+    int kv_blocks_total;       /* the pool size, for /metrics before the first step */
     time_t created;
     char fingerprint[40];
     uint64_t id_salt;
