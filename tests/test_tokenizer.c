@@ -8,10 +8,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "formats/gguf.h"
 #include "tk_test.h"
 #include "tokenizer/tokenizer.h"
 #include "util/mapfile.h"
+
+/* tests/data/tok_corpus.txt, found next to this source file */
+static const char *corpus_path(void) {
+    static char buf[2048];
+    const char *f = __FILE__;
+    const char *slash = strrchr(f, '/');
+    int dir = slash ? (int)(slash - f) : 1;
+    snprintf(buf, sizeof buf, "%.*s/data/tok_corpus.txt", dir, slash ? f : ".");
+    return buf;
+}
+#define TK_CORPUS corpus_path()
 
 static double now_s(void) {
     struct timespec ts;
@@ -140,8 +153,333 @@ static void test_conformance(void) {
     }
 }
 
+/* ---- helpers ---- */
+
+static tk_tokenizer *open_tok(const char *model, const char *tok) {
+    tk_err err;
+    tk_tokenizer *t = NULL;
+    if (tk_tokenizer_open(model, tok, &t, &err)) {
+        CHECK(0, "open %s / %s: %s", model ? model : "-", tok ? tok : "-", err.msg);
+        return NULL;
+    }
+    return t;
+}
+
+static bool ids_eq(const int32_t *a, int na, const int32_t *b, int nb) {
+    return na == nb && (na == 0 || memcmp(a, b, (size_t)na * sizeof *a) == 0);
+}
+
+/* Lines of a file (split on '\n' only), NULL-terminated; *buf owns them. */
+static char **file_lines(const char *path, char **buf, int *n) {
+    size_t len;
+    tk_err err;
+    *n = 0;
+    if (tk_read_file(path, buf, &len, &err)) return NULL;
+    int cap = 64;
+    char **v = malloc((size_t)cap * sizeof *v);
+    char *p = *buf;
+    while (*p) {
+        char *nl = strchr(p, '\n');
+        if (*n + 1 >= cap) {
+            cap *= 2;
+            v = realloc(v, (size_t)cap * sizeof *v);
+        }
+        v[(*n)++] = p;
+        if (!nl) break;
+        *nl = 0;
+        p = nl + 1;
+    }
+    v[*n] = NULL;
+    return v;
+}
+
+/* ---- llama2.c tokenizer.bin ---- */
+
+static void test_llama2c(void) {
+    static const int32_t want[] = {1, 303, 281, 269, 435, 447, 328};
+    tk_err err;
+    tk_tokenizer *t = NULL;
+    CHECK(tk_tokenizer_from_llama2c(tk_shared("models/aidreams260K.tok512.bin"), 512, &t, &err) == 0, "%s", err.msg);
+    if (t) {
+        int32_t *ids;
+        int n = enc(t, "I dreamed", 9, true, true, &ids, &err);
+        CHECK(ids_eq(ids, n, want, 7), "aidreams 'I dreamed' (got %d tokens)", n);
+        free(ids);
+        CHECK(tk_tokenizer_n_vocab(t) == 512, "vocab %d", tk_tokenizer_n_vocab(t));
+        CHECK(!strcmp(tk_tokenizer_piece(t, 1), "<s>") && tk_tokenizer_token_type(t, 1) == TK_TOKEN_CONTROL,
+              "BOS piece '%s'", tk_tokenizer_piece(t, 1));
+        CHECK(tk_tokenizer_bos(t) == 1 && tk_tokenizer_eos(t) == 2 && tk_tokenizer_is_eog(t, 2), "special ids");
+        CHECK(tk_tokenizer_token_type(t, 3) == TK_TOKEN_BYTE, "<0x00> is a byte piece");
+        tk_tokenizer_free(t);
+    }
+    /* through tk_tokenizer_open: checkpoint header gives the vocab size */
+    t = open_tok(tk_shared("models/aidreams260K.bin"), tk_shared("models/aidreams260K.tok512.bin"));
+    if (t) {
+        int32_t *ids;
+        int n = enc(t, "I dreamed", 9, tk_tokenizer_add_bos(t), true, &ids, &err);
+        CHECK(ids_eq(ids, n, want, 7), "open(aidreams.bin, tok512.bin)");
+        free(ids);
+        tk_tokenizer_free(t);
+    }
+    /* the same vocabulary from llama.cpp's converted GGUF */
+    t = open_tok(tk_shared("models/aidreams260K.gguf"), NULL);
+    if (t) {
+        int32_t *ids;
+        int n = enc(t, "I dreamed", 9, tk_tokenizer_add_bos(t), true, &ids, &err);
+        CHECK(ids_eq(ids, n, want, 7), "aidreams260K.gguf 'I dreamed'");
+        free(ids);
+        tk_tokenizer_free(t);
+    }
+    /* a checkpoint without a tokenizer is an error naming the fix */
+    t = NULL;
+    CHECK(tk_tokenizer_open(tk_shared("models/aidreams260K.bin"), NULL, &t, &err) != 0 && strstr(err.msg, "tokenizer.bin"),
+          "checkpoint without tokenizer: %s", err.msg);
+}
+
+/* code-target's golden prompts were tokenized with the Llama-2 tokenizer.bin */
+static void test_golden_prompts(void) {
+    tk_tokenizer *t = open_tok(tk_shared("models/code-target.llama2c.bin"), tk_shared("tokenizers/llama2/tokenizer.bin"));
+    if (!t) return;
+    json_error_t je;
+    json_t *g = json_load_file(tk_shared("models/code-target.golden.json"), 0, &je);
+    CHECK(json_is_array(g), "golden json: %s", je.text);
+    size_t i;
+    json_t *c;
+    int n_cases = 0;
+    json_array_foreach(g, i, c) {
+        json_t *pr = json_object_get(c, "prompt"), *tk = json_object_get(c, "tokens");
+        if (!json_is_string(pr) || !json_is_array(tk)) continue;
+        int nw = (int)json_array_size(tk);
+        int32_t *want = malloc((size_t)nw * sizeof *want);
+        for (int k = 0; k < nw; k++) want[k] = (int32_t)json_integer_value(json_array_get(tk, (size_t)k));
+        int32_t *ids;
+        tk_err err;
+        int n = enc(t, json_string_value(pr), json_string_length(pr), tk_tokenizer_add_bos(t), true, &ids, &err);
+        CHECK(ids_eq(ids, n, want, nw), "golden prompt %zu", i);
+        n_cases++;
+        free(want);
+        free(ids);
+    }
+    CHECK(n_cases == 3, "golden cases %d", n_cases);
+    json_decref(g);
+    tk_tokenizer_free(t);
+}
+
+/* Two independent files holding the Llama-2 vocabulary (llama2.c's
+ * tokenizer.bin and llama.cpp's GGUF) must tokenize identically. */
+static void test_bin_vs_gguf(void) {
+    tk_tokenizer *a = open_tok(NULL, tk_shared("tokenizers/llama2/tokenizer.bin"));
+    tk_tokenizer *b = open_tok(tk_shared("tokenizer-tests/ggml-vocab-llama-spm.gguf"), NULL);
+    if (!a || !b) goto out;
+    const char *files[] = {tk_shared("models/code-eval.txt"), TK_CORPUS, NULL};
+    int compared = 0, differ = 0;
+    for (int f = 0; files[f]; f++) {
+        char *buf = NULL;
+        int n;
+        char **lines = file_lines(files[f], &buf, &n);
+        CHECK(lines != NULL, "read %s", files[f]);
+        for (int i = 0; i < n; i++) {
+            for (int sp = 0; sp < 2; sp++) {
+                int32_t *x, *y;
+                tk_err e1, e2;
+                int nx = enc(a, lines[i], strlen(lines[i]), true, sp, &x, &e1);
+                int ny = enc(b, lines[i], strlen(lines[i]), true, sp, &y, &e2);
+                compared++;
+                if (!ids_eq(x, nx, y, ny)) {
+                    if (differ++ < 5) fprintf(stderr, "bin vs gguf differ on '%s'\n", lines[i]);
+                }
+                free(x);
+                free(y);
+            }
+        }
+        free(lines);
+        free(buf);
+    }
+    printf("llama2 tokenizer.bin vs ggml-vocab-llama-spm.gguf: %d encodings compared, %d differ\n", compared, differ);
+    CHECK(differ == 0 && compared > 1000, "%d of %d differ", differ, compared);
+out:
+    tk_tokenizer_free(a);
+    tk_tokenizer_free(b);
+}
+
+/* ---- decoding ---- */
+
+static bool valid_utf8(const char *s, size_t n) {
+    size_t i = 0;
+    const unsigned char *p = (const unsigned char *)s;
+    while (i < n) {
+        unsigned c = p[i];
+        int k = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
+        if (!k || i + (size_t)k > n) return false;
+        for (int j = 1; j < k; j++)
+            if ((p[i + j] & 0xC0) != 0x80) return false;
+        i += (size_t)k;
+    }
+    return true;
+}
+
+/* decode(encode(x)) == x, fed one token at a time; every chunk is complete UTF-8. */
+static int roundtrip(const tk_tokenizer *t, const char *x, size_t n, const char *name) {
+    /* SentencePiece cannot give back a literal U+2581: it is the space marker */
+    if (tk_tokenizer_kind(t) == TK_TOK_SPM && memmem(x, n, "\xe2\x96\x81", 3)) return 0;
+    int32_t *ids;
+    tk_err err;
+    bool bos = tk_tokenizer_bos(t) >= 0;
+    int k = enc(t, x, n, bos, false, &ids, &err);
+    if (k < 0) {
+        CHECK(0, "%s: encode: %s", name, err.msg);
+        return 1;
+    }
+    tk_detok d;
+    tk_detok_init(&d, t, -1);
+    size_t cap = n * 3 + 64, len = 0;
+    char *out = malloc(cap);
+    bool chunks_ok = true;
+    for (int i = 0; i < k; i++) {
+        int w = tk_detok_push(&d, ids[i], out + len, (int)(cap - len));
+        if (w < 0) {
+            chunks_ok = false;
+            break;
+        }
+        if (!valid_utf8(out + len, (size_t)w)) chunks_ok = false;
+        len += (size_t)w;
+    }
+    int w = tk_detok_flush(&d, out + len, (int)(cap - len));
+    bool ok = chunks_ok && w == 0 && len == n && memcmp(out, x, n) == 0;
+    if (!ok) fprintf(stderr, "%s: round trip of '%.*s' gave '%.*s'\n", name, (int)n, x, (int)len, out);
+    free(out);
+    free(ids);
+    return ok ? 0 : 1;
+}
+
+static void test_roundtrip(void) {
+    const char *paths[][2] = {
+        {NULL, "tokenizers/llama2/tokenizer.bin"},
+        {"tokenizers/llama2/tokenizer.json", NULL},
+        {"tokenizers/llama3/tokenizer.json", NULL},
+        {"tokenizer-tests/ggml-vocab-gpt-2.gguf", NULL},
+        {"tokenizer-tests/ggml-vocab-llama-spm.gguf", NULL},
+    };
+    static const char *extra[] = {
+        "", " ", "\n", "line one\nline two\r\n\ttabbed\n\n", "中文 and 日本語 and 한국어 🦙🦙🦙",
+        "\xf0\x9f\x91\xa8\xe2\x80\x8d\xf0\x9f\x91\xa9\xe2\x80\x8d\xf0\x9f\x91\xa7 family", "   leading spaces",
+        "trailing spaces   ", "e\xcc\x81\xcc\x82\xcc\x83 combining", "\xf4\x8f\xbf\xbd astral",
+    };
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+        const char *m = paths[p][0] ? tk_shared(paths[p][0]) : NULL;
+        const char *tk = paths[p][1] ? tk_shared(paths[p][1]) : NULL;
+        const char *name = paths[p][0] ? paths[p][0] : paths[p][1];
+        tk_tokenizer *t = open_tok(m, tk);
+        if (!t) continue;
+        int bad = 0, total = 0;
+        char *buf = NULL;
+        int n;
+        char **lines = file_lines(TK_CORPUS, &buf, &n);
+        for (int i = 0; lines && i < n; i++, total++) bad += roundtrip(t, lines[i], strlen(lines[i]), name);
+        free(lines);
+        free(buf);
+        for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++, total++) bad += roundtrip(t, extra[i], strlen(extra[i]), name);
+        char *code = NULL;
+        size_t cl;
+        tk_err err;
+        if (tk_read_file(tk_shared("models/code-eval.txt"), &code, &cl, &err) == 0) {
+            bad += roundtrip(t, code, cl, name);
+            total++;
+        }
+        free(code);
+        CHECK(bad == 0, "%s: %d of %d round trips failed", name, bad, total);
+        tk_tokenizer_free(t);
+    }
+}
+
+static void test_detok_bytes(void) {
+    tk_tokenizer *t = open_tok(tk_shared("tokenizer-tests/ggml-vocab-llama-spm.gguf"), NULL);
+    if (!t) return;
+    int e4 = tk_tokenizer_find(t, "<0xE4>"), b8 = tk_tokenizer_find(t, "<0xB8>"), ad = tk_tokenizer_find(t, "<0xAD>");
+    int ff = tk_tokenizer_find(t, "<0xFF>"), a = tk_tokenizer_find(t, "a"), hello = tk_tokenizer_find(t, "\xe2\x96\x81Hello");
+    CHECK(e4 > 0 && b8 > 0 && ad > 0 && ff > 0 && a > 0 && hello > 0, "byte pieces present");
+    char out[64];
+    tk_detok d;
+    tk_detok_init(&d, t, -1);
+    CHECK(tk_detok_push(&d, e4, out, sizeof out) == 0, "partial 1 held back");
+    CHECK(tk_detok_push(&d, b8, out, sizeof out) == 0, "partial 2 held back");
+    int n = tk_detok_push(&d, ad, out, sizeof out);
+    CHECK(n == 3 && !memcmp(out, "\xe4\xb8\xad", 3), "completed character emitted (%d)", n);
+    n = tk_detok_push(&d, ff, out, sizeof out);
+    CHECK(n == 3 && !memcmp(out, "\xef\xbf\xbd", 3), "invalid byte -> U+FFFD (%d)", n);
+    CHECK(tk_detok_push(&d, e4, out, sizeof out) == 0, "partial held back");
+    n = tk_detok_push(&d, a, out, sizeof out);
+    CHECK(n == 4 && !memcmp(out, "\xef\xbf\xbd" "a", 4), "broken sequence -> U+FFFD then 'a' (%d)", n);
+    tk_detok_push(&d, e4, out, sizeof out);
+    tk_detok_push(&d, b8, out, sizeof out);
+    n = tk_detok_flush(&d, out, sizeof out);
+    CHECK(n == 3 && !memcmp(out, "\xef\xbf\xbd", 3), "flush of a partial -> U+FFFD (%d)", n);
+    CHECK(tk_detok_flush(&d, out, sizeof out) == 0, "nothing left");
+    /* cap too small: nothing consumed */
+    tk_detok_init(&d, t, -1);
+    n = tk_detok_push(&d, hello, out, 2);
+    CHECK(n == -6, "needs 6 bytes, got %d", n);
+    n = tk_detok_push(&d, hello, out, sizeof out);
+    CHECK(n == 6 && !memcmp(out, " Hello", 6), "' Hello' (%d)", n);
+    /* SPM: a leading space is dropped after BOS only */
+    n = tk_token_to_bytes(t, 1, hello, false, out, sizeof out);
+    CHECK(n == 5 && !memcmp(out, "Hello", 5), "after BOS: '%.*s'", n, out);
+    n = tk_token_to_bytes(t, -1, hello, false, out, sizeof out);
+    CHECK(n == 6, "no BOS before: %d", n);
+    CHECK(tk_token_to_bytes(t, -1, 1, false, out, sizeof out) == 0, "control hidden");
+    n = tk_token_to_bytes(t, -1, 1, true, out, sizeof out);
+    CHECK(n == 3 && !memcmp(out, "<s>", 3), "control rendered");
+    CHECK(tk_token_to_bytes(t, -1, hello, false, out, 3) == -6, "too small -> -needed");
+    CHECK(tk_token_to_bytes(t, -1, 999999, false, out, sizeof out) == 0, "bad id -> nothing");
+    tk_tokenizer_free(t);
+
+    t = open_tok(tk_shared("tokenizers/llama3/tokenizer.json"), NULL);
+    if (!t) return;
+    int sp = tk_tokenizer_find(t, "\xc4\xa0Hello"); /* "ĠHello" */
+    n = tk_token_to_bytes(t, 128000, sp, false, out, sizeof out);
+    CHECK(n == 6 && !memcmp(out, " Hello", 6), "byte-level keeps the space after BOS: '%.*s'", n, out);
+    tk_tokenizer_free(t);
+}
+
+/* ---- input validation ---- */
+
+static void test_invalid_utf8(void) {
+    const char *paths[] = {"tokenizer-tests/ggml-vocab-llama-spm.gguf", "tokenizers/llama3/tokenizer.json",
+                           "tokenizers/llama2/tokenizer.json", "tokenizer-tests/ggml-vocab-gpt-2.gguf"};
+    static const struct { const char *s; size_t n; size_t at; } bad[] = {
+        {"abc\xff", 4, 3}, {"\x80", 1, 0}, {"ok \xc0\xaf", 5, 3}, {"\xed\xa0\x80 surrogate", 12, 0},
+        {"x\xe4\xb8", 3, 1}, {"12\xf5\x80\x80\x80", 6, 2}, {"\xf4\x90\x80\x80", 4, 0}, {"a\xe4" "a", 3, 1},
+    };
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+        tk_tokenizer *t = open_tok(tk_shared(paths[p]), NULL);
+        if (!t) continue;
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            tk_err err = {{0}};
+            int n = -1;
+            int rc = tk_tokenize(t, bad[i].s, bad[i].n, true, true, NULL, 0, &n, &err);
+            char want[64];
+            snprintf(want, sizeof want, "invalid UTF-8 at byte %zu", bad[i].at);
+            CHECK(rc == -1 && !strcmp(err.msg, want), "%s case %zu: rc %d '%s'", paths[p], i, rc, err.msg);
+        }
+        /* cap smaller than the count: *n_out tells the total */
+        int32_t ids[2];
+        int n = 0;
+        tk_err err;
+        CHECK(tk_tokenize(t, "hello world, hello world", 24, false, false, ids, 2, &n, &err) == 0 && n > 2,
+              "count beyond cap: %d", n);
+        CHECK(tk_tokenize(t, "", 0, false, false, ids, 2, &n, &err) == 0 && n == 0, "empty text");
+        tk_tokenizer_free(t);
+    }
+}
+
 int main(void) {
     if (access(tk_shared("tokenizer-tests"), R_OK) != 0) TK_SKIP("no shared test data at %s", tk_shared(""));
     test_conformance();
+    test_llama2c();
+    test_golden_prompts();
+    test_bin_vs_gguf();
+    test_roundtrip();
+    test_detok_bytes();
+    test_invalid_utf8();
     TK_TEST_END();
 }
