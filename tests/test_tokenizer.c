@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <pthread.h>
+#include <sys/wait.h>
 
 #include "formats/gguf.h"
 #include "tk_test.h"
@@ -472,6 +474,464 @@ static void test_invalid_utf8(void) {
     }
 }
 
+/* ---- hostile inputs ---- */
+
+static char tmpdir[256];
+
+static const char *tmp_file(const char *name, const void *data, size_t n) {
+    static char path[8][512];
+    static int slot;
+    char *p = path[slot++ & 7];
+    snprintf(p, 512, "%s/%s", tmpdir, name);
+    FILE *f = fopen(p, "wb");
+    if (f) {
+        fwrite(data, 1, n, f);
+        fclose(f);
+    }
+    return p;
+}
+
+static void expect_hf_error(const char *json, const char *want, int line) {
+    const char *p = tmp_file("bad.json", json, strlen(json));
+    tk_err err = {{0}};
+    tk_tokenizer *t = NULL;
+    int rc = tk_tokenizer_from_hf(p, &t, &err);
+    CHECK(rc == -1 && t == NULL && strstr(err.msg, want), "line %d: want error containing '%s', got rc %d '%s'",
+          line, want, rc, err.msg);
+    tk_tokenizer_free(t);
+}
+
+#define MODEL_OK "\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1,\"ab\":2,\"\\u0120\":3}"
+#define BL "\"pre_tokenizer\":{\"type\":\"ByteLevel\",\"add_prefix_space\":false,\"use_regex\":true}"
+
+static void test_hostile_json(void) {
+    /* a valid miniature byte-level tokenizer first */
+    const char *ok = "{\"model\":{" MODEL_OK ",\"merges\":[\"a b\"]}," BL "}";
+    const char *p = tmp_file("ok.json", ok, strlen(ok));
+    tk_err err;
+    tk_tokenizer *t = NULL;
+    CHECK(tk_tokenizer_from_hf(p, &t, &err) == 0, "mini tokenizer: %s", err.msg);
+    if (t) {
+        int32_t *ids;
+        static const int32_t want[] = {2, 3, 0};
+        int n = enc(t, "ab a", 4, false, true, &ids, &err);
+        CHECK(ids_eq(ids, n, want, 3), "mini tokenizer encodes 'ab a' (%d)", n);
+        free(ids);
+        tk_tokenizer_free(t);
+    }
+    expect_hf_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0", "invalid JSON", __LINE__);
+    expect_hf_error("[1, 2]", "top level is not an object", __LINE__);
+    expect_hf_error("{}", "missing \"model\"", __LINE__);
+    expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":[],\"merges\":[]}}", "model.vocab is not an object", __LINE__);
+    expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]}}", "model.vocab is empty", __LINE__);
+    expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", "out of range", __LINE__);
+    expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":99999999},\"merges\":[]}}", "out of range", __LINE__);
+    expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":\"x\"},\"merges\":[]}}", "is not an integer", __LINE__);
+    expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", "id 0 is used twice", __LINE__);
+    expect_hf_error("{\"model\":{\"type\":\"Unigram\",\"vocab\":{\"a\":0},\"merges\":[]}}", "unsupported model type 'Unigram'", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK "}}", "model.merges is not an array", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[\"a c\"]}}", "model.merges[0]: 'c' is not in the vocabulary", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[\"a b\",\"zz b\"]}}", "model.merges[1]: 'zz' is not in the vocabulary", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[\"b a\"]}}", "result 'ba' is not in the vocabulary", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[\"ab\"]}}", "not a pair", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[42]}}", "not a pair", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[[\"a\"]]}}", "not a pair", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[],\"unk_token\":\"<nope>\"}}", "unk_token '<nope>' is not in the vocabulary", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[]},\"added_tokens\":[{\"id\":0,\"content\":\"zz\"}]}", "id 0 is 'a' in model.vocab but 'zz'", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[]},\"added_tokens\":[{\"id\":\"7\",\"content\":\"zz\"}]}", "needs integer \"id\"", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[]},\"added_tokens\":[{\"id\":-3,\"content\":\"zz\"}]}", "out of range", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[]},\"added_tokens\":{}}", "added_tokens is not an array", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[]},\"normalizer\":{\"type\":\"BertNormalizer\"}}", "unsupported normalizer 'BertNormalizer'", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[]},\"pre_tokenizer\":{\"type\":\"Whitespace\"}}", "unsupported pre_tokenizer 'Whitespace'", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[]},\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(ab\"},\"behavior\":\"Isolated\"}}", "bad pre-tokenizer regex", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[]},\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"a\"},\"behavior\":\"Sideways\"}}", "unknown behavior 'Sideways'", __LINE__);
+    expect_hf_error("{\"model\":{" MODEL_OK ",\"merges\":[],\"continuing_subword_prefix\":\"##\"}}", "continuing_subword_prefix", __LINE__);
+
+    /* a real tokenizer.json cut short */
+    char *buf = NULL;
+    size_t len;
+    if (tk_read_file(tk_shared("tokenizers/llama2/tokenizer.json"), &buf, &len, &err) == 0) {
+        buf[len / 2] = 0;
+        expect_hf_error(buf, "invalid JSON", __LINE__);
+        free(buf);
+    }
+    /* missing file */
+    t = NULL;
+    CHECK(tk_tokenizer_from_hf("/nonexistent/tokenizer.json", &t, &err) == -1 && strstr(err.msg, "cannot open"), "%s", err.msg);
+}
+
+static void put32(unsigned char *p, int32_t v) { memcpy(p, &v, 4); }
+
+static void expect_bin_error(const void *data, size_t n, int vocab, const char *want, int line) {
+    const char *p = tmp_file("bad.bin", data, n);
+    tk_err err = {{0}};
+    tk_tokenizer *t = NULL;
+    int rc = tk_tokenizer_from_llama2c(p, vocab, &t, &err);
+    CHECK(rc == -1 && t == NULL && strstr(err.msg, want), "line %d: want '%s', got rc %d '%s'", line, want, rc, err.msg);
+    tk_tokenizer_free(t);
+}
+
+static void test_hostile_bin(void) {
+    unsigned char b[256];
+    memset(b, 0, sizeof b);
+    /* header max_len 8; tokens "<unk>", "\n<s>\n", "ab" */
+    size_t n = 0;
+    put32(b, 8);
+    n = 4;
+    const char *pieces[] = {"<unk>", "\n<s>\n", "ab"};
+    for (int i = 0; i < 3; i++) {
+        float sc = -(float)i;
+        memcpy(b + n, &sc, 4);
+        put32(b + n + 4, (int32_t)strlen(pieces[i]));
+        memcpy(b + n + 8, pieces[i], strlen(pieces[i]));
+        n += 8 + strlen(pieces[i]);
+    }
+    const char *p = tmp_file("ok.bin", b, n);
+    tk_err err;
+    tk_tokenizer *t = NULL;
+    CHECK(tk_tokenizer_from_llama2c(p, 3, &t, &err) == 0, "mini tokenizer.bin: %s", err.msg);
+    tk_tokenizer_free(t);
+    t = NULL;
+    CHECK(tk_tokenizer_from_llama2c(p, 0, &t, &err) == 0 && t && tk_tokenizer_n_vocab(t) == 3, "vocab 0 = all records: %s", err.msg);
+    tk_tokenizer_free(t);
+
+    expect_bin_error(b, 2, 3, "too short", __LINE__);
+    expect_bin_error(b, n, 10, "truncated at token 3 of 10", __LINE__);
+    expect_bin_error(b, n - 1, 3, "exceeds the file", __LINE__);
+    expect_bin_error(b, 10, 3, "truncated at token 0", __LINE__);
+    unsigned char c[256];
+    memcpy(c, b, n);
+    put32(c + 4 + 4, -5);
+    expect_bin_error(c, n, 3, "length -5", __LINE__);
+    memcpy(c, b, n);
+    put32(c + 4 + 4, 1000);
+    expect_bin_error(c, n, 3, "exceeds the file", __LINE__);
+    memcpy(c, b, n);
+    put32(c, -1);
+    expect_bin_error(c, n, 3, "bad max_token_length", __LINE__);
+    memcpy(c, b, n);
+    put32(c, 2);
+    expect_bin_error(c, n, 3, "exceeds max_token_length", __LINE__);
+    expect_bin_error(b, n - 1, 0, "not a llama2.c tokenizer.bin", __LINE__);
+    expect_bin_error(b, n, -4, "bad vocabulary size", __LINE__);
+    /* a real tokenizer.bin cut short */
+    char *buf = NULL;
+    size_t len;
+    if (tk_read_file(tk_shared("tokenizers/llama2/tokenizer.bin"), &buf, &len, &err) == 0) {
+        expect_bin_error(buf, len / 3, 32000, "truncated at token", __LINE__);
+        free(buf);
+    }
+}
+
+typedef void (*gguf_setup)(tk_gguf_writer *w);
+
+static int write_gguf(const char *name, gguf_setup fn, char *path_out, size_t cap) {
+    tk_gguf_writer *w = tk_gguf_writer_new();
+    fn(w);
+    snprintf(path_out, cap, "%s/%s", tmpdir, name);
+    tk_err err;
+    int rc = tk_gguf_write(w, path_out, &err);
+    tk_gguf_writer_free(w);
+    return rc;
+}
+
+static const char *const g_tokens[] = {"<unk>", "<s>", "</s>", "a", "b", "ab"};
+
+static void g_base(tk_gguf_writer *w) {
+    tk_gguf_set_str(w, "general.architecture", "llama");
+    tk_gguf_set_arr_str(w, "tokenizer.ggml.tokens", g_tokens, 6);
+}
+static void g_no_model(tk_gguf_writer *w) { g_base(w); }
+static void g_t5(tk_gguf_writer *w) { g_base(w); tk_gguf_set_str(w, "tokenizer.ggml.model", "t5"); }
+static void g_tokens_str(tk_gguf_writer *w) {
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    tk_gguf_set_str(w, "tokenizer.ggml.tokens", "abc");
+}
+static void g_tokens_i32(tk_gguf_writer *w) {
+    static const int32_t v[] = {1, 2, 3};
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    tk_gguf_set_arr_i32(w, "tokenizer.ggml.tokens", v, 3);
+}
+static void g_short_scores(tk_gguf_writer *w) {
+    static const float sc[] = {0, 0};
+    g_base(w);
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    tk_gguf_set_arr_f32(w, "tokenizer.ggml.scores", sc, 2);
+}
+static void g_types_f32(tk_gguf_writer *w) {
+    static const float ty[] = {1, 1, 1, 1, 1, 1};
+    g_base(w);
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    tk_gguf_set_arr_f32(w, "tokenizer.ggml.token_type", ty, 6);
+}
+static void g_short_types(tk_gguf_writer *w) {
+    static const int32_t ty[] = {2, 3, 3};
+    g_base(w);
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    tk_gguf_set_arr_i32(w, "tokenizer.ggml.token_type", ty, 3);
+}
+static void g_dup(tk_gguf_writer *w) {
+    static const char *const toks[] = {"a", "b", "a"};
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    tk_gguf_set_arr_str(w, "tokenizer.ggml.tokens", toks, 3);
+}
+static void g_gpt2_no_merges(tk_gguf_writer *w) { g_base(w); tk_gguf_set_str(w, "tokenizer.ggml.model", "gpt2"); }
+static void g_gpt2_bad_pre(tk_gguf_writer *w) {
+    static const char *const merges[] = {"a b"};
+    g_base(w);
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    tk_gguf_set_str(w, "tokenizer.ggml.pre", "nonsense");
+    tk_gguf_set_arr_str(w, "tokenizer.ggml.merges", merges, 1);
+}
+static void g_gpt2_ok(tk_gguf_writer *w) {
+    static const char *const merges[] = {"a b", "x y", "ab", "b a"}; /* unknown / malformed ones never apply */
+    g_base(w);
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    tk_gguf_set_str(w, "tokenizer.ggml.pre", "gpt-2");
+    tk_gguf_set_arr_str(w, "tokenizer.ggml.merges", merges, 4);
+    tk_gguf_set_u32(w, "tokenizer.ggml.bos_token_id", 4000000000u);
+    tk_gguf_set_u32(w, "tokenizer.ggml.eos_token_id", 2);
+}
+static void g_empty(tk_gguf_writer *w) {
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "llama");
+    tk_gguf_set_arr_str(w, "tokenizer.ggml.tokens", g_tokens, 0);
+}
+
+static void test_hostile_gguf(void) {
+    static const struct { const char *name; gguf_setup fn; const char *want; } cases[] = {
+        {"nomodel.gguf", g_no_model, "missing tokenizer.ggml.model"},
+        {"t5.gguf", g_t5, "unsupported tokenizer.ggml.model 't5'"},
+        {"tokstr.gguf", g_tokens_str, "tokenizer.ggml.tokens is not an array"},
+        {"toki32.gguf", g_tokens_i32, "tokenizer.ggml.tokens is not a string array"},
+        {"scores.gguf", g_short_scores, "tokenizer.ggml.scores has 2 entries for 6 tokens"},
+        {"typesf.gguf", g_types_f32, "token_type must be an int32 array"},
+        {"types.gguf", g_short_types, "tokenizer.ggml.token_type has 3 entries for 6 tokens"},
+        {"dup.gguf", g_dup, "duplicate token in vocabulary: 'a' has ids 0 and 2"},
+        {"nomerges.gguf", g_gpt2_no_merges, "missing tokenizer.ggml.merges"},
+        {"pre.gguf", g_gpt2_bad_pre, "unknown pre-tokenizer type 'nonsense'"},
+        {"empty.gguf", g_empty, "tokenizer.ggml.tokens has 0 entries"},
+    };
+    char path[600];
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (write_gguf(cases[i].name, cases[i].fn, path, sizeof path)) {
+            CHECK(0, "could not write %s", cases[i].name);
+            continue;
+        }
+        tk_err err = {{0}};
+        tk_tokenizer *t = NULL;
+        int rc = tk_tokenizer_open(path, NULL, &t, &err);
+        CHECK(rc == -1 && !t && strstr(err.msg, cases[i].want), "%s: want '%s', got rc %d '%s'", cases[i].name,
+              cases[i].want, rc, err.msg);
+        tk_tokenizer_free(t);
+    }
+    if (write_gguf("gpt2ok.gguf", g_gpt2_ok, path, sizeof path) == 0) {
+        tk_tokenizer *t = open_tok(path, NULL);
+        if (t) {
+            CHECK(tk_tokenizer_bos(t) == -1, "out-of-range BOS id means none (%d)", tk_tokenizer_bos(t));
+            CHECK(tk_tokenizer_eos(t) == 2 && tk_tokenizer_is_eog(t, 2), "eos");
+            CHECK(!tk_tokenizer_add_bos(t), "gpt2 adds no BOS by default");
+            int32_t *ids;
+            tk_err err;
+            static const int32_t want[] = {5, 4, 3};
+            int n = enc(t, "abba", 4, true, true, &ids, &err);
+            CHECK(ids_eq(ids, n, want, 3), "'abba' with the one usable merge (%d)", n);
+            free(ids);
+            tk_tokenizer_free(t);
+        }
+    }
+}
+
+/* ---- GGUF export ---- */
+
+static int compare_on_corpus(const tk_tokenizer *a, const tk_tokenizer *b, const char *name) {
+    const char *files[] = {TK_CORPUS, tk_shared("models/code-eval.txt"), NULL};
+    int differ = 0, compared = 0;
+    for (int f = 0; files[f]; f++) {
+        char *buf = NULL;
+        int n;
+        char **lines = file_lines(files[f], &buf, &n);
+        for (int i = 0; lines && i < n; i++) {
+            int32_t *x, *y;
+            tk_err e;
+            int nx = enc(a, lines[i], strlen(lines[i]), true, true, &x, &e);
+            int ny = enc(b, lines[i], strlen(lines[i]), true, true, &y, &e);
+            compared++;
+            if (!ids_eq(x, nx, y, ny) && differ++ < 3) fprintf(stderr, "%s: differ on '%s'\n", name, lines[i]);
+            free(x);
+            free(y);
+        }
+        free(lines);
+        free(buf);
+    }
+    printf("%s: %d lines compared, %d differ\n", name, compared, differ);
+    return differ;
+}
+
+static void test_to_gguf(void) {
+    const char *srcs[][2] = {
+        {"tokenizers/llama3/tokenizer.json", NULL},
+        {"tokenizer-tests/ggml-vocab-gpt-2.gguf", NULL},
+        {"tokenizer-tests/ggml-vocab-llama-spm.gguf", NULL},
+        {NULL, "tokenizers/llama2/tokenizer.bin"},
+        {"tokenizers/llama2/tokenizer.json", NULL},
+    };
+    for (size_t s = 0; s < sizeof srcs / sizeof srcs[0]; s++) {
+        const char *name = srcs[s][0] ? srcs[s][0] : srcs[s][1];
+        tk_tokenizer *a = open_tok(srcs[s][0] ? tk_shared(srcs[s][0]) : NULL, srcs[s][1] ? tk_shared(srcs[s][1]) : NULL);
+        if (!a) continue;
+        tk_gguf_writer *w = tk_gguf_writer_new();
+        tk_err err;
+        char path[600];
+        snprintf(path, sizeof path, "%s/export%zu.gguf", tmpdir, s);
+        tk_gguf_set_str(w, "general.architecture", "llama");
+        int rc = tk_tokenizer_to_gguf(a, w, &err);
+        CHECK(rc == 0, "%s: to_gguf: %s", name, err.msg);
+        rc = rc ? rc : tk_gguf_write(w, path, &err);
+        tk_gguf_writer_free(w);
+        tk_tokenizer *b = rc ? NULL : open_tok(path, NULL);
+        if (b) {
+            CHECK(tk_tokenizer_kind(a) == tk_tokenizer_kind(b) && tk_tokenizer_n_vocab(a) == tk_tokenizer_n_vocab(b) &&
+                      tk_tokenizer_bos(a) == tk_tokenizer_bos(b) && tk_tokenizer_eos(a) == tk_tokenizer_eos(b) &&
+                      tk_tokenizer_add_bos(a) == tk_tokenizer_add_bos(b),
+                  "%s: exported header fields", name);
+            char label[300];
+            snprintf(label, sizeof label, "%s -> GGUF -> reload", name);
+            int d = compare_on_corpus(a, b, label);
+            /* (tokenizer.json SentencePiece merges are exported as scores
+             * -rank; llama.cpp's score-based merge then gives the same ids) */
+            CHECK(d == 0, "%s: %d lines differ after export", name, d);
+            for (int id = 0; id < tk_tokenizer_n_vocab(a); id++) {
+                if (strcmp(tk_tokenizer_piece(a, id), tk_tokenizer_piece(b, id)) ||
+                    tk_tokenizer_token_type(a, id) != tk_tokenizer_token_type(b, id)) {
+                    CHECK(0, "%s: token %d differs after export", name, id);
+                    break;
+                }
+            }
+            tk_tokenizer_free(b);
+        }
+        tk_tokenizer_free(a);
+    }
+}
+
+/* ---- speed, threads, CLI ---- */
+
+static void test_speed(void) {
+    const char *paths[] = {"tokenizers/llama3/tokenizer.json", "tokenizers/llama2/tokenizer.json",
+                           "tokenizer-tests/ggml-vocab-llama-spm.gguf", "tokenizer-tests/ggml-vocab-gpt-2.gguf"};
+    char *code = NULL;
+    size_t cl;
+    tk_err err;
+    if (tk_read_file(tk_shared("models/code-eval.txt"), &code, &cl, &err)) return;
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+        tk_tokenizer *t = open_tok(tk_shared(paths[p]), NULL);
+        if (!t) continue;
+        double t0 = now_s();
+        int32_t *ids;
+        int n = enc(t, code, cl, true, true, &ids, &err);
+        double dt = now_s() - t0;
+        printf("%s: code-eval.txt (%zu bytes) -> %d tokens in %.1f ms\n", paths[p], cl, n, dt * 1e3);
+        CHECK(n > 0 && dt < 2.0, "%s: encoding took %.3f s", paths[p], dt);
+        free(ids);
+        tk_tokenizer_free(t);
+    }
+    free(code);
+}
+
+typedef struct thr_arg {
+    const tk_tokenizer *t;
+    char **lines;
+    int n;
+    int bad;
+    int32_t **want;
+    int *nwant;
+} thr_arg;
+
+static void *thr_main(void *p) {
+    thr_arg *a = p;
+    for (int rep = 0; rep < 3; rep++) {
+        for (int i = 0; i < a->n; i++) {
+            int32_t *ids;
+            tk_err err;
+            int n = enc(a->t, a->lines[i], strlen(a->lines[i]), true, true, &ids, &err);
+            if (!ids_eq(ids, n, a->want[i], a->nwant[i])) a->bad++;
+            free(ids);
+        }
+    }
+    return NULL;
+}
+
+static void test_threads(void) {
+    tk_tokenizer *t = open_tok(tk_shared("tokenizers/llama3/tokenizer.json"), NULL);
+    if (!t) return;
+    char *buf = NULL;
+    int n;
+    char **lines = file_lines(TK_CORPUS, &buf, &n);
+    int32_t **want = calloc((size_t)n, sizeof *want);
+    int *nwant = calloc((size_t)n, sizeof *nwant);
+    tk_err err;
+    for (int i = 0; i < n; i++) nwant[i] = enc(t, lines[i], strlen(lines[i]), true, true, &want[i], &err);
+    pthread_t th[4];
+    thr_arg args[4];
+    for (int k = 0; k < 4; k++) {
+        args[k] = (thr_arg){t, lines, n, 0, want, nwant};
+        pthread_create(&th[k], NULL, thr_main, &args[k]);
+    }
+    int bad = 0;
+    for (int k = 0; k < 4; k++) {
+        pthread_join(th[k], NULL);
+        bad += args[k].bad;
+    }
+    CHECK(bad == 0, "%d encodings differ when run from 4 threads", bad);
+    for (int i = 0; i < n; i++) free(want[i]);
+    free(want);
+    free(nwant);
+    free(lines);
+    free(buf);
+    tk_tokenizer_free(t);
+}
+
+static int run_cmd(const char *cmd, char *out, size_t cap) {
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    int st = pclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_cli(void) {
+    if (access(TK_TOKAMAK_BIN, X_OK) != 0) {
+        printf("CLI test skipped: %s not built\n", TK_TOKAMAK_BIN);
+        return;
+    }
+    char cmd[4096], out[8192];
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' --tokenizer '%s' -p 'I dreamed' --ids", TK_TOKAMAK_BIN,
+             tk_shared("models/aidreams260K.bin"), tk_shared("models/aidreams260K.tok512.bin"));
+    int rc = run_cmd(cmd, out, sizeof out);
+    CHECK(rc == 0 && !strcmp(out, "[1, 303, 281, 269, 435, 447, 328]\n"), "cli --ids: rc %d '%s'", rc, out);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' -p 'Hello world'", TK_TOKAMAK_BIN,
+             tk_shared("tokenizer-tests/ggml-vocab-llama-spm.gguf"));
+    rc = run_cmd(cmd, out, sizeof out);
+    CHECK(rc == 0 && !strcmp(out, "     1 -> '<s>'\n 15043 -> ' Hello'\n  3186 -> ' world'\n"), "cli pieces: rc %d '%s'", rc, out);
+    const char *lines = tmp_file("lines.txt", "Hello world\n\n<s>x\n", 17);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' -f '%s' --lines --no-bos", TK_TOKAMAK_BIN,
+             tk_shared("tokenizer-tests/ggml-vocab-llama-spm.gguf"), lines);
+    rc = run_cmd(cmd, out, sizeof out);
+    CHECK(rc == 0 && !strcmp(out, "15043 3186\n\n1 921\n"), "cli --lines: rc %d '%s'", rc, out);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' -f '%s' --lines --no-bos --no-parse-special", TK_TOKAMAK_BIN,
+             tk_shared("tokenizer-tests/ggml-vocab-llama-spm.gguf"), lines);
+    rc = run_cmd(cmd, out, sizeof out);
+    CHECK(rc == 0 && strncmp(out, "15043 3186\n\n", 12) == 0 && !strstr(out + 12, "1 921"), "cli --no-parse-special: '%s'", out);
+    const char *bad = tmp_file("bad.txt", "ok\xff", 3);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m '%s' -f '%s' 2>&1", TK_TOKAMAK_BIN,
+             tk_shared("tokenizer-tests/ggml-vocab-gpt-2.gguf"), bad);
+    rc = run_cmd(cmd, out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "invalid UTF-8 at byte 2"), "cli invalid UTF-8: rc %d '%s'", rc, out);
+    snprintf(cmd, sizeof cmd, "'%s' tokenize -m /nonexistent.gguf -p x 2>&1", TK_TOKAMAK_BIN);
+    rc = run_cmd(cmd, out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "/nonexistent.gguf"), "cli missing model: rc %d '%s'", rc, out);
+}
+
 int main(void) {
     if (access(tk_shared("tokenizer-tests"), R_OK) != 0) TK_SKIP("no shared test data at %s", tk_shared(""));
     test_conformance();
@@ -481,5 +941,18 @@ int main(void) {
     test_roundtrip();
     test_detok_bytes();
     test_invalid_utf8();
+
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/tk_tok_test_XXXXXX");
+    if (!mkdtemp(tmpdir)) TK_SKIP("cannot create a temporary directory");
+    test_hostile_json();
+    test_hostile_bin();
+    test_hostile_gguf();
+    test_to_gguf();
+    test_speed();
+    test_threads();
+    test_cli();
+    char rm[400];
+    snprintf(rm, sizeof rm, "rm -rf '%s'", tmpdir);
+    if (system(rm) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
     TK_TEST_END();
 }
