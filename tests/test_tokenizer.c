@@ -590,6 +590,13 @@ static void test_hostile_bin(void) {
     tk_err err;
     tk_tokenizer *t = NULL;
     CHECK(tk_tokenizer_from_llama2c(p, 3, &t, &err) == 0, "mini tokenizer.bin: %s", err.msg);
+    if (t) { /* no byte pieces: an unknown character becomes one <unk> */
+        int32_t *ids;
+        static const int32_t want[] = {0, 2, 0, 0};
+        int k = enc(t, "ab z", 4, false, false, &ids, &err);
+        CHECK(ids_eq(ids, k, want, 4), "unknown characters -> unk (%d tokens)", k);
+        free(ids);
+    }
     tk_tokenizer_free(t);
     t = NULL;
     CHECK(tk_tokenizer_from_llama2c(p, 0, &t, &err) == 0 && t && tk_tokenizer_n_vocab(t) == 3, "vocab 0 = all records: %s", err.msg);
@@ -738,6 +745,68 @@ static void test_hostile_gguf(void) {
             free(ids);
             tk_tokenizer_free(t);
         }
+    }
+}
+
+/* ---- GGUF pre-tokenizer kinds ----
+ * A byte-level vocabulary of the 256 byte pieces plus "12" and "Ġ1", merges
+ * "1 2" and "Ġ 1": whether "12" is merged shows whether the kind's regexes
+ * keep digits together. */
+
+static const char *g_pre_kind;
+
+static void g_kind(tk_gguf_writer *w) {
+    static char pieces[258][8];
+    static const char *ptrs[258];
+    for (int b = 0; b < 256; b++) {
+        unsigned cp = b <= 0x20 ? 256u + (unsigned)b : (b >= 0x7F && b <= 0xA0) ? 289u + (unsigned)(b - 0x7F) : b == 0xAD ? 323u : (unsigned)b;
+        if (cp < 0x80) { pieces[b][0] = (char)cp; pieces[b][1] = 0; }
+        else { pieces[b][0] = (char)(0xC0 | (cp >> 6)); pieces[b][1] = (char)(0x80 | (cp & 0x3F)); pieces[b][2] = 0; }
+        ptrs[b] = pieces[b];
+    }
+    ptrs[256] = "12";
+    ptrs[257] = "\xc4\xa0" "1";
+    static const char *const merges[] = {"1 2", "\xc4\xa0 1"};
+    tk_gguf_set_str(w, "tokenizer.ggml.model", "gpt2");
+    tk_gguf_set_str(w, "tokenizer.ggml.pre", g_pre_kind);
+    tk_gguf_set_arr_str(w, "tokenizer.ggml.tokens", ptrs, 258);
+    tk_gguf_set_arr_str(w, "tokenizer.ggml.merges", merges, 2);
+}
+
+static void test_pre_kinds(void) {
+    static const struct { const char *kind; bool digits_merge; } kinds[] = {
+        {"default", true}, {"llama-bpe", true}, {"gpt-2", true}, {"mpt", true}, {"falcon", true},
+        {"deepseek-llm", true}, {"qwen2", false}, {"deepseek-coder", false}, {"starcoder", false}, {"refact", false},
+    };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        g_pre_kind = kinds[k].kind;
+        char path[600];
+        if (write_gguf("kind.gguf", g_kind, path, sizeof path)) {
+            CHECK(0, "write %s", kinds[k].kind);
+            continue;
+        }
+        tk_tokenizer *t = open_tok(path, NULL);
+        if (!t) continue;
+        int32_t *ids;
+        tk_err err;
+        int n = enc(t, "a12", 3, false, false, &ids, &err);
+        bool merged = n == 2 && ids[0] == 'a' && ids[1] == 256;
+        bool split = n == 3 && ids[0] == 'a' && ids[1] == '1' && ids[2] == '2';
+        CHECK(kinds[k].digits_merge ? merged : split, "pre '%s': 'a12' gave %d tokens", kinds[k].kind, n);
+        free(ids);
+        /* byte-exact on varied text, whatever the split */
+        const char *txt = "Hello, y'all! 1234567 \xe4\xbd\xa0\xe5\xa5\xbd \xf0\x9f\xa6\x99  x\n\n\t$+<=>^~|` end  ";
+        n = enc(t, txt, strlen(txt), false, false, &ids, &err);
+        CHECK(n > 0, "pre '%s': %s", kinds[k].kind, err.msg);
+        char out[256];
+        size_t len = 0;
+        for (int i = 0; i < n; i++) {
+            int w = tk_token_to_bytes(t, -1, ids[i], false, out + len, (int)(sizeof out - len));
+            if (w > 0) len += (size_t)w;
+        }
+        CHECK(len == strlen(txt) && !memcmp(out, txt, len), "pre '%s': decode(encode(x)) == x", kinds[k].kind);
+        free(ids);
+        tk_tokenizer_free(t);
     }
 }
 
@@ -947,6 +1016,7 @@ int main(void) {
     test_hostile_json();
     test_hostile_bin();
     test_hostile_gguf();
+    test_pre_kinds();
     test_to_gguf();
     test_speed();
     test_threads();
