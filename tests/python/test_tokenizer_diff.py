@@ -132,3 +132,59 @@ def test_no_parse_special_treats_text_plainly(tmp_path):
     want = [e.ids for e in hf.encode_batch(lines, add_special_tokens=False)]
     assert ours == want
     assert all(i < 128000 for ids in ours for i in ids)
+
+
+ADDED_LINES = [
+    "a </s> b  <s>  c",
+    "x</s><s>y",
+    "  </s>",
+    "<s>   ",
+    "a <|eot_id|> b",
+    "a   <|eot_id|>   b",
+    "x<|start_header_id|>  user",
+    "x <|start_header_id|>\tuser",
+    "<|mytok|> and <|mytok|>x",
+    "word<|mytok|>word",
+    "  <|eot_id|><|start_header_id|>  <|mytok|>  ",
+    "<|eot_id|>",
+    "plain text",
+    "tail   <|eot_id|>",
+]
+
+
+@pytest.mark.parametrize("rel", ["tokenizers/llama3/tokenizer.json", "tokenizers/llama2/tokenizer.json"])
+def test_added_token_flags(rel, tmp_path):
+    """lstrip / rstrip / non-special added tokens behave as in HF (edited tokenizer.json:
+    <|eot_id|> and </s> get lstrip, <|start_header_id|> and <s> get rstrip, and a new
+    non-special token <|mytok|> is added)."""
+    import json
+
+    src = SHARED / rel
+    if not src.exists():
+        pytest.skip(f"{src} not available")
+    j = json.loads(src.read_text(encoding="utf-8"))
+    for t in j["added_tokens"]:
+        if t["content"] in ("<|eot_id|>", "</s>"):
+            t["lstrip"] = True
+        if t["content"] in ("<|start_header_id|>", "<s>"):
+            t["rstrip"] = True
+    new_id = max(t["id"] for t in j["added_tokens"])
+    new_id = max(new_id, max(j["model"]["vocab"].values())) + 1
+    j["added_tokens"].append(
+        {"id": new_id, "content": "<|mytok|>", "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": False}
+    )
+    d = tmp_path / "tok"
+    d.mkdir()
+    (d / "tokenizer.json").write_text(json.dumps(j), encoding="utf-8")
+    hf = tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+    want = [e.ids for e in hf.encode_batch(ADDED_LINES, add_special_tokens=False)]
+    ours = run_tokamak(d / "tokenizer.json", ADDED_LINES, tmp_path, ["--no-bos"])
+    bad = [(l, w, o) for l, w, o in zip(ADDED_LINES, want, ours) if w != o]
+    assert not bad, report(bad, len(ADDED_LINES), "added-token flags")
+    # without parse_special the non-special added token is still matched (HF: encode_special_tokens)
+    hf.encode_special_tokens = True
+    want = [e.ids for e in hf.encode_batch(ADDED_LINES, add_special_tokens=False)]
+    ours = run_tokamak(d / "tokenizer.json", ADDED_LINES, tmp_path, ["--no-bos", "--no-parse-special"])
+    bad = [(l, w, o) for l, w, o in zip(ADDED_LINES, want, ours) if w != o]
+    assert not bad, report(bad, len(ADDED_LINES), "added-token flags, no parse_special")
