@@ -526,6 +526,7 @@ static void test_hostile_json(void) {
     expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{},\"merges\":[]}}", "model.vocab is empty", __LINE__);
     expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":-1},\"merges\":[]}}", "out of range", __LINE__);
     expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":99999999},\"merges\":[]}}", "out of range", __LINE__);
+    expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":9999999},\"merges\":[]}}", "too many unused ids", __LINE__);
     expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":\"x\"},\"merges\":[]}}", "is not an integer", __LINE__);
     expect_hf_error("{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", "id 0 is used twice", __LINE__);
     expect_hf_error("{\"model\":{\"type\":\"Unigram\",\"vocab\":{\"a\":0},\"merges\":[]}}", "unsupported model type 'Unigram'", __LINE__);
@@ -603,9 +604,10 @@ static void test_hostile_bin(void) {
     tk_tokenizer_free(t);
 
     expect_bin_error(b, 2, 3, "too short", __LINE__);
-    expect_bin_error(b, n, 10, "truncated at token 3 of 10", __LINE__);
+    expect_bin_error(b, n, 4, "truncated at token 3 of 4", __LINE__);
+    expect_bin_error(b, n, 1 << 20, "cannot hold 1048576 tokens", __LINE__);
     expect_bin_error(b, n - 1, 3, "exceeds the file", __LINE__);
-    expect_bin_error(b, 10, 3, "truncated at token 0", __LINE__);
+    expect_bin_error(b, 30, 3, "truncated at token 2", __LINE__);
     unsigned char c[256];
     memcpy(c, b, n);
     put32(c + 4 + 4, -5);
@@ -625,7 +627,8 @@ static void test_hostile_bin(void) {
     char *buf = NULL;
     size_t len;
     if (tk_read_file(tk_shared("tokenizers/llama2/tokenizer.bin"), &buf, &len, &err) == 0) {
-        expect_bin_error(buf, len / 3, 32000, "truncated at token", __LINE__);
+        expect_bin_error(buf, len / 3, 32000, "truncated", __LINE__);
+        expect_bin_error(buf, len - 3, 32000, "exceeds the file", __LINE__);
         free(buf);
     }
 }
