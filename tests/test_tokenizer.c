@@ -28,6 +28,16 @@ static const char *corpus_path(void) {
 }
 #define TK_CORPUS corpus_path()
 
+/* Timing limits hold for optimized builds; sanitizers / valgrind
+ * (TK_NO_TIMING=1) only report the times. */
+static bool timing_checked(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    return false;
+#else
+    return getenv("TK_NO_TIMING") == NULL;
+#endif
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -141,7 +151,7 @@ static void test_conformance(void) {
     if (tk_tokenizer_open(tk_shared("tokenizers/llama3/tokenizer.json"), NULL, &t, &err) == 0) {
         double dt = now_s() - t0;
         printf("llama3 tokenizer.json loaded in %.3f s\n", dt);
-        CHECK(dt < 1.0, "loading the Llama-3 tokenizer.json took %.3f s", dt);
+        CHECK(dt < 1.0 || !timing_checked(), "loading the Llama-3 tokenizer.json took %.3f s", dt);
         CHECK(tk_tokenizer_n_vocab(t) == 128256, "llama3 vocab %d", tk_tokenizer_n_vocab(t));
         CHECK(tk_tokenizer_bos(t) == 128000, "llama3 bos %d", tk_tokenizer_bos(t));
         CHECK(tk_tokenizer_add_bos(t), "llama3 adds BOS");
@@ -813,6 +823,81 @@ static void test_pre_kinds(void) {
     }
 }
 
+/* ---- mutation smoke test: damaged files load or fail cleanly ---- */
+
+static uint32_t lcg(uint32_t *st) {
+    *st = *st * 1664525u + 1013904223u;
+    return *st >> 8;
+}
+
+static void try_use(const tk_tokenizer *t) {
+    int32_t *ids;
+    tk_err err;
+    const char *txt = "Hello, world! 12 ab a\xe4\xbd\xa0 <s> <|eot_id|>";
+    int n = enc(t, txt, strlen(txt), true, true, &ids, &err);
+    tk_detok d;
+    tk_detok_init(&d, t, -1);
+    char out[1024];
+    for (int i = 0; i < n; i++) (void)tk_detok_push(&d, ids[i], out, sizeof out);
+    (void)tk_detok_flush(&d, out, sizeof out);
+    free(ids);
+}
+
+static void mutate_and_load(const unsigned char *orig, size_t n, const char *name, int kind, int iters) {
+    unsigned char *buf = malloc(n);
+    uint32_t st = 12345u + (uint32_t)kind;
+    int loaded = 0, failed = 0;
+    for (int it = 0; it < iters; it++) {
+        memcpy(buf, orig, n);
+        size_t len = n;
+        int edits = 1 + (int)(lcg(&st) % 4);
+        for (int e = 0; e < edits; e++) {
+            size_t pos = lcg(&st) % n;
+            switch (lcg(&st) % 8) {
+            case 0: case 1: case 2: buf[pos] = (unsigned char)lcg(&st); break;
+            case 3: case 4: case 5: buf[pos] ^= (unsigned char)(1u << (lcg(&st) % 8)); break;
+            case 6: len = pos + 1; break;
+            default: buf[pos] = (unsigned char)"{}[]\",:0123456789\xff"[lcg(&st) % 19]; break;
+            }
+        }
+        const char *p = tmp_file(name, buf, len);
+        tk_tokenizer *t = NULL;
+        tk_err err = {{0}};
+        int rc = kind == 0 ? tk_tokenizer_from_hf(p, &t, &err)
+               : kind == 1 ? tk_tokenizer_from_llama2c(p, 0, &t, &err)
+                           : tk_tokenizer_open(p, NULL, &t, &err);
+        if (rc == 0 && t) {
+            loaded++;
+            try_use(t);
+        } else {
+            failed++;
+            CHECK(err.msg[0] != 0, "%s: failure without a message", name);
+        }
+        tk_tokenizer_free(t);
+    }
+    printf("mutated %s: %d loaded, %d rejected\n", name, loaded, failed);
+    free(buf);
+}
+
+static void test_mutations(void) {
+    const char *json = "{\"model\":{" MODEL_OK ",\"merges\":[\"a b\"]},\"added_tokens\":[{\"id\":4,\"content\":\"<s>\",\"special\":true}],"
+                       "\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":[{\"type\":\"NFC\"}]}," BL "}";
+    mutate_and_load((const unsigned char *)json, strlen(json), "mut.json", 0, 400);
+    char *buf = NULL;
+    size_t len;
+    tk_err err;
+    if (tk_read_file(tk_shared("models/aidreams260K.tok512.bin"), &buf, &len, &err) == 0) {
+        mutate_and_load((unsigned char *)buf, len, "mut.bin", 1, 300);
+        free(buf);
+    }
+    char path[600];
+    g_pre_kind = "llama-bpe";
+    if (write_gguf("mut_src.gguf", g_kind, path, sizeof path) == 0 && tk_read_file(path, &buf, &len, &err) == 0) {
+        mutate_and_load((unsigned char *)buf, len, "mut.gguf", 2, 300);
+        free(buf);
+    }
+}
+
 /* ---- GGUF export ---- */
 
 static int compare_on_corpus(const tk_tokenizer *a, const tk_tokenizer *b, const char *name) {
@@ -902,7 +987,7 @@ static void test_speed(void) {
         int n = enc(t, code, cl, true, true, &ids, &err);
         double dt = now_s() - t0;
         printf("%s: code-eval.txt (%zu bytes) -> %d tokens in %.1f ms\n", paths[p], cl, n, dt * 1e3);
-        CHECK(n > 0 && dt < 2.0, "%s: encoding took %.3f s", paths[p], dt);
+        CHECK(n > 0 && (dt < 1.0 || !timing_checked()), "%s: encoding took %.3f s", paths[p], dt);
         free(ids);
         tk_tokenizer_free(t);
     }
@@ -1020,6 +1105,7 @@ int main(void) {
     test_hostile_bin();
     test_hostile_gguf();
     test_pre_kinds();
+    test_mutations();
     test_to_gguf();
     test_speed();
     test_threads();
