@@ -71,6 +71,7 @@ typedef struct tk_model_summary {
     bool tied_output;
     int64_t n_params;
     size_t weight_bytes;
+    size_t embedding_bytes; /* token_embd */
     size_t kv_bytes;     /* the engine's KV pool */
     struct {
         const char *name; /* "Q4_K" */
@@ -80,6 +81,7 @@ typedef struct tk_model_summary {
     } types[16];         /* tensors by storage type */
     int n_types;
     int kv_blocks, kv_block_size;
+    int n_threads;       /* the engine's thread pool */
 } tk_model_summary;
 
 int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err);

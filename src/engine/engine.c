@@ -133,9 +133,11 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
         o->types[k].bytes += t->nbytes;
     }
     o->weight_bytes = m->weight_bytes;
+    o->embedding_bytes = m->w.tok_embd->nbytes;
     o->kv_bytes = tk_kv_pool_bytes(&e->kv);
     o->kv_blocks = e->kv.n_blocks;
     o->kv_block_size = e->kv.block_size;
+    o->n_threads = tk_pool_size(e->pool);
 }
 
 int tk_engine_seq_new(tk_engine *e, tk_err *err) {
