@@ -233,16 +233,6 @@ static int eval_call(cj_ctx *c, const cj_node *n, cj_val *out) {
     return r;
 }
 
-static bool hashable(cj_val v) {
-    if (v.kind == CJ_LIST) {
-        if (!cj_L(v)->tuple) return false;
-        for (size_t i = 0; i < cj_L(v)->n; i++)
-            if (!hashable(cj_L(v)->v[i])) return false;
-        return true;
-    }
-    return v.kind != CJ_DICT;
-}
-
 static int eval_inner(cj_ctx *c, const cj_node *n, cj_val *out) {
     cj_val a = cj_undef(), b = cj_undef();
     int r = 0;
@@ -283,7 +273,7 @@ static int eval_inner(cj_ctx *c, const cj_node *n, cj_val *out) {
         if (cj_new_dict(c, CJ_DICT, out)) return -1;
         for (int i = 0; i + 1 < n->nkids; i += 2) {
             if (eval(c, n->kids[i], &a)) goto fail_out;
-            if (!hashable(a)) {
+            if (!cj_hashable(a)) {
                 cj_fail(c, "unhashable type: '%s'", cj_type_name(a));
                 cj_unref(c, a);
                 goto fail_out;

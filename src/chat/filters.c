@@ -558,7 +558,8 @@ static int f_map(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
         if (!cj_filter_known(fname)) return cj_fail(c, "no filter named '%s'", fname);
         sub = rest_args(a, 1);
     }
-    if (cj_iter_list(c, v, &items)) return -1;
+    /* Jinja's map is "if value: for item in value", so falsy non-iterables give nothing */
+    if (!cj_truthy(v) ? cj_new_list(c, 0, false, &items) : cj_iter_list(c, v, &items)) return -1;
     cj_list *l = cj_L(items);
     int r = cj_new_list(c, l->n, false, out);
     for (size_t i = 0; !r && i < l->n; i++) {
@@ -586,7 +587,7 @@ static int select_common(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out, boo
     }
     cj_args sub = rest_args(a, k);
     cj_val items;
-    if (cj_iter_list(c, v, &items)) return -1;
+    if (!cj_truthy(v) ? cj_new_list(c, 0, false, &items) : cj_iter_list(c, v, &items)) return -1;
     cj_list *l = cj_L(items);
     int r = cj_new_list(c, 0, false, out);
     for (size_t i = 0; !r && i < l->n; i++) {
@@ -683,6 +684,10 @@ static int f_unique(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
     if (!r) r = cj_new_list(c, 0, false, out);
     for (size_t i = 0; !r && i < l->n; i++) {
         bool seen = false;
+        if (!cj_hashable(keys[i])) {
+            r = cj_fail(c, "unhashable type: '%s'", cj_type_name(keys[i]));
+            break;
+        }
         for (size_t j = 0; !seen && j < i; j++) {
             if (ci && keys[i].kind == CJ_STR && keys[j].kind == CJ_STR) {
                 int o;

@@ -103,7 +103,7 @@ static int str_method(cj_ctx *c, cj_val self, const char *name, const cj_args *a
             return 0;
         }
         int64_t at = cj_str_find(s, sub, name[0] == 'r');
-        if (at < 0 && (name[0] == 'i' || name[1] == 'i')) return cj_fail(c, "substring not found");
+        if (at < 0 && (!strcmp(name, "index") || !strcmp(name, "rindex"))) return cj_fail(c, "substring not found");
         *out = cj_int(at);
         return 0;
     }

@@ -61,6 +61,16 @@ static bool eq_d(cj_val a, cj_val b, int depth) {
 
 bool cj_eq(cj_val a, cj_val b) { return eq_d(a, b, 0); }
 
+bool cj_hashable(cj_val v) {
+    if (v.kind == CJ_LIST) {
+        if (!cj_L(v)->tuple) return false;
+        for (size_t i = 0; i < cj_L(v)->n; i++)
+            if (!cj_hashable(cj_L(v)->v[i])) return false;
+        return true;
+    }
+    return v.kind != CJ_DICT && v.kind != CJ_NS && v.kind != CJ_LOOP;
+}
+
 static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn) {
     size_t m = an < bn ? an : bn;
     int r = m ? memcmp(a, b, m) : 0;
@@ -131,7 +141,10 @@ int cj_contains(cj_ctx *c, cj_val hay, cj_val needle, bool *out) {
         for (size_t i = 0; i < l->n && !*out; i++) *out = cj_eq(l->v[i], needle);
         return 0;
     }
-    case CJ_DICT: *out = cj_dict_find(hay, needle) >= 0; return 0;
+    case CJ_DICT:
+        if (!cj_hashable(needle)) return cj_fail(c, "unhashable type: '%s'", cj_type_name(needle));
+        *out = cj_dict_find(hay, needle) >= 0;
+        return 0;
     case CJ_UNDEF: *out = false; return 0; /* iterating Undefined yields nothing */
     default: return cj_fail(c, "argument of type '%s' is not iterable", cj_type_name(hay));
     }
@@ -505,7 +518,10 @@ int cj_slice(cj_ctx *c, cj_val obj, const cj_val *startv, const cj_val *stopv, c
     if (slice_bound(c, startv, &hs, &start) || slice_bound(c, stopv, &he, &stop) || slice_bound(c, stepv, &hp, &step)) return -1;
     if (!hp) step = 1;
     if (step == 0) return cj_fail(c, "slice step cannot be zero");
-    if (obj.kind != CJ_LIST && obj.kind != CJ_STR) return cj_new_undef(c, out, "'%s' object is not subscriptable", cj_type_name(obj));
+    /* Jinja compiles x[a:b] to a plain Python subscript (no safe getitem),
+     * so slicing anything but a sequence raises */
+    if (obj.kind == CJ_DICT) return cj_fail(c, "unhashable type: 'slice'");
+    if (obj.kind != CJ_LIST && obj.kind != CJ_STR) return cj_fail(c, "'%s' object is not subscriptable", cj_type_name(obj));
 
     /* code point offsets of a string, so indices count characters */
     size_t *offs = NULL;

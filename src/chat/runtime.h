@@ -173,6 +173,8 @@ int cj_fail_buf(cj_ctx *c);
 /* ---- operators (ops.c) ---- */
 bool cj_truthy(cj_val v);
 bool cj_eq(cj_val a, cj_val b);
+/* Python hashability (dict keys, set members): no lists, dicts, namespaces. */
+bool cj_hashable(cj_val v);
 /* op is CJ_OP_EQ/NE/LT/LTEQ/GT/GTEQ/IN/NOTIN. */
 int cj_compare(cj_ctx *c, int op, cj_val a, cj_val b, bool *out);
 int cj_contains(cj_ctx *c, cj_val hay, cj_val needle, bool *out);
