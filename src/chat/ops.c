@@ -31,6 +31,7 @@ static bool eq_d(cj_val a, cj_val b, int depth) {
         return cj_as_int(a) == cj_as_int(b);
     }
     if (a.kind != b.kind) return false;
+    if (a.kind >= CJ_STR && a.kind != CJ_FUNC && a.o == b.o) return true; /* Python's identity shortcut */
     /* containers nested past the limit compare unequal rather than
      * recursing without bound */
     if (depth > CJ_MAX_NEST) return false;
