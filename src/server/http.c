@@ -447,6 +447,15 @@ static int build_prompt(http_req *r, int32_t **ids, int *n, tk_api_error *e) {
     tk_err err;
     *ids = NULL;
     *n = 0;
+    size_t text_len = r->api.prompt_text ? r->api.prompt_len : 0;
+    for (int i = 0; i < r->api.n_msgs; i++) text_len += strlen(r->api.msgs[i].content);
+    if (text_len > s->max_text_bytes) {
+        tk_api_error_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                         r->api.kind == TK_API_CHAT ? "messages" : "prompt",
+                         "This model's maximum context length is %d tokens; the prompt (%zu bytes) is far longer.",
+                         s->ctx_len, text_len);
+        return -1;
+    }
     if (r->api.kind == TK_API_CHAT) {
         char *text = NULL;
         if (tk_chat_template_render(s->tmpl, r->api.msgs, r->api.n_msgs, true, s->bos_text, s->eos_text, &text,
@@ -771,6 +780,19 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
     s->kv_blocks_total = ms.kv_blocks;
+    /* No token stands for more text than 4x its longest stored piece (pieces
+     * spell spaces as 3-byte U+2581, bytes as <0xNN>), so text beyond that
+     * bound times the context is over the context for sure; refusing it
+     * before tokenizing keeps a 1 MiB prompt from costing a second of CPU. */
+    size_t longest = 1;
+    if (s->tok) {
+        for (int i = 0; i < tk_tokenizer_n_vocab(s->tok); i++) {
+            const char *p = tk_tokenizer_piece(s->tok, i);
+            size_t n = p ? strlen(p) : 0;
+            if (n > longest) longest = n;
+        }
+    }
+    s->max_text_bytes = (size_t)s->ctx_len * longest * 4 + 1024;
     if (!s->tok) return tk_err_set(err, "the model has no tokenizer");
 
     struct sockaddr_storage ss;

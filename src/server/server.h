@@ -38,6 +38,7 @@ typedef struct tk_server {
     tk_server_config cfg;
     int ctx_len, n_vocab;
     int kv_blocks_total;       /* the pool size, for /metrics before the first step */
+    size_t max_text_bytes;     /* longer prompt text cannot fit the context: refuse it untokenized */
     time_t created;
     char fingerprint[40];
     uint64_t id_salt;

@@ -458,6 +458,8 @@ def test_error_openai_client(client):
 def test_error_http_level(server):
     big = json.dumps({"prompt": "a" * (1100 * 1024)})
     assert_error(raw_post(server, "/v1/completions", big), 413)
+    err = assert_error(raw_post(server, "/v1/completions", {"prompt": "ab" * 400000}), 400, "prompt")
+    assert err["code"] == "context_length_exceeded"
     assert_error(requests.get(server.url + "/v1/nothing", headers=server.headers(), timeout=10), 404)
     assert_error(requests.get(server.url + "/v1/completions", headers=server.headers(), timeout=10), 405)
     assert_error(requests.post(server.url + "/health", timeout=10), 405)
