@@ -35,6 +35,8 @@ typedef struct tk_engine_config {
     size_t kv_memory;           /* KV pool bytes; 0: enough for max_seqs full contexts */
     bool no_prefix_cache;       /* disable automatic prefix caching */
     int max_waiting;            /* bound of the waiting queue; 0: 256 */
+    bool reference_kernels;     /* float32 dequantize-and-multiply everywhere (also env TK_REFERENCE=1):
+                                   the numerical reference, slow */
 } tk_engine_config;
 
 /* One batch: parallel arrays of n_tokens entries. */

@@ -66,7 +66,9 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         tk_err_set(err, "out of memory");
         goto fail;
     }
-    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, tk_pool_size(e->pool), err)) goto fail;
+    const char *ref_env = getenv("TK_REFERENCE");
+    bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
+    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, tk_pool_size(e->pool), reference, err)) goto fail;
     if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, err)) goto fail;
     *out = e;
     return 0;

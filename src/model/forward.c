@@ -9,7 +9,8 @@
 #include "../kernels/ops.h"
 #include "model.h"
 
-int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int n_threads, tk_err *err) {
+int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int n_threads, bool reference,
+                       tk_err *err) {
     memset(ws, 0, sizeof *ws);
     const tk_hparams *hp = &m->hp;
     if (max_tokens <= 0) return tk_err_set(err, "invalid batch capacity %d", max_tokens);
@@ -30,18 +31,20 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
     ws->logits_in = malloc(T * hp->dim * sizeof(float));
     ws->rope_cos = malloc(T * half * sizeof(float));
     ws->rope_sin = malloc(T * half * sizeof(float));
-    /* Dequantized-row scratch: the longest row of any matrix. */
+    /* Matmul inputs: the longest row of any matrix. */
     size_t longest = (size_t)hp->dim;
     if ((size_t)hp->ffn_dim > longest) longest = hp->ffn_dim;
     if (q_dim > longest) longest = q_dim;
-    ws->scratch_stride = longest;
-    ws->scratch = malloc(longest * (size_t)n_threads * sizeof(float));
+    if (tk_matmul_ws_init(&ws->mm, tk_cpu_isa(), reference, max_tokens, (int64_t)longest, n_threads, err)) {
+        tk_forward_ws_free(ws);
+        return -1;
+    }
     int group = hp->n_heads / hp->n_kv_heads;
     /* Per thread: group accumulators (hd each), running max/sum, scores. */
     size_t att_floats = (size_t)group * (hp->head_dim + 2) + 1024;
     ws->att_scratch = malloc(att_floats * (size_t)n_threads * sizeof(float));
     if (!ws->x || !ws->xn || !ws->q || !ws->k || !ws->v || !ws->att || !ws->h1 || !ws->h2 || !ws->logits_in ||
-        !ws->rope_cos || !ws->rope_sin || !ws->scratch || !ws->att_scratch) {
+        !ws->rope_cos || !ws->rope_sin || !ws->att_scratch) {
         tk_forward_ws_free(ws);
         return tk_err_set(err, "out of memory for the forward workspace (%d tokens)", max_tokens);
     }
@@ -60,7 +63,7 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     free(ws->logits_in);
     free(ws->rope_cos);
     free(ws->rope_sin);
-    free(ws->scratch);
+    tk_matmul_ws_free(&ws->mm);
     free(ws->att_scratch);
     memset(ws, 0, sizeof *ws);
 }
@@ -202,9 +205,12 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             ws->observe(ws->observe_ctx, l, L->wk, ws->xn, T, D);
             ws->observe(ws->observe_ctx, l, L->wv, ws->xn, T, D);
         }
-        tk_matmul(pool, L->wq, ws->xn, D, T, ws->q, q_dim, ws->scratch);
-        tk_matmul(pool, L->wk, ws->xn, D, T, ws->k, kv_dim, ws->scratch);
-        tk_matmul(pool, L->wv, ws->xn, D, T, ws->v, kv_dim, ws->scratch);
+        {
+            const tk_tensor *w[3] = {L->wq, L->wk, L->wv};
+            float *y[3] = {ws->q, ws->k, ws->v};
+            int64_t ld[3] = {q_dim, kv_dim, kv_dim};
+            tk_matmul_n(pool, &ws->mm, 3, w, ws->xn, D, T, y, ld);
+        }
         for (int t = 0; t < T; t++) {
             const float *c = ws->rope_cos + (size_t)t * half, *s = ws->rope_sin + (size_t)t * half;
             for (int h = 0; h < hp->n_heads; h++)
@@ -222,7 +228,7 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
                        (size_t)(hp->n_heads / hp->n_kv_heads) * (hd + 2) + 1024};
         tk_pool_run(pool, T * hp->n_kv_heads, attn_task, &aj);
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->wo, ws->att, T, q_dim);
-        tk_matmul(pool, L->wo, ws->att, q_dim, T, ws->xn, D, ws->scratch);
+        tk_matmul(pool, &ws->mm, L->wo, ws->att, q_dim, T, ws->xn, D);
         for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
 
         for (int t = 0; t < T; t++)
@@ -231,11 +237,15 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             ws->observe(ws->observe_ctx, l, L->w_gate, ws->xn, T, D);
             ws->observe(ws->observe_ctx, l, L->w_up, ws->xn, T, D);
         }
-        tk_matmul(pool, L->w_gate, ws->xn, D, T, ws->h1, F, ws->scratch);
-        tk_matmul(pool, L->w_up, ws->xn, D, T, ws->h2, F, ws->scratch);
+        {
+            const tk_tensor *w[2] = {L->w_gate, L->w_up};
+            float *y[2] = {ws->h1, ws->h2};
+            int64_t ld[2] = {F, F};
+            tk_matmul_n(pool, &ws->mm, 2, w, ws->xn, D, T, y, ld);
+        }
         for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_silu(ws->h1[i]) * ws->h2[i];
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->w_down, ws->h1, T, F);
-        tk_matmul(pool, L->w_down, ws->h1, F, T, ws->xn, D, ws->scratch);
+        tk_matmul(pool, &ws->mm, L->w_down, ws->h1, F, T, ws->xn, D);
         for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
     }
 
@@ -248,6 +258,6 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         if (batch->logits[t])
             tk_rmsnorm(ws->logits_in + (size_t)n_out++ * D, ws->x + (size_t)t * D, m->w.output_norm, D,
                        hp->norm_eps);
-    if (n_out) tk_matmul(pool, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab, ws->scratch);
+    if (n_out) tk_matmul(pool, &ws->mm, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab);
     return 0;
 }

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../formats/source.h"
+#include "../kernels/matmul.h"
 #include "../kernels/threadpool.h"
 #include "../kv/kv.h"
 #include "arch.h"
@@ -42,8 +43,7 @@ typedef struct tk_forward_ws {
     int max_ctx;
     float *x, *xn, *q, *k, *v, *att, *h1, *h2, *logits_in;
     float *rope_cos, *rope_sin; /* [max_tokens][head_dim/2] */
-    float *scratch;             /* per-thread dequant rows */
-    size_t scratch_stride;
+    tk_matmul_ws mm;            /* packed activations, dequant rows */
     float *att_scratch;         /* per-thread attention accumulators */
     int n_threads;
     /* Optional: called with the input of every weight matmul (calibration
@@ -57,7 +57,8 @@ int tk_model_load(const char *path, tk_model *m, tk_err *err);
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err);
 void tk_model_free(tk_model *m);
 
-int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int n_threads, tk_err *err);
+int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int n_threads, bool reference,
+                       tk_err *err);
 void tk_forward_ws_free(tk_forward_ws *ws);
 
 /* Runs the batch.  Every token's sequence must already have KV blocks
