@@ -126,13 +126,14 @@ static void usage(FILE *f) {
                "  --no-bandwidth   skip the memory bandwidth measurement\n"
                "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
                "                   context (prefill t/s, decode ms/token), with the peak RSS\n"
-               "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n");
+               "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n"
+               "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,residual\n");
 }
 
 int tk_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *cmd = "bench";
     int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1;
-    const char *contexts = NULL, *kv_type = NULL;
+    const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int rc = 0;
@@ -149,6 +150,7 @@ int tk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--no-bandwidth")) bandwidth = 0;
         else if (!strcmp(a, "--context")) rc = tk_arg_str(cmd, argc, argv, &i, &contexts);
         else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_type);
+        else if (!strcmp(a, "--fuse")) rc = tk_arg_str(cmd, argc, argv, &i, &fusions);
         else {
             fprintf(stderr, "tokamak bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -178,7 +180,7 @@ int tk_cmd_bench(int argc, char **argv) {
     int max_seqs = batch > 1 ? batch : 1;
     tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
                             .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
-                            .no_prefix_cache = true, .kv_type = kv_type};
+                            .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions};
     if (cfg.max_batch_tokens < 1) cfg.max_batch_tokens = 1;
     tk_engine *e;
     tk_err err;

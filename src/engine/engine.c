@@ -15,6 +15,26 @@
 #include "engine_internal.h"
 
 
+/* "all", "none" or a comma-separated list of fusion names. */
+static int parse_fusions(const char *spec, unsigned *out, tk_err *err) {
+    static const struct { const char *name; unsigned bit; } names[] = {
+        {"norm-quant", TK_FUSE_NORM_QUANT}, {"glu", TK_FUSE_GLU}, {"rope-kv", TK_FUSE_ROPE_KV},
+        {"residual", TK_FUSE_RESIDUAL}, {"all", TK_FUSE_ALL}, {"none", 0}};
+    unsigned bits = 0;
+    for (const char *p = spec; *p;) {
+        size_t n = strcspn(p, ",");
+        size_t k = 0, count = sizeof names / sizeof names[0];
+        while (k < count && !(strlen(names[k].name) == n && !strncmp(names[k].name, p, n))) k++;
+        if (k == count) return tk_err_set(err, "unknown fusion '%.*s' (norm-quant, glu, rope-kv, residual, all, none)",
+                                          (int)n, p);
+        bits |= names[k].bit;
+        p += n;
+        if (*p == ',') p++;
+    }
+    *out = bits;
+    return 0;
+}
+
 int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     *out = NULL;
     tk_engine *e = calloc(1, sizeof *e);
@@ -80,6 +100,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
     if (tk_forward_ws_init(&e->ws, &e->model, max_batch, e->ctx_len, block, tk_pool_size(e->pool), reference, err))
         goto fail;
+    const char *fuse = cfg->fusions ? cfg->fusions : getenv("TK_FUSE");
+    if (fuse && parse_fusions(fuse, &e->ws.fuse, err)) goto fail;
     if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, err)) goto fail;
     *out = e;
     return 0;
