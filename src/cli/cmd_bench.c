@@ -96,24 +96,26 @@ static double measure_bandwidth(int threads) {
     return best;
 }
 
-/* Feeds n tokens of one sequence starting at pos, in chunks; only the last
- * token asks for logits. */
-static int feed(tk_engine *e, int seq, const int32_t *tok, int n, int pos, int chunk, float *logits, tk_err *err) {
-    int32_t *p = malloc(sizeof(int32_t) * (size_t)chunk), *s = malloc(sizeof(int32_t) * (size_t)chunk);
-    uint8_t *f = malloc((size_t)chunk);
+/* Batch arrays allocated once, so the timed loops do not allocate. */
+typedef struct feeder {
+    int32_t *pos, *seq;
+    uint8_t *flag;
+    int cap;
+} feeder;
+
+/* Feeds n tokens of one sequence starting at pos, in chunks of at most
+ * f->cap; only the last token asks for logits. */
+static int feed(tk_engine *e, feeder *f, int seq, const int32_t *tok, int n, int pos, float *logits, tk_err *err) {
     int rc = 0;
-    for (int done = 0; done < n && rc == 0; done += chunk) {
-        int m = n - done < chunk ? n - done : chunk;
+    for (int done = 0; done < n && rc == 0; done += f->cap) {
+        int m = n - done < f->cap ? n - done : f->cap;
         for (int i = 0; i < m; i++) {
-            p[i] = pos + done + i;
-            s[i] = seq;
-            f[i] = done + i == n - 1;
+            f->pos[i] = pos + done + i;
+            f->seq[i] = seq;
+            f->flag[i] = done + i == n - 1;
         }
-        rc = tk_engine_decode(e, &(tk_batch){m, (int32_t *)tok + done, p, s, f}, logits, err);
+        rc = tk_engine_decode(e, &(tk_batch){m, (int32_t *)tok + done, f->pos, f->seq, f->flag}, logits, err);
     }
-    free(p);
-    free(s);
-    free(f);
     return rc;
 }
 
@@ -200,16 +202,18 @@ int tk_cmd_bench(int argc, char **argv) {
         tokens[i] = (int32_t)((x >> 33) % (uint64_t)nv);
     }
     stat_acc pp_acc = {0}, tg_acc = {0}, b_acc = {0};
+    feeder fd = {malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens), malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens),
+                 malloc((size_t)cfg.max_batch_tokens), cfg.max_batch_tokens};
     int rc = 0;
     /* warm-up: touch the weights once */
     int seq = tk_engine_seq_new(e, &err);
-    rc |= feed(e, seq, tokens, 4, 0, cfg.max_batch_tokens, logits, &err);
+    rc |= feed(e, &fd, seq, tokens, 4, 0, logits, &err);
     tk_engine_seq_free(e, seq);
     for (int r = 0; r < reps && rc == 0; r++) {
         if (pp > 0) {
             seq = tk_engine_seq_new(e, &err);
             double t0 = now_seconds();
-            rc |= feed(e, seq, tokens, pp, 0, cfg.max_batch_tokens, logits, &err);
+            rc |= feed(e, &fd, seq, tokens, pp, 0, logits, &err);
             acc_add(&pp_acc, pp / (now_seconds() - t0));
             tk_engine_seq_free(e, seq);
         }
@@ -217,7 +221,7 @@ int tk_cmd_bench(int argc, char **argv) {
             /* decode from an empty context, one token per pass, as llama-bench's tgN */
             seq = tk_engine_seq_new(e, &err);
             double t0 = now_seconds();
-            for (int i = 0; i < tg && rc == 0; i++) rc |= feed(e, seq, tokens + i, 1, i, 1, logits, &err);
+            for (int i = 0; i < tg && rc == 0; i++) rc |= feed(e, &fd, seq, tokens + i, 1, i, logits, &err);
             acc_add(&tg_acc, tg / (now_seconds() - t0));
             tk_engine_seq_free(e, seq);
         }
@@ -227,7 +231,7 @@ int tk_cmd_bench(int argc, char **argv) {
             uint8_t bf[1024];
             for (int s = 0; s < batch; s++) {
                 seqs[s] = tk_engine_seq_new(e, &err);
-                rc |= feed(e, seqs[s], tokens + s, 8, 0, cfg.max_batch_tokens, logits, &err);
+                rc |= feed(e, &fd, seqs[s], tokens + s, 8, 0, logits, &err);
             }
             double t0 = now_seconds();
             for (int i = 0; i < tg && rc == 0; i++) {
@@ -249,12 +253,12 @@ int tk_cmd_bench(int argc, char **argv) {
     for (int c = 0; c < n_ctx_list && rc == 0; c++) {
         seq = tk_engine_seq_new(e, &err);
         double t0 = now_seconds();
-        rc |= feed(e, seq, tokens, ctx_list[c], 0, cfg.max_batch_tokens, logits, &err);
+        rc |= feed(e, &fd, seq, tokens, ctx_list[c], 0, logits, &err);
         ctx_pp[c] = ctx_list[c] / (now_seconds() - t0);
         int n_dec = tg > 0 ? tg : 16;
         t0 = now_seconds();
         for (int i = 0; i < n_dec && rc == 0; i++)
-            rc |= feed(e, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, 1, logits, &err);
+            rc |= feed(e, &fd, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
         ctx_tg_ms[c] = 1e3 * (now_seconds() - t0) / n_dec;
         ctx_rss[c] = tk_peak_rss();
         tk_engine_seq_free(e, seq);
@@ -263,6 +267,9 @@ int tk_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "tokamak bench: %s\n", err.msg);
         free(tokens);
         free(logits);
+        free(fd.pos);
+        free(fd.seq);
+        free(fd.flag);
         tk_engine_close(e);
         return 1;
     }
@@ -315,6 +322,9 @@ int tk_cmd_bench(int argc, char **argv) {
     }
     free(tokens);
     free(logits);
+    free(fd.pos);
+    free(fd.seq);
+    free(fd.flag);
     tk_engine_close(e);
     return 0;
 }
