@@ -364,6 +364,13 @@ static void test_limits(void) {
         {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursion too deep"},
         {"{% set ns = namespace() %}{% set ns.me = ns %}{{ ns }}", "nested too deeply"},
         {"{{ 2 ** 64 }}", "integer overflow"},
+        /* output buffers of nested macro calls count toward the memory limit */
+        {"{% macro f(n) %}{{ 'x' * 20000000 }}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "memory limit"},
+        /* repeated scans of a big string count toward the work limit */
+        {"{% set s = 'x' * 20000000 %}{% for i in range(1000) %}{% for j in range(1000) %}{% if 'y' in s %}{% endif %}"
+         "{% endfor %}{% endfor %}", "work limit"},
+        {"{% set s = 'x' * 20000000 %}{% for i in range(1000) %}{% for j in range(1000) %}{{ s | length }}"
+         "{% endfor %}{% endfor %}", "work limit"},
     };
     for (int i = 0; i < N(cases); i++) {
         out = render_simple(cases[i].src, &err);

@@ -9,6 +9,8 @@ void cj_buf_init(cj_buf *b, size_t limit) {
     b->p = NULL;
     b->n = b->cap = 0;
     b->limit = limit;
+    b->acct = NULL;
+    b->acct_limit = 0;
 }
 
 int cj_buf_put(cj_buf *b, const void *s, size_t n) {
@@ -16,8 +18,10 @@ int cj_buf_put(cj_buf *b, const void *s, size_t n) {
     if (b->n + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n + 1) cap *= 2;
+        if (b->acct && cap - b->cap > b->acct_limit - *b->acct) return -1;
         char *p = realloc(b->p, cap);
         if (!p) return -1;
+        if (b->acct) *b->acct += cap - b->cap;
         b->p = p;
         b->cap = cap;
     }
@@ -50,6 +54,7 @@ int cj_buf_printf(cj_buf *b, const char *fmt, ...) {
 }
 
 void cj_buf_free(cj_buf *b) {
+    if (b->acct) *b->acct -= b->cap;
     free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;

@@ -11,6 +11,10 @@ typedef struct cj_buf {
     char *p;
     size_t n, cap;
     size_t limit;
+    /* optional shared memory account: capacity is charged to *acct and
+     * growth fails past acct_limit (so buffers count toward a render's
+     * memory limit together with its values) */
+    size_t *acct, acct_limit;
 } cj_buf;
 
 void cj_buf_init(cj_buf *b, size_t limit);

@@ -50,6 +50,7 @@ static int affix(cj_ctx *c, const cj_str *s, const cj_args *a, bool start, cj_va
 static int str_method(cj_ctx *c, cj_val self, const char *name, const cj_args *a, cj_val *out) {
     const cj_str *s = cj_S(self);
     const cj_val *sl[3];
+    if (cj_charge_work(c, s->len)) return -1; /* every str method scans the string at most a few times */
     if (!strcmp(name, "strip") || !strcmp(name, "lstrip") || !strcmp(name, "rstrip")) {
         static const char *const pn[] = {"chars"};
         const cj_str *chars;

@@ -130,6 +130,7 @@ int cj_order(cj_ctx *c, cj_val a, cj_val b, bool case_insensitive, int *out) {
 int cj_contains(cj_ctx *c, cj_val hay, cj_val needle, bool *out) {
     switch (hay.kind) {
     case CJ_STR:
+        if (cj_charge_work(c, cj_S(hay)->len)) return -1; /* scans count toward the work budget */
         if (needle.kind == CJ_UNDEF) return cj_fail_undefined(c, needle);
         if (needle.kind != CJ_STR)
             return cj_fail(c, "'in <string>' requires string as left operand, not %s", cj_type_name(needle));
@@ -138,6 +139,7 @@ int cj_contains(cj_ctx *c, cj_val hay, cj_val needle, bool *out) {
         return 0;
     case CJ_LIST: {
         cj_list *l = cj_L(hay);
+        if (cj_charge_work(c, l->n * sizeof(cj_val))) return -1;
         *out = false;
         for (size_t i = 0; i < l->n && !*out; i++) *out = cj_eq(l->v[i], needle);
         return 0;
@@ -153,6 +155,9 @@ int cj_contains(cj_ctx *c, cj_val hay, cj_val needle, bool *out) {
 
 int cj_compare(cj_ctx *c, int op, cj_val a, cj_val b, bool *out) {
     int r;
+    if ((op == CJ_OP_EQ || op == CJ_OP_NE) && a.kind == CJ_STR && b.kind == CJ_STR &&
+        cj_charge_work(c, cj_S(a)->len < cj_S(b)->len ? cj_S(a)->len : cj_S(b)->len))
+        return -1;
     switch (op) {
     case CJ_OP_EQ: *out = cj_eq(a, b); return 0;
     case CJ_OP_NE: *out = !cj_eq(a, b); return 0;
@@ -178,14 +183,9 @@ static int repeat(cj_ctx *c, cj_val seq, int64_t times, cj_val *out) {
     if (seq.kind == CJ_STR) {
         size_t n = cj_S(seq)->len;
         if (n && (uint64_t)times > c->out_limit / n) return cj_fail_buf(c);
-        cj_buf b;
-        cj_tmpbuf(c, &b);
-        for (int64_t k = 0; k < times; k++)
-            if (cj_buf_put(&b, cj_S(seq)->s, n)) {
-                cj_buf_free(&b);
-                return cj_fail_buf(c);
-            }
-        return cj_buf_to_str(c, &b, out);
+        if (cj_new_str(c, NULL, n * (size_t)times, out)) return -1;
+        for (int64_t k = 0; k < times; k++) memcpy(cj_S(*out)->s + (size_t)k * n, cj_S(seq)->s, n);
+        return 0;
     }
     cj_list *l = cj_L(seq);
     if (l->n && (uint64_t)times > c->mem_limit / (l->n * sizeof(cj_val)))
@@ -341,7 +341,10 @@ int cj_negate(cj_ctx *c, cj_val a, bool neg, cj_val *out) {
 int cj_len(cj_ctx *c, cj_val v, int64_t *out) {
     switch (v.kind) {
     case CJ_UNDEF: *out = 0; return 0;
-    case CJ_STR: *out = (int64_t)cj_u8_count(cj_S(v)->s, cj_S(v)->len); return 0;
+    case CJ_STR:
+        if (cj_charge_work(c, cj_S(v)->len)) return -1;
+        *out = (int64_t)cj_u8_count(cj_S(v)->s, cj_S(v)->len);
+        return 0;
     case CJ_LIST: *out = (int64_t)cj_L(v)->n; return 0;
     case CJ_DICT: *out = (int64_t)cj_D(v)->n; return 0;
     case CJ_LOOP: *out = ((cj_loop *)v.o)->length; return 0;
@@ -469,6 +472,7 @@ int cj_getitem(cj_ctx *c, cj_val obj, cj_val key, cj_val *out) {
     case CJ_STR:
         if (cj_is_intlike(key)) {
             cj_str *s = cj_S(obj);
+            if (cj_charge_work(c, s->len)) return -1;
             int64_t n = (int64_t)cj_u8_count(s->s, s->len);
             if (norm_index(cj_as_int(key), n, &idx)) {
                 size_t a = cp_offset(s->s, s->len, idx), b = a;

@@ -406,8 +406,7 @@ static cj_node *parse_call(P *p, cj_node *callee) {
 static char *dotted_name(P *p) {
     const cj_tok *t = expect_name(p);
     if (!t) return NULL;
-    size_t start = (size_t)(t->s - p->t[0].s), len = t->n;
-    (void)start;
+    size_t len = t->n;
     char buf[128];
     if (t->n >= sizeof buf) return fail_at(p, t, "name too long");
     memcpy(buf, t->s, t->n);

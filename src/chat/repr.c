@@ -27,10 +27,15 @@ const char *cj_type_name(cj_val v) {
     return "object";
 }
 
-void cj_tmpbuf(cj_ctx *c, cj_buf *b) { cj_buf_init(b, c->out_limit); }
+void cj_tmpbuf(cj_ctx *c, cj_buf *b) {
+    cj_buf_init(b, c->out_limit);
+    b->acct = &c->mem;
+    b->acct_limit = c->mem_limit;
+}
 
 int cj_fail_buf(cj_ctx *c) {
-    return cj_fail(c, "template output exceeded its size limit (%zu bytes) or memory ran out", c->out_limit);
+    return cj_fail(c, "template output exceeded its size limit (%zu bytes) or its memory limit (%zu bytes)",
+                   c->out_limit, c->mem_limit);
 }
 
 int cj_buf_to_str(cj_ctx *c, cj_buf *b, cj_val *out) {

@@ -137,6 +137,7 @@ void cj_unref(cj_ctx *c, cj_val v);
 /* Charges n bytes of transient work (e.g. a temporary buffer) to the budget. */
 int cj_charge_work(cj_ctx *c, size_t n);
 
+/* s may be NULL: a zeroed string of n bytes that the caller fills before sharing it. */
 int cj_new_str(cj_ctx *c, const char *s, size_t n, cj_val *out);
 int cj_new_strz(cj_ctx *c, const char *s, cj_val *out);
 /* Undefined carrying a hint message (printf-style). */

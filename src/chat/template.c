@@ -20,7 +20,7 @@
 #define CJ_MAX_ARENA (64u << 20)          /* tokens + syntax tree */
 #define CJ_MAX_OUTPUT ((size_t)64 << 20)  /* rendered text, and any one string */
 #define CJ_MAX_MEMORY ((size_t)256 << 20) /* live values */
-#define CJ_MAX_WORK ((uint64_t)2 << 30)   /* bytes allocated over a render */
+#define CJ_MAX_WORK ((uint64_t)1 << 30)   /* bytes allocated or scanned over a render */
 #define CJ_MAX_STEPS 1000000              /* loop iterations + macro calls */
 #define CJ_MAX_EVAL_DEPTH 1000            /* evaluator recursion (incl. macro calls) */
 
@@ -99,7 +99,7 @@ int tk_chat_template_render(const tk_chat_template *t, const tk_chat_msg *msgs, 
     c.depth_limit = CJ_MAX_EVAL_DEPTH;
     c.out_limit = CJ_MAX_OUTPUT;
     cj_buf buf;
-    cj_buf_init(&buf, CJ_MAX_OUTPUT);
+    cj_tmpbuf(&c, &buf);
     c.out = &buf;
     cj_scope root = {0};
     c.root = c.scope = &root;
@@ -118,6 +118,6 @@ int tk_chat_template_render(const tk_chat_template *t, const tk_chat_msg *msgs, 
         return -1;
     }
     if (!buf.p && cj_buf_put(&buf, "", 0)) return tk_err_set(err, "out of memory");
-    *out = buf.p;
+    *out = buf.p; /* the context (and its memory account) is gone: hand over the raw buffer */
     return 0;
 }

@@ -70,7 +70,8 @@ int cj_u8_put(uint32_t cp, char out[4]) {
 size_t cj_u8_count(const char *s, size_t n) {
     size_t i = 0, k = 0;
     while (i < n) {
-        cj_u8_next(s, n, &i);
+        if ((unsigned char)s[i] < 0x80) i++; /* ASCII fast path */
+        else cj_u8_next(s, n, &i);
         k++;
     }
     return k;

@@ -138,7 +138,7 @@ int cj_new_str(cj_ctx *c, const char *s, size_t n, cj_val *out) {
     cj_str *o = obj_new(c, CJ_STR, sizeof(cj_str) + n + 1);
     if (!o) return -1;
     o->len = n;
-    if (n) memcpy(o->s, s, n);
+    if (n && s) memcpy(o->s, s, n); /* s == NULL: zeroed, for the caller to fill */
     o->s[n] = 0;
     out->kind = CJ_STR;
     out->o = &o->h;

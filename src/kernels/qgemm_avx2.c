@@ -159,8 +159,18 @@ static void quant_q8_K(const float *x, void *out, int64_t n) {
 /* ================= gemm driver ================= */
 
 /* A micro-kernel: rows w[0..MR), tokens a[0..NT), full depth; writes
- * out[i * 4 + j] for row i, token j. */
-typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, float *out);
+ * out[i * 4 + j] for row i, token j.  If pf is not 0, the kernel
+ * prefetches the weights pf bytes ahead of those it reads (the next row
+ * tile), which the hardware prefetchers alone do not reach in time when the
+ * weights stream from DRAM once (decode). */
+typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, size_t pf, float *out);
+
+/* Prefetches bytes [off, off + len) of each row, pf bytes ahead. */
+AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
+    if (!pf) return;
+    for (size_t k = 0; k < len; k += 64)
+        for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(wp[i] + off + pf + k), _MM_HINT_T0);
+}
 
 /* Rows in tiles of mr (the last tile repeats its last row), tokens in
  * tiles of NT = 1..4 (kernels mk[nt - 1]); tokens grouped in chunks whose
@@ -168,6 +178,8 @@ typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, float *out);
 static void gemm_tiles(const mk_fn mk[4], int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
                        int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const uint8_t *W = w, *A = act;
+    /* weights streamed once: prefetch the next row tile */
+    const size_t pf = n_tok <= nt_max ? (size_t)mr * wrb : 0;
     int64_t chunk = (int64_t)(256 * 1024) / (int64_t)(arb ? arb : 1);
     chunk = chunk / nt_max * nt_max;
     if (chunk < nt_max) chunk = nt_max;
@@ -181,7 +193,7 @@ static void gemm_tiles(const mk_fn mk[4], int mr, int nt_max, const void *w, siz
                 bptr ap[4];
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 float out[8 * 4];
-                mk[nt - 1](wp, ap, n, out);
+                mk[nt - 1](wp, ap, n, pf, out);
                 for (int i = 0; i < mr && r + i < r1; i++)
                     for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * 4 + j];
                 t += nt;
@@ -200,17 +212,19 @@ AI size_t lbytes(int T) {
 AI int lsigned(int T) { return T == L_Q4_0 || T == L_Q5_0 || T == L_Q8_0 || T == L_IQ4_NL; }
 AI int lmin(int T) { return T == L_Q4_1 || T == L_Q5_1; }
 
-/* Unpacks one block: q (signed values, or unsigned for the _1 types), d, m. */
-AI __m256i lunpack(int T, bptr b, float *d, float *m) {
-    *d = ldh(b);
+/* Unpacks the quants of one block: signed values, or with U (unsigned
+ * form) the raw codes, value + loffset(T) (Q4_0, Q5_0; the _1 types are
+ * always unsigned). */
+AI int loffset(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : 0; }
+
+AI __m256i lunpack(int T, int U, bptr b) {
     switch (T) {
-    case L_Q4_0: return _mm256_sub_epi8(nib32(b + 2), _mm256_set1_epi8(8));
-    case L_Q4_1: *m = ldh(b + 2); return nib32(b + 4);
+    case L_Q4_0: return U ? nib32(b + 2) : _mm256_sub_epi8(nib32(b + 2), _mm256_set1_epi8(8));
+    case L_Q4_1: return nib32(b + 4);
     case L_Q5_0: /* (nib | bit << 4) - 16 == bit ? nib : nib | 0xF0 */
+        if (U) return _mm256_or_si256(nib32(b + 6), _mm256_and_si256(bits32(ldu32(b + 2)), _mm256_set1_epi8(0x10)));
         return _mm256_or_si256(nib32(b + 6), _mm256_andnot_si256(bits32(ldu32(b + 2)), _mm256_set1_epi8((char)0xF0)));
-    case L_Q5_1:
-        *m = ldh(b + 2);
-        return _mm256_or_si256(nib32(b + 8), _mm256_and_si256(bits32(ldu32(b + 4)), _mm256_set1_epi8(0x10)));
+    case L_Q5_1: return _mm256_or_si256(nib32(b + 8), _mm256_and_si256(bits32(ldu32(b + 4)), _mm256_set1_epi8(0x10)));
     case L_Q8_0: return ldu(b + 2);
     default: { /* IQ4_NL */
         const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
@@ -219,32 +233,63 @@ AI __m256i lunpack(int T, bptr b, float *d, float *m) {
     }
 }
 
-AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, float *out) {
+/* Four half floats at p0..p3 (unaligned) -> 4 floats; p[k] for k >= cnt
+ * may be anything readable (their lanes are unused). */
+AI __m128 ld4h(bptr p0, bptr p1, bptr p2, bptr p3) {
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, p0, 2);
+    memcpy(&h1, p1, 2);
+    memcpy(&h2, p2, 2);
+    memcpy(&h3, p3, 2);
+    const uint64_t v = (uint64_t)h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
+}
+
+/* Legacy micro-kernel, MR <= 4 rows, NT <= 4 tokens.  Per block and
+ * (row, token): isum = integer dot (exact), acc += float(isum) * (dw * da)
+ * (one fma per lane), where the 8 lanes hold partial sums of the int32
+ * pair sums.  The integer dot is computed with the sign trick, or - for
+ * Q4_0 / Q5_0 with few tokens - on the unsigned codes minus offset * (lane
+ * sums of a), which is cheaper when each activation block meets fewer
+ * weight blocks; both give the same integers. */
+AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
     const int64_t nb = n / 32;
     const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
-    __m256 acc[8][4];
-    float macc[8][4];
+    const int off = loffset(T) && NT <= 2; /* offset method */
+    const int sgn = lsigned(T) && !off;    /* sign trick */
+    __m256 acc[4][4];
+    float macc[4][4];
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
             acc[i][j] = _mm256_setzero_ps();
             macc[i][j] = 0.0f;
         }
     for (int64_t b = 0; b < nb; b++) {
-        __m256 da[4];
+        /* scale products s[j][i] = dw_i * da_j, broadcast from memory */
+        float daf[4], s[4][4];
+        const __m128 da4 = ld4h(ap[0] + b * ab, ap[NT > 1] + b * ab, ap[NT > 2 ? 2 : 0] + b * ab, ap[NT > 3 ? 3 : 0] + b * ab);
+        const __m128 dw4 = ld4h(wp[0] + b * wb, wp[MR > 1] + b * wb, wp[MR > 2 ? 2 : 0] + b * wb, wp[MR > 3 ? 3 : 0] + b * wb);
+        _mm_storeu_ps(daf, da4);
+        UNROLL for (int j = 0; j < NT; j++) _mm_storeu_ps(s[j], _mm_mul_ps(dw4, _mm_broadcast_ss(&daf[j])));
+        __m256i corr[4];
         float sa[4];
         UNROLL for (int j = 0; j < NT; j++) {
-            da[j] = _mm256_set1_ps(ldh(ap[j] + b * ab));
             if (lmin(T)) sa[j] = ldh(ap[j] + b * ab + 2);
+            if (off) /* offset * sums of a over each lane's 4 bytes */
+                corr[j] = madd1(_mm256_maddubs_epi16(_mm256_set1_epi8((char)loffset(T)), ldu(ap[j] + b * ab + aq)));
         }
+        pfetch(MR, wp, b * wb, 1, pf);
         UNROLL for (int i = 0; i < MR; i++) {
-            float d, m = 0.0f;
-            const __m256i q = lunpack(T, wp[i] + b * wb, &d, &m);
-            const __m256 dw = _mm256_set1_ps(d);
-            const __m256i aq_ = lsigned(T) ? _mm256_sign_epi8(q, q) : q;
+            const __m256i q = lunpack(T, off, wp[i] + b * wb);
+            const __m256i aq_ = sgn ? _mm256_sign_epi8(q, q) : q;
+            float m = 0.0f;
+            if (lmin(T)) m = ldh(wp[i] + b * wb + 2);
             UNROLL for (int j = 0; j < NT; j++) {
                 const __m256i a = ldu(ap[j] + b * ab + aq);
-                const __m256i p = lsigned(T) ? _mm256_maddubs_epi16(aq_, _mm256_sign_epi8(a, q))
-                                             : _mm256_maddubs_epi16(aq_, a);
-                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(madd1(p)), _mm256_mul_ps(dw, da[j]), acc[i][j]);
+                __m256i d32;
+                if (sgn) d32 = madd1(_mm256_maddubs_epi16(aq_, _mm256_sign_epi8(a, q)));
+                else d32 = madd1(_mm256_maddubs_epi16(aq_, a));
+                if (off) d32 = _mm256_sub_epi32(d32, corr[j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d32), _mm256_broadcast_ss(&s[j][i]), acc[i][j]);
                 if (lmin(T)) macc[i][j] += m * sa[j];
             }
         }
@@ -261,7 +306,7 @@ AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const
 AI __m256i bcast16(__m256i v, int k) { return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k))); }
 
 /* Q4_K: d dmin scales[12] qs[128]; Q5_K adds qh[32] before qs. */
-AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, float *out) {
+AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
     const int64_t nb = n / 256;
     const size_t wb = Q5 ? 176 : 144, qoff = Q5 ? 48 : 16;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -270,12 +315,13 @@ AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const 
     for (int64_t b = 0; b < nb; b++) {
         float da[4];
         UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * wb, wb, pf);
         UNROLL for (int i = 0; i < MR; i++) {
             const bptr x = wp[i] + b * wb;
             const float d = ldh(x), dmin = ldh(x + 2);
-            uint8_t sm[16];
-            tk_qk_k4_scales(x + 4, sm);
-            const __m128i smv = ldu128(sm);
+            uint64_t sc64, mn64;
+            tk_qk_k4_scales64(x + 4, &sc64, &mn64);
+            const __m128i smv = _mm_set_epi64x((long long)mn64, (long long)sc64);
             const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
             const __m128i m8 = _mm_srli_si128(smv, 8);
             const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
@@ -322,7 +368,7 @@ AI __m256i pair_scales(__m128i sc8, int k) {
  * 8h + 2g + l/16. */
 enum { K_Q2, K_Q3, K_Q6 };
 
-AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, float *out) {
+AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
     const int64_t nb = n / 256;
     const size_t wb = T == K_Q2 ? 84 : T == K_Q3 ? 110 : 210;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
@@ -331,6 +377,7 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
     for (int64_t b = 0; b < nb; b++) {
         float da[4];
         UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * wb, wb, pf);
         UNROLL for (int i = 0; i < MR; i++) {
             const bptr x = wp[i] + b * wb;
             float d, dmin = 0.0f;
@@ -343,9 +390,9 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
                 d = ldh(x + 80);
                 dmin = ldh(x + 82);
             } else if (T == K_Q3) {
-                int8_t s[16];
-                tk_qk_k3_scales(x + 96, s);
-                sc8 = ldu128(s);
+                uint64_t lo8, hi8;
+                tk_qk_k3_scales64(x + 96, &lo8, &hi8);
+                sc8 = _mm_sub_epi8(_mm_set_epi64x((long long)hi8, (long long)lo8), _mm_set1_epi8(32));
                 d = ldh(x + 108);
             } else {
                 sc8 = ldu128(x + 192);
@@ -405,7 +452,7 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
 }
 
 /* IQ4_XS: d scales_h scales_l[4] qs[128]; 8 sub-blocks of 32. */
-AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, float *out) {
+AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
     const int64_t nb = n / 256;
     const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
     __m256 acc[8][4];
@@ -413,16 +460,17 @@ AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int
     for (int64_t b = 0; b < nb; b++) {
         float da[4];
         UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * 136, 136, pf);
         UNROLL for (int i = 0; i < MR; i++) {
             const bptr x = wp[i] + b * 136;
-            tk_block_iq4_xs blk;
-            memcpy(&blk, x, 8); /* d, scales */
+            const __m256i scv = _mm256_broadcastsi128_si256(_mm_sub_epi16(
+                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)tk_qk_iq4xs_scales64(x + 2, x + 4))), _mm_set1_epi16(32)));
             __m256i isum[4];
             UNROLL for (int j = 0; j < NT; j++) isum[j] = _mm256_setzero_si256();
             UNROLL for (int s = 0; s < 8; s++) {
                 const __m256i q = _mm256_shuffle_epi8(kv, nib32(x + 8 + 16 * s));
                 const __m256i aq = _mm256_sign_epi8(q, q);
-                const __m256i sv = _mm256_set1_epi16((short)tk_qk_iq4xs_scale(&blk, s));
+                const __m256i sv = bcast16(scv, s);
                 UNROLL for (int j = 0; j < NT; j++) {
                     const __m256i a = ldu(ap[j] + b * QK_A + 4 + 32 * s);
                     const __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(a, q));
@@ -447,12 +495,13 @@ AI __m256 fload(int T, bptr p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ldu128(p)), 16));
 }
 
-AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, float *out) {
+AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
     const size_t es = T == F_F32 ? 4 : 2;
     __m256 acc[8][4];
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
+        if ((k * (int64_t)es) % 64 == 0) pfetch(MR, wp, (int64_t)es * k, 1, pf);
         __m256 a[4];
         UNROLL for (int j = 0; j < NT; j++) a[j] = _mm256_loadu_ps((const float *)(ap[j] + 4 * k));
         UNROLL for (int i = 0; i < MR; i++) {
@@ -481,10 +530,10 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 /* ================= instantiation ================= */
 
 #define MK4(NAME, MR, CALL)                                                                      \
-    static void NAME##_1(const bptr *w, const bptr *a, int64_t n, float *o) { CALL(MR, 1, w, a, n, o); } \
-    static void NAME##_2(const bptr *w, const bptr *a, int64_t n, float *o) { CALL(MR, 2, w, a, n, o); } \
-    static void NAME##_3(const bptr *w, const bptr *a, int64_t n, float *o) { CALL(MR, 3, w, a, n, o); } \
-    static void NAME##_4(const bptr *w, const bptr *a, int64_t n, float *o) { CALL(MR, 4, w, a, n, o); } \
+    static void NAME##_1(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 1, w, a, n, pf, o); } \
+    static void NAME##_2(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 2, w, a, n, pf, o); } \
+    static void NAME##_3(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 3, w, a, n, pf, o); } \
+    static void NAME##_4(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 4, w, a, n, pf, o); } \
     static const mk_fn NAME##_mk[4] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4};
 
 #define GEMM(NAME, MR, NTMAX)                                                                           \
@@ -511,28 +560,43 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 #define C_F16(MR, NT, ...) mk_float(F_F16, MR, NT, __VA_ARGS__)
 #define C_BF16(MR, NT, ...) mk_float(F_BF16, MR, NT, __VA_ARGS__)
 
-#ifndef TK_AVX2_MR
-#define TK_AVX2_MR 4
+/* Tile shapes (rows x tokens), tuned with bench_qgemm for 16 ymm
+ * registers (the file is built without AVX-512, so EVEX ymm16-31 are never
+ * used and this code is the one a Zen 3 runs). */
+#ifndef MR_L
+#define MR_L 3
 #endif
-#ifndef TK_AVX2_NT
-#define TK_AVX2_NT 3
+#ifndef NT_L
+#define NT_L 4
+#endif
+#ifndef MR_K
+#define MR_K 3
+#endif
+#ifndef NT_K
+#define NT_K 4
+#endif
+#ifndef MR_F
+#define MR_F 4
+#endif
+#ifndef NT_F
+#define NT_F 3
 #endif
 
-DEF(q4_0, TK_AVX2_MR, TK_AVX2_NT, C_Q4_0)
-DEF(q4_1, 4, 3, C_Q4_1)
-DEF(q5_0, 4, 3, C_Q5_0)
-DEF(q5_1, 4, 3, C_Q5_1)
-DEF(q8_0, 4, 3, C_Q8_0)
-DEF(iq4_nl, 4, 3, C_IQ4_NL)
-DEF(q4_K, 4, 3, C_Q4_K)
-DEF(q5_K, 4, 3, C_Q5_K)
-DEF(q2_K, 4, 3, C_Q2_K)
-DEF(q3_K, 4, 3, C_Q3_K)
-DEF(q6_K, 4, 3, C_Q6_K)
-DEF(iq4_xs, 4, 3, C_IQ4_XS)
-DEF(f32, 4, 3, C_F32)
-DEF(f16, 4, 3, C_F16)
-DEF(bf16, 4, 3, C_BF16)
+DEF(q4_0, MR_L, NT_L, C_Q4_0)
+DEF(q4_1, MR_L, NT_L, C_Q4_1)
+DEF(q5_0, MR_L, NT_L, C_Q5_0)
+DEF(q5_1, MR_L, NT_L, C_Q5_1)
+DEF(q8_0, MR_L, NT_L, C_Q8_0)
+DEF(iq4_nl, MR_L, NT_L, C_IQ4_NL)
+DEF(q4_K, MR_K, NT_K, C_Q4_K)
+DEF(q5_K, MR_K, NT_K, C_Q5_K)
+DEF(q2_K, MR_K, NT_K, C_Q2_K)
+DEF(q3_K, MR_K, NT_K, C_Q3_K)
+DEF(q6_K, MR_K, NT_K, C_Q6_K)
+DEF(iq4_xs, MR_K, NT_K, C_IQ4_XS)
+DEF(f32, MR_F, NT_F, C_F32)
+DEF(f16, MR_F, NT_F, C_F16)
+DEF(bf16, MR_F, NT_F, C_BF16)
 
 #define KQ8_0 tk_qk_act_bytes_q8_0, quant_q8_0
 #define KQ8_1 tk_qk_act_bytes_q8_1, quant_q8_1
