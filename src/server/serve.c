@@ -53,6 +53,7 @@ static void usage(FILE *f) {
             "  --max-batch-tokens N     tokens per forward pass (default 512)\n"
             "  --kv-memory SIZE         KV cache pool, e.g. 512M, 2G (default: max-seqs full contexts)\n"
             "  --block-size N           tokens per KV block (default 16)\n"
+            "  --kv-type TYPE           KV cache element type: f32 (default), f16, q8_0\n"
             "  --no-prefix-cache        disable automatic prefix caching\n"
             "  --max-queue N            waiting requests before 429 (default 256)\n"
             "  --max-connections N      concurrent HTTP connections (default 256)\n");
@@ -194,6 +195,7 @@ int tk_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-batch-tokens")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &cfg.max_batch_tokens);
         else if (!strcmp(a, "--kv-memory")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_mem);
         else if (!strcmp(a, "--block-size")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 4096, &cfg.kv_block_size);
+        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
         else if (!strcmp(a, "--no-prefix-cache")) cfg.no_prefix_cache = true;
         else if (!strcmp(a, "--max-queue")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &cfg.max_waiting);
         else if (!strcmp(a, "--max-connections")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 65536, &scfg.max_connections);
