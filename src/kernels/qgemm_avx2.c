@@ -100,7 +100,7 @@ AI float scale_of(float amax, float *id) {
     return d;
 }
 
-static void quant_q8_0(const float *x, void *out, int64_t n) {
+void tk_qk_avx2_quant_q8_0(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_0)) {
         float id;
@@ -118,7 +118,7 @@ AI int sum_i8x32(__m256i q) {
     return (int)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1)) - 32 * 128;
 }
 
-static void quant_q8_1(const float *x, void *out, int64_t n) {
+void tk_qk_avx2_quant_q8_1(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_1)) {
         float id;
@@ -132,7 +132,7 @@ static void quant_q8_1(const float *x, void *out, int64_t n) {
     }
 }
 
-static void quant_q8_K(const float *x, void *out, int64_t n) {
+void tk_qk_avx2_quant_q8_K(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 256; i++, x += 256, o += sizeof(tk_block_q8_K)) {
         float id;
@@ -598,9 +598,9 @@ DEF(f32, MR_F, NT_F, C_F32)
 DEF(f16, MR_F, NT_F, C_F16)
 DEF(bf16, MR_F, NT_F, C_BF16)
 
-#define KQ8_0 tk_qk_act_bytes_q8_0, quant_q8_0
-#define KQ8_1 tk_qk_act_bytes_q8_1, quant_q8_1
-#define KQ8_K tk_qk_act_bytes_q8_K, quant_q8_K
+#define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
+#define KQ8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
+#define KQ8_K tk_qk_act_bytes_q8_K, tk_qk_avx2_quant_q8_K
 #define KF32 tk_qk_act_bytes_f32, tk_qk_quant_f32
 #define K(WT, AT, NAME, G) [WT] = {WT, TK_##AT, TK_ISA_AVX2, NAME "/avx2", K##AT, G##_gemm}
 

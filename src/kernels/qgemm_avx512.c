@@ -1,6 +1,463 @@
+/* AVX-512 (F/BW/VL/DQ) + AVX512-VNNI kernels (Ice Lake, Sapphire Rapids,
+ * Zen 4 and later).  Compiled with those flags only, reached only through
+ * tk_qkernel_get after a CPU check.  Types without a kernel here (Q2_K,
+ * Q3_K, IQ4_XS) use the AVX2 ones.
+ *
+ * Integer dots use vpdpbusd (u8 x s8 -> int32, no saturation) on the
+ * weights' unsigned codes: a signed weight w is stored as w + off (off = 8,
+ * 16 or 128), and off * (sum of the activation bytes of each 4-byte group)
+ * is subtracted by starting the accumulation from its negation.  The
+ * k-quants multiply int16 pair sums (vpmaddubsw) by their sub-block scales
+ * with vpdpwssd.  A 32-element block pair fills one zmm, so the legacy types
+ * advance two blocks at a time (an odd last block is paired with zeros).
+ *
+ * Every (row, token) result goes through the same instruction sequence for
+ * every tile shape, so results do not depend on the row split or the batch;
+ * they differ from the AVX2 ones only by float rounding. */
 #include "qgemm_impl.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VNNI__)
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+typedef const uint8_t *bptr;
+
+AI __m512i ldz(const void *p) { return _mm512_loadu_si512(p); }
+AI __m256i ldy(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+AI __m128i ldx(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+AI float ldf(const void *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+AI uint32_t ld32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+AI uint32_t ld16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+AI float ldh(const void *p) { return _cvtsh_ss((unsigned short)ld16(p)); }
+
+/* Fixed-order horizontal sum of 16 lanes. */
+AI float hsum16(__m512 v) {
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ================= driver ================= */
+
+typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, size_t pf, float *out);
+
+AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
+    if (!pf) return;
+    for (size_t k = 0; k < len; k += 64)
+        for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(wp[i] + off + pf + k), _MM_HINT_T0);
+}
+
+/* As in the AVX2 file: row tiles of mr (the last repeats its last row),
+ * token tiles of up to nt_max (<= 8) with kernels mk[nt - 1], token chunks
+ * sized for L2, prefetch of the next row tile when the weights are read
+ * once.  out[i * 8 + j] is row i, token j. */
+static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
+                       int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
+    const uint8_t *W = w, *A = act;
+    const size_t pf = n_tok <= nt_max ? (size_t)mr * wrb : 0;
+    int64_t chunk = (int64_t)(512 * 1024) / (int64_t)(arb ? arb : 1);
+    chunk = chunk / nt_max * nt_max;
+    if (chunk < nt_max) chunk = nt_max;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+        for (int64_t r = r0; r < r1; r += mr) {
+            bptr wp[8];
+            for (int i = 0; i < mr; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+            for (int64_t t = t0; t < t1;) {
+                const int nt = t1 - t >= nt_max ? nt_max : (int)(t1 - t);
+                bptr ap[8];
+                for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
+                float out[8 * 8];
+                mk[nt - 1](wp, ap, n, pf, out);
+                for (int i = 0; i < mr && r + i < r1; i++)
+                    for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * 8 + j];
+                t += nt;
+            }
+        }
+    }
+}
+
+/* ================= legacy 32-blocks, two per zmm ================= */
+
+enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1, L_Q8_0, L_IQ4_NL };
+
+AI size_t lbytes(int T) {
+    return T == L_Q4_0 ? 18 : T == L_Q4_1 ? 20 : T == L_Q5_0 ? 22 : T == L_Q5_1 ? 24 : T == L_Q8_0 ? 34 : 18;
+}
+AI int lmin(int T) { return T == L_Q4_1 || T == L_Q5_1; }
+AI int loff(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : T == L_Q8_0 || T == L_IQ4_NL ? 128 : 0; }
+/* Nibble layout: a block pair (b0, b1) sits in a zmm as the 128-bit lanes
+ * [b0 elements 0..15, b1 0..15, b0 16..31, b1 16..31]; Q8_0 keeps the
+ * natural [b0 | b1]. */
+AI int lnib(int T) { return T != L_Q8_0; }
+
+/* Nibbles of two blocks (16 bytes each at q0, q1) in the nibble layout. */
+AI __m512i nib2(bptr q0, bptr q1, int has1) {
+    const __m128i x1 = has1 ? ldx(q1) : _mm_setzero_si128();
+    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(ldx(q0)), x1, 1);
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1);
+    return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+}
+
+/* Weight codes (value + loff) of blocks b0 = p, b1 = p + wb (if has1). */
+AI __m512i lunpack(int T, bptr p, size_t wb, int has1) {
+    const bptr p1 = p + wb;
+    switch (T) {
+    case L_Q4_0: return nib2(p + 2, p1 + 2, has1);
+    case L_Q4_1: return nib2(p + 4, p1 + 4, has1);
+    case L_Q5_0:
+    case L_Q5_1: {
+        const int o = T == L_Q5_0 ? 2 : 4;
+        const uint64_t h0 = ld32(p + o), h1 = has1 ? ld32(p1 + o) : 0;
+        const __mmask64 m = (h0 & 0xFFFF) | (h1 & 0xFFFF) << 16 | (h0 >> 16) << 32 | (h1 >> 16) << 48;
+        const __m512i q = nib2(p + o + 4, p1 + o + 4, has1);
+        return _mm512_or_si512(q, _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10)));
+    }
+    case L_Q8_0: {
+        const __m256i y1 = has1 ? ldy(p1 + 2) : _mm256_setzero_si256();
+        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ldy(p + 2)), y1, 1);
+        return _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
+    }
+    default: { /* IQ4_NL: code book + 128 */
+        const __m128i kv = _mm_xor_si128(ldx(tk_kvalues_iq4nl), _mm_set1_epi8((char)0x80));
+        return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(kv), nib2(p + 2, p1 + 2, has1));
+    }
+    }
+}
+
+/* Activation quants of two blocks in the type's layout. */
+AI __m512i lact(int T, bptr a0, bptr a1, int has1) {
+    const __m256i y1 = has1 ? ldy(a1) : _mm256_setzero_si256();
+    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ldy(a0)), y1, 1);
+    return lnib(T) ? _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)) : z;
+}
+
+/* Two half-float scales -> lanes matching the layout. */
+AI __m512 lscale(int T, bptr d0, bptr d1, int has1) {
+    const uint32_t h = ld16(d0) | (has1 ? ld16(d1) << 16 : 0);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)h));
+    const __m512i idx = lnib(T) ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+                                : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
+}
+
+AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                  float *out) {
+    const int64_t nb = n / 32;
+    const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
+    const int off = loff(T);
+    __m512 acc[8][8];
+    float macc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
+            acc[i][j] = _mm512_setzero_ps();
+            macc[i][j] = 0.0f;
+        }
+    for (int64_t b = 0; b < nb; b += 2) {
+        const int has1 = b + 1 < nb;
+        __m512i a[8], c[8];
+        __m512 da[8];
+        float s0[8], s1[8];
+        UNROLL for (int j = 0; j < NT; j++) {
+            const bptr a0 = ap[j] + b * ab, a1 = a0 + ab;
+            a[j] = lact(T, a0 + aq, a1 + aq, has1);
+            da[j] = lscale(T, a0, a1, has1);
+            /* -off * (sums of a over each 4-byte group) */
+            c[j] = off ? _mm512_sub_epi32(_mm512_setzero_si512(),
+                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)off), a[j]))
+                       : _mm512_setzero_si512();
+            if (lmin(T)) {
+                s0[j] = ldh(a0 + 2);
+                s1[j] = has1 ? ldh(a1 + 2) : 0.0f;
+            }
+        }
+        pfetch(MR, wp, b * wb, 2 * wb, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * wb;
+            const __m512i q = lunpack(T, x, wb, has1);
+            const __m512 dw = lscale(T, x, x + wb, has1);
+            float m0 = 0.0f, m1 = 0.0f;
+            if (lmin(T)) {
+                m0 = ldh(x + 2);
+                m1 = has1 ? ldh(x + wb + 2) : 0.0f;
+            }
+            UNROLL for (int j = 0; j < NT; j++) {
+                const __m512i d32 = _mm512_dpbusd_epi32(c[j], q, a[j]);
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d32), _mm512_mul_ps(dw, da[j]), acc[i][j]);
+                if (lmin(T)) macc[i][j] += m0 * s0[j] + m1 * s1[j];
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] =
+        lmin(T) ? hsum16(acc[i][j]) + macc[i][j] : hsum16(acc[i][j]);
+}
+
+/* ================= k-quants ================= */
+
+#define QK_A 292 /* sizeof(tk_block_q8_K): d at 0, qs at 4, bsums at 260 */
+
+/* vpshufb index picking the int16 at byte 2k in lanes 0-1 and 2k' in 2-3. */
+AI __m512i pick2(int k, int k2) {
+    const int a = (0x0100 + 0x0202 * k) * 0x10001, b = (0x0100 + 0x0202 * k2) * 0x10001;
+    return _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+}
+
+/* Q4_K (Q5 = 0) and Q5_K.  Each zmm of weights holds elements 64k..64k+63
+ * (sub-blocks 2k and 2k+1, natural order). */
+AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                float *out) {
+    const int64_t nb = n / 256;
+    const size_t wb = Q5 ? 176 : 144, qoff = Q5 ? 48 : 16;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        float da[8];
+        UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * wb, wb, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * wb;
+            const float d = ldh(x), dmin = ldh(x + 2);
+            uint64_t sc64, mn64;
+            tk_qk_k4_scales64(x + 4, &sc64, &mn64);
+            const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
+            const __m128i mn = _mm_cvtsi64_si128((long long)mn64);
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+            __m512i q[4];
+            UNROLL for (int h = 0; h < 2; h++) {
+                const __m512i v = ldz(x + qoff + 64 * h);
+                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                q[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+                q[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            if (Q5) {
+                const __m256i qh = ldy(x + 16);
+                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
+                const __m512i b4 = _mm512_set1_epi8(0x10);
+                q[0] = _mm512_or_si512(q[0], _mm512_and_si512(_mm512_slli_epi16(z, 4), b4));
+                q[1] = _mm512_or_si512(q[1], _mm512_and_si512(_mm512_slli_epi16(z, 2), b4));
+                q[2] = _mm512_or_si512(q[2], _mm512_and_si512(z, b4));
+                q[3] = _mm512_or_si512(q[3], _mm512_and_si512(_mm512_srli_epi16(z, 2), b4));
+            }
+            __m512i sv[4];
+            UNROLL for (int k = 0; k < 4; k++) sv[k] = _mm512_shuffle_epi8(sc, pick2(2 * k, 2 * k + 1));
+            UNROLL for (int j = 0; j < NT; j++) {
+                const bptr a = ap[j] + b * QK_A;
+                __m512i is = _mm512_setzero_si512();
+                UNROLL for (int k = 0; k < 4; k++)
+                    is = _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(q[k], ldz(a + 4 + 64 * k)), sv[k]);
+                const __m256i ms = _mm256_madd_epi16(mins, ldy(a + 260));
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * da[j]), acc[i][j]);
+                acc[i][j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(ms)), _mm512_set1_ps(dmin * da[j]),
+                                             acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+}
+
+/* Q6_K: ql[128] qh[64] scales[16] d.  Codes q + 32 in [0, 63]. */
+AI void mk_q6k(const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+    const int64_t nb = n / 256;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        float da[8];
+        UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * 210, 210, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * 210;
+            const float d = ldh(x + 208);
+            const __m256i sc16 = _mm256_cvtepi8_epi16(ldx(x + 192));
+            const __m512i scz = _mm512_castsi256_si512(sc16);
+            __m512i q[4], sv[4];
+            UNROLL for (int h = 0; h < 2; h++) {
+                const __m512i v = ldz(x + 64 * h);
+                const __m256i qh = ldy(x + 128 + 32 * h);
+                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+                q[2 * h] = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_slli_epi16(z, 4), m30));
+                q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_and_si512(z, m30));
+            }
+            UNROLL for (int k = 0; k < 4; k++) {
+                /* int16 lanes 8s..8s+7 <- scale 4k + s */
+                const __m512i idx = _mm512_srli_epi16(
+                    _mm512_add_epi16(_mm512_set1_epi16((short)(32 * k)),
+                                     _mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008,
+                                                       0x000B000A, 0x000D000C, 0x000F000E, 0x00110010, 0x00130012,
+                                                       0x00150014, 0x00170016, 0x00190018, 0x001B001A, 0x001D001C,
+                                                       0x001F001E)),
+                    3);
+                sv[k] = _mm512_permutexvar_epi16(idx, scz);
+            }
+            UNROLL for (int j = 0; j < NT; j++) {
+                const bptr a = ap[j] + b * QK_A;
+                __m512i is = _mm512_setzero_si512();
+                UNROLL for (int k = 0; k < 4; k++)
+                    is = _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(q[k], ldz(a + 4 + 64 * k)), sv[k]);
+                const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldy(a + 260)), 5);
+                is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(corr));
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * da[j]), acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+}
+
+/* ================= float weights ================= */
+
+enum { F_F32, F_F16, F_BF16 };
+
+AI __m512 fload(int T, bptr p) {
+    if (T == F_F32) return _mm512_loadu_ps(p);
+    if (T == F_F16) return _mm512_cvtph_ps(ldy(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ldy(p)), 16));
+}
+
+AI __m512 fload_tail(int T, bptr p, __mmask16 m) {
+    if (T == F_F32) return _mm512_maskz_loadu_ps(m, p);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    if (T == F_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                 float *out) {
+    const size_t es = T == F_F32 ? 4 : 2;
+    __m512 acc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        if ((k * (int64_t)es) % 64 == 0) pfetch(MR, wp, (int64_t)es * k, 1, pf);
+        __m512 a[8];
+        UNROLL for (int j = 0; j < NT; j++) a[j] = _mm512_loadu_ps(ap[j] + 4 * k);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const __m512 wv = fload(T, wp[i] + es * k);
+            UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(wv, a[j], acc[i][j]);
+        }
+    }
+    if (k < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - k)) - 1);
+        __m512 a[8];
+        UNROLL for (int j = 0; j < NT; j++) a[j] = _mm512_maskz_loadu_ps(m, ap[j] + 4 * k);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const __m512 wv = fload_tail(T, wp[i] + es * k, m);
+            UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(wv, a[j], acc[i][j]);
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+}
+
+/* ================= instantiation ================= */
+
+#define MKW(NAME, MR, NT, CALL) \
+    static void NAME##_##NT(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, NT, w, a, n, pf, o); }
+
+/* kernels for 1..NTMAX tokens (NTMAX <= 8) */
+#define DEF(NAME, MR, NTMAX, CALL)                                                                          \
+    MKW(NAME, MR, 1, CALL) MKW(NAME, MR, 2, CALL) MKW(NAME, MR, 3, CALL) MKW(NAME, MR, 4, CALL)               \
+    MKW(NAME, MR, 5, CALL) MKW(NAME, MR, 6, CALL) MKW(NAME, MR, 7, CALL) MKW(NAME, MR, 8, CALL)               \
+    static const mk_fn NAME##_mk[8] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4,                             \
+                                       NAME##_5, NAME##_6, NAME##_7, NAME##_8};                            \
+    static void NAME##_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,    \
+                            size_t arb, int n_tok, float *y, int64_t ldy) {                                \
+        gemm_tiles(NAME##_mk, MR, NTMAX, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                       \
+    }
+
+#define C_Q4_0(MR, NT, ...) mk_legacy(L_Q4_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q4_1(MR, NT, ...) mk_legacy(L_Q4_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q5_0(MR, NT, ...) mk_legacy(L_Q5_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q5_1(MR, NT, ...) mk_legacy(L_Q5_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q8_0(MR, NT, ...) mk_legacy(L_Q8_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_IQ4_NL(MR, NT, ...) mk_legacy(L_IQ4_NL, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q4_K(MR, NT, ...) mk_q45k(0, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_Q5_K(MR, NT, ...) mk_q45k(1, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_Q6_K(MR, NT, ...) mk_q6k((MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_F32(MR, NT, ...) mk_float(F_F32, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
+#define C_F16(MR, NT, ...) mk_float(F_F16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
+#define C_BF16(MR, NT, ...) mk_float(F_BF16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
+
+/* Tile shapes (rows x tokens), tuned with bench_qgemm. */
+#ifndef MR_L
+#define MR_L 4
+#endif
+#ifndef NT_L
+#define NT_L 4
+#endif
+#ifndef MR_K
+#define MR_K 4
+#endif
+#ifndef NT_K
+#define NT_K 4
+#endif
+#ifndef MR_F
+#define MR_F 4
+#endif
+#ifndef NT_F
+#define NT_F 6
+#endif
+
+DEF(q4_0, MR_L, NT_L, C_Q4_0)
+DEF(q4_1, MR_L, NT_L, C_Q4_1)
+DEF(q5_0, MR_L, NT_L, C_Q5_0)
+DEF(q5_1, MR_L, NT_L, C_Q5_1)
+DEF(q8_0, MR_L, NT_L, C_Q8_0)
+DEF(iq4_nl, MR_L, NT_L, C_IQ4_NL)
+DEF(q4_K, MR_K, NT_K, C_Q4_K)
+DEF(q5_K, MR_K, NT_K, C_Q5_K)
+DEF(q6_K, MR_K, NT_K, C_Q6_K)
+DEF(f32, MR_F, NT_F, C_F32)
+DEF(f16, MR_F, NT_F, C_F16)
+DEF(bf16, MR_F, NT_F, C_BF16)
+
+#define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
+#define KQ8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
+#define KQ8_K tk_qk_act_bytes_q8_K, tk_qk_avx2_quant_q8_K
+#define KF32 tk_qk_act_bytes_f32, tk_qk_quant_f32
+#define K(WT, AT, NAME, G) [WT] = {WT, TK_##AT, TK_ISA_AVX512, NAME "/avx512", K##AT, G##_gemm}
+
+static const tk_qkernel avx512_kernels[TK_DTYPE_LIMIT] = {
+    K(TK_F32, F32, "F32", f32),
+    K(TK_F16, F32, "F16", f16),
+    K(TK_BF16, F32, "BF16", bf16),
+    K(TK_Q4_0, Q8_0, "Q4_0", q4_0),
+    K(TK_Q4_1, Q8_1, "Q4_1", q4_1),
+    K(TK_Q5_0, Q8_0, "Q5_0", q5_0),
+    K(TK_Q5_1, Q8_1, "Q5_1", q5_1),
+    K(TK_Q8_0, Q8_0, "Q8_0", q8_0),
+    K(TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl),
+    K(TK_Q4_K, Q8_K, "Q4_K", q4_K),
+    K(TK_Q5_K, Q8_K, "Q5_K", q5_K),
+    K(TK_Q6_K, Q8_K, "Q6_K", q6_K),
+};
+
+const tk_qkernel *tk_qk_avx512(tk_dtype wtype) {
+    if ((unsigned)wtype >= TK_DTYPE_LIMIT || !avx512_kernels[wtype].gemm) return NULL;
+    return &avx512_kernels[wtype];
+}
+
+#else
 
 const tk_qkernel *tk_qk_avx512(tk_dtype wtype) {
     (void)wtype;
     return NULL;
 }
+
+#endif
