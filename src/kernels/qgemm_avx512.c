@@ -394,24 +394,24 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 #define C_F16(MR, NT, ...) mk_float(F_F16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
 #define C_BF16(MR, NT, ...) mk_float(F_BF16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
 
-/* Tile shapes (rows x tokens), tuned with bench_qgemm. */
+/* Tile shapes (rows x tokens), tuned with bench_qgemm (32 zmm registers). */
 #ifndef MR_L
 #define MR_L 4
 #endif
 #ifndef NT_L
-#define NT_L 4
+#define NT_L 6
 #endif
 #ifndef MR_K
-#define MR_K 4
+#define MR_K 3
 #endif
 #ifndef NT_K
-#define NT_K 4
+#define NT_K 6
 #endif
 #ifndef MR_F
-#define MR_F 4
+#define MR_F 6
 #endif
 #ifndef NT_F
-#define NT_F 6
+#define NT_F 4
 #endif
 
 DEF(q4_0, MR_L, NT_L, C_Q4_0)
