@@ -8,8 +8,8 @@
  * 16 or 128), and off * (sum of the activation bytes of each 4-byte group)
  * is subtracted by starting the accumulation from its negation.  The
  * k-quants multiply int16 pair sums (vpmaddubsw) by their sub-block scales
- * with vpdpwssd.  A 32-element block pair fills one zmm, so the legacy types
- * advance two blocks at a time (an odd last block is paired with zeros).
+ * with vpdpwssd.  The legacy types advance four 32-element blocks at a time
+ * (missing blocks at the end of a row are zeros).
  *
  * Every (row, token) result goes through the same instruction sequence for
  * every tile shape, so results do not depend on the row split or the batch;
@@ -95,7 +95,7 @@ static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_
     }
 }
 
-/* ================= legacy 32-blocks, two per zmm ================= */
+/* ================= legacy 32-blocks, four per step ================= */
 
 enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1, L_Q8_0, L_IQ4_NL };
 
@@ -104,106 +104,113 @@ AI size_t lbytes(int T) {
 }
 AI int lmin(int T) { return T == L_Q4_1 || T == L_Q5_1; }
 AI int loff(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : T == L_Q8_0 || T == L_IQ4_NL ? 128 : 0; }
-/* Nibble layout: a block pair (b0, b1) sits in a zmm as the 128-bit lanes
- * [b0 elements 0..15, b1 0..15, b0 16..31, b1 16..31]; Q8_0 keeps the
- * natural [b0 | b1]. */
-AI int lnib(int T) { return T != L_Q8_0; }
-
-/* Nibbles of two blocks (16 bytes each at q0, q1) in the nibble layout. */
-AI __m512i nib2(bptr q0, bptr q1, int has1) {
-    const __m128i x1 = has1 ? ldx(q1) : _mm_setzero_si128();
-    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(ldx(q0)), x1, 1);
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1);
-    return _mm512_and_si512(z, _mm512_set1_epi8(0x0F));
+/* All legacy types, four blocks per step: lo holds elements 0..15 of blocks
+ * b..b+3 (one 128-bit lane each), hi elements 16..31; both dot into the
+ * same int32 lanes (4 per block), so one conversion and one fma serve four
+ * blocks.  Missing blocks at the end of a row are zeros. */
+AI __m512i ins4(bptr p, size_t stride, int cnt) {
+    __m512i z = _mm512_castsi128_si512(ldx(p));
+    if (cnt > 1) z = _mm512_inserti32x4(z, ldx(p + stride), 1);
+    else z = _mm512_inserti32x4(z, _mm_setzero_si128(), 1);
+    z = _mm512_inserti32x4(z, cnt > 2 ? ldx(p + 2 * stride) : _mm_setzero_si128(), 2);
+    z = _mm512_inserti32x4(z, cnt > 3 ? ldx(p + 3 * stride) : _mm_setzero_si128(), 3);
+    return z;
 }
 
-/* Weight codes (value + loff) of blocks b0 = p, b1 = p + wb (if has1). */
-AI __m512i lunpack(int T, bptr p, size_t wb, int has1) {
-    const bptr p1 = p + wb;
-    switch (T) {
-    case L_Q4_0: return nib2(p + 2, p1 + 2, has1);
-    case L_Q4_1: return nib2(p + 4, p1 + 4, has1);
-    case L_Q5_0:
-    case L_Q5_1: {
-        const int o = T == L_Q5_0 ? 2 : 4;
-        const uint64_t h0 = ld32(p + o), h1 = has1 ? ld32(p1 + o) : 0;
-        const __mmask64 m = (h0 & 0xFFFF) | (h1 & 0xFFFF) << 16 | (h0 >> 16) << 32 | (h1 >> 16) << 48;
-        const __m512i q = nib2(p + o + 4, p1 + o + 4, has1);
-        return _mm512_or_si512(q, _mm512_maskz_mov_epi8(m, _mm512_set1_epi8(0x10)));
-    }
-    case L_Q8_0: {
-        const __m256i y1 = has1 ? ldy(p1 + 2) : _mm256_setzero_si256();
-        const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ldy(p + 2)), y1, 1);
-        return _mm512_xor_si512(z, _mm512_set1_epi8((char)0x80));
-    }
-    default: { /* IQ4_NL: code book + 128 */
-        const __m128i kv = _mm_xor_si128(ldx(tk_kvalues_iq4nl), _mm_set1_epi8((char)0x80));
-        return _mm512_shuffle_epi8(_mm512_broadcast_i32x4(kv), nib2(p + 2, p1 + 2, has1));
-    }
-    }
+/* Four half-float scales (0 for missing blocks) -> [d0 x4, d1 x4, d2 x4, d3 x4]. */
+AI __m512 sc4(bptr p, size_t stride, int cnt) {
+    uint64_t h = 0;
+    for (int k = 0; k < 4; k++)
+        if (k < cnt) h |= (uint64_t)ld16(p + k * stride) << (16 * k);
+    const __m128 f = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                 _mm512_castps128_ps512(f));
 }
 
-/* Activation quants of two blocks in the type's layout. */
-AI __m512i lact(int T, bptr a0, bptr a1, int has1) {
-    const __m256i y1 = has1 ? ldy(a1) : _mm256_setzero_si256();
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(ldy(a0)), y1, 1);
-    return lnib(T) ? _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)) : z;
-}
-
-/* Two half-float scales -> lanes matching the layout. */
-AI __m512 lscale(int T, bptr d0, bptr d1, int has1) {
-    const uint32_t h = ld16(d0) | (has1 ? ld16(d1) << 16 : 0);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)h));
-    const __m512i idx = lnib(T) ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
-                                : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(f));
-}
-
-AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
-                  float *out) {
-    const int64_t nb = n / 32;
+/* One step of four blocks (cnt of them present) at block b. */
+AI void nib4_step(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t b, const int cnt,
+                  size_t pf, __m512 acc[8][8], float macc[8][8]) {
     const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
+    const int qo = T == L_Q4_0 || T == L_IQ4_NL ? 2 : T == L_Q4_1 ? 4 : T == L_Q5_0 ? 6 : 8;
     const int off = loff(T);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i alo[8], ahi[8], c[8];
+    __m512 da[8];
+    float sa[8][4];
+    UNROLL for (int j = 0; j < NT; j++) {
+        const bptr a = ap[j] + b * ab;
+        alo[j] = ins4(a + aq, ab, cnt);
+        ahi[j] = ins4(a + aq + 16, ab, cnt);
+        da[j] = sc4(a, ab, cnt);
+        if (off) {
+            const __m512i o = _mm512_set1_epi8((char)off);
+            c[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), o, alo[j]), o, ahi[j]));
+        } else {
+            c[j] = _mm512_setzero_si512();
+        }
+        if (lmin(T))
+            UNROLL for (int k = 0; k < 4; k++) sa[j][k] = k < cnt ? ldh(a + k * ab + 2) : 0.0f;
+    }
+    pfetch(MR, wp, b * wb, 4 * wb, pf);
+    UNROLL for (int i = 0; i < MR; i++) {
+        const bptr x = wp[i] + b * wb;
+        __m512i lo, hi;
+        if (T == L_Q8_0) { /* bytes 0..15 and 16..31, + 128 */
+            const __m512i s80 = _mm512_set1_epi8((char)0x80);
+            lo = _mm512_xor_si512(ins4(x + 2, wb, cnt), s80);
+            hi = _mm512_xor_si512(ins4(x + 18, wb, cnt), s80);
+        } else {
+            const __m512i y = ins4(x + qo, wb, cnt);
+            lo = _mm512_and_si512(y, m4);
+            hi = _mm512_and_si512(_mm512_srli_epi16(y, 4), m4);
+        }
+        if (T == L_Q5_0 || T == L_Q5_1) {
+            const int ho = T == L_Q5_0 ? 2 : 4;
+            uint64_t ml = 0, mh = 0;
+            UNROLL for (int k = 0; k < 4; k++)
+                if (k < cnt) {
+                    const uint64_t h = ld32(x + k * wb + ho);
+                    ml |= (h & 0xFFFF) << (16 * k);
+                    mh |= (h >> 16) << (16 * k);
+                }
+            const __m512i b4 = _mm512_set1_epi8(0x10);
+            lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(ml, b4));
+            hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(mh, b4));
+        }
+        if (T == L_IQ4_NL) { /* code book + 128 */
+            const __m512i kv = _mm512_broadcast_i32x4(_mm_xor_si128(ldx(tk_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+            lo = _mm512_shuffle_epi8(kv, lo);
+            hi = _mm512_shuffle_epi8(kv, hi);
+        }
+        const __m512 dw = sc4(x, wb, cnt);
+        float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (lmin(T))
+            UNROLL for (int k = 0; k < 4; k++) m[k] = k < cnt ? ldh(x + k * wb + 2) : 0.0f;
+        UNROLL for (int j = 0; j < NT; j++) {
+            const __m512i d32 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c[j], lo, alo[j]), hi, ahi[j]);
+            acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d32), _mm512_mul_ps(dw, da[j]), acc[i][j]);
+            if (lmin(T)) macc[i][j] += (m[0] * sa[j][0] + m[1] * sa[j][1]) + (m[2] * sa[j][2] + m[3] * sa[j][3]);
+        }
+    }
+}
+
+AI void mk_nib4(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                float *out) {
+    const int64_t nb = n / 32;
     __m512 acc[8][8];
     float macc[8][8];
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
             acc[i][j] = _mm512_setzero_ps();
             macc[i][j] = 0.0f;
         }
-    for (int64_t b = 0; b < nb; b += 2) {
-        const int has1 = b + 1 < nb;
-        __m512i a[8], c[8];
-        __m512 da[8];
-        float s0[8], s1[8];
-        UNROLL for (int j = 0; j < NT; j++) {
-            const bptr a0 = ap[j] + b * ab, a1 = a0 + ab;
-            a[j] = lact(T, a0 + aq, a1 + aq, has1);
-            da[j] = lscale(T, a0, a1, has1);
-            /* -off * (sums of a over each 4-byte group) */
-            c[j] = off ? _mm512_sub_epi32(_mm512_setzero_si512(),
-                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)off), a[j]))
-                       : _mm512_setzero_si512();
-            if (lmin(T)) {
-                s0[j] = ldh(a0 + 2);
-                s1[j] = has1 ? ldh(a1 + 2) : 0.0f;
-            }
-        }
-        pfetch(MR, wp, b * wb, 2 * wb, pf);
-        UNROLL for (int i = 0; i < MR; i++) {
-            const bptr x = wp[i] + b * wb;
-            const __m512i q = lunpack(T, x, wb, has1);
-            const __m512 dw = lscale(T, x, x + wb, has1);
-            float m0 = 0.0f, m1 = 0.0f;
-            if (lmin(T)) {
-                m0 = ldh(x + 2);
-                m1 = has1 ? ldh(x + wb + 2) : 0.0f;
-            }
-            UNROLL for (int j = 0; j < NT; j++) {
-                const __m512i d32 = _mm512_dpbusd_epi32(c[j], q, a[j]);
-                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d32), _mm512_mul_ps(dw, da[j]), acc[i][j]);
-                if (lmin(T)) macc[i][j] += m0 * s0[j] + m1 * s1[j];
-            }
-        }
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) nib4_step(T, MR, NT, wp, ap, b, 4, pf, acc, macc);
+    switch (nb - b) {
+    case 1: nib4_step(T, MR, NT, wp, ap, b, 1, pf, acc, macc); break;
+    case 2: nib4_step(T, MR, NT, wp, ap, b, 2, pf, acc, macc); break;
+    case 3: nib4_step(T, MR, NT, wp, ap, b, 3, pf, acc, macc); break;
+    default: break;
     }
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] =
         lmin(T) ? hsum16(acc[i][j]) + macc[i][j] : hsum16(acc[i][j]);
@@ -381,12 +388,12 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
         gemm_tiles(NAME##_mk, MR, NTMAX, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                       \
     }
 
-#define C_Q4_0(MR, NT, ...) mk_legacy(L_Q4_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_Q4_1(MR, NT, ...) mk_legacy(L_Q4_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_Q5_0(MR, NT, ...) mk_legacy(L_Q5_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_Q5_1(MR, NT, ...) mk_legacy(L_Q5_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_Q8_0(MR, NT, ...) mk_legacy(L_Q8_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_IQ4_NL(MR, NT, ...) mk_legacy(L_IQ4_NL, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q4_0(MR, NT, ...) mk_nib4(L_Q4_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q4_1(MR, NT, ...) mk_nib4(L_Q4_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q5_0(MR, NT, ...) mk_nib4(L_Q5_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q5_1(MR, NT, ...) mk_nib4(L_Q5_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q8_0(MR, NT, ...) mk_nib4(L_Q8_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_IQ4_NL(MR, NT, ...) mk_nib4(L_IQ4_NL, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
 #define C_Q4_K(MR, NT, ...) mk_q45k(0, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
 #define C_Q5_K(MR, NT, ...) mk_q45k(1, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
 #define C_Q6_K(MR, NT, ...) mk_q6k((MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
@@ -396,10 +403,10 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 
 /* Tile shapes (rows x tokens), tuned with bench_qgemm (32 zmm registers). */
 #ifndef MR_L
-#define MR_L 4
+#define MR_L 6
 #endif
 #ifndef NT_L
-#define NT_L 6
+#define NT_L 4
 #endif
 #ifndef MR_K
 #define MR_K 3
