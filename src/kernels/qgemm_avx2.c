@@ -16,7 +16,7 @@
  * row (results discarded) instead of using a different code path. */
 #include "qgemm_impl.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
 

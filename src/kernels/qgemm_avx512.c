@@ -16,7 +16,7 @@
  * they differ from the AVX2 ones only by float rounding. */
 #include "qgemm_impl.h"
 
-#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__AVX512VNNI__)
 
 #include <immintrin.h>
