@@ -6,6 +6,7 @@
  *                               supported SIMD level)
  *   TK_BENCH_SHAPES=0,3         only these shapes (indices into the list)
  *   TK_BENCH_MODE=decode        only decode (or prefill)
+ *   TK_BENCH_NTOK=16            tokens of the "prefill" column (default 128)
  *   TK_BENCH_HOT=1              decode re-reads one copy (cache-resident
  *                               when small: compute speed, not DRAM)
  *   TK_BENCH_CPUTIME=1          time with this thread's CPU time instead of
@@ -86,7 +87,7 @@ int main(void) {
     size_t pool_bytes = (size_t)(getenv("TK_BENCH_POOL_MB") ? atol(getenv("TK_BENCH_POOL_MB")) : 1024) << 20;
     if (pool_bytes < ((size_t)140 << 20)) pool_bytes = (size_t)140 << 20; /* the largest matrix */
     const int hot = getenv("TK_BENCH_HOT") && atoi(getenv("TK_BENCH_HOT"));
-    const int prefill_tok = 128;
+    const int prefill_tok = getenv("TK_BENCH_NTOK") && atoi(getenv("TK_BENCH_NTOK")) > 0 ? atoi(getenv("TK_BENCH_NTOK")) : 128;
     use_cputime = getenv("TK_BENCH_CPUTIME") && atoi(getenv("TK_BENCH_CPUTIME"));
 
     tk_isa isas[TK_ISA_COUNT];

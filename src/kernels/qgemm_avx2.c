@@ -178,8 +178,9 @@ AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
 static void gemm_tiles(const mk_fn mk[4], int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
                        int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const uint8_t *W = w, *A = act;
-    /* weights streamed once: prefetch the next row tile */
-    const size_t pf = n_tok <= nt_max ? (size_t)mr * wrb : 0;
+    /* the first token tile of each row tile prefetches the next row tile:
+     * its weights come from DRAM, while later token tiles find them in cache */
+    const size_t pf = (size_t)mr * wrb;
     int64_t chunk = (int64_t)(256 * 1024) / (int64_t)(arb ? arb : 1);
     chunk = chunk / nt_max * nt_max;
     if (chunk < nt_max) chunk = nt_max;
@@ -193,7 +194,7 @@ static void gemm_tiles(const mk_fn mk[4], int mr, int nt_max, const void *w, siz
                 bptr ap[4];
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 float out[8 * 4];
-                mk[nt - 1](wp, ap, n, pf, out);
+                mk[nt - 1](wp, ap, n, t == t0 ? pf : 0, out);
                 for (int i = 0; i < mr && r + i < r1; i++)
                     for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * 4 + j];
                 t += nt;

@@ -67,12 +67,14 @@ AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
 
 /* As in the AVX2 file: row tiles of mr (the last repeats its last row),
  * token tiles of up to nt_max (<= 8) with kernels mk[nt - 1], token chunks
- * sized for L2, prefetch of the next row tile when the weights are read
- * once.  out[i * 8 + j] is row i, token j. */
+ * sized for L2, prefetch of the next row tile by the first token tile.
+ * out[i * 8 + j] is row i, token j. */
 static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
                        int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const uint8_t *W = w, *A = act;
-    const size_t pf = n_tok <= nt_max ? (size_t)mr * wrb : 0;
+    /* the first token tile of each row tile prefetches the next row tile:
+     * its weights come from DRAM, while later token tiles find them in cache */
+    const size_t pf = (size_t)mr * wrb;
     int64_t chunk = (int64_t)(512 * 1024) / (int64_t)(arb ? arb : 1);
     chunk = chunk / nt_max * nt_max;
     if (chunk < nt_max) chunk = nt_max;
@@ -86,7 +88,7 @@ static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_
                 bptr ap[8];
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 float out[8 * 8];
-                mk[nt - 1](wp, ap, n, pf, out);
+                mk[nt - 1](wp, ap, n, t == t0 ? pf : 0, out);
                 for (int i = 0; i < mr && r + i < r1; i++)
                     for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * 8 + j];
                 t += nt;
