@@ -1,7 +1,7 @@
 /* Micro-benchmark of the qgemm kernels on TinyLlama-like shapes, 1 thread.
  *
  *   bench_qgemm                 all types, all shapes, scalar vs best ISA
- *   TK_BENCH_TYPES=Q4_0,F16     only these types
+ *   TK_BENCH_TYPES=Q4_0,Q3_K    these types (default Q4_0 Q8_0 Q4_K Q6_K F16)
  *   TK_BENCH_ISAS=avx2,avx512   only these ISAs (default: scalar + every
  *                               supported SIMD level)
  *   TK_BENCH_SHAPES=0,3         only these shapes (indices into the list)
@@ -53,8 +53,10 @@ static void fill(tk_dtype t, uint8_t *p, size_t bytes) {
         for (size_t i = 0; i < bytes / 8; i++) q[i] &= 0xBFFFBFFFBFFFBFFFull;
         return;
     }
-    if (t == TK_BF16 || t == TK_F32) {
-        for (size_t i = 0; i < bytes / 8; i++) q[i] &= t == TK_BF16 ? 0xBF7FBF7FBF7FBF7Full : 0xBF7FFFFFBF7FFFFFull;
+    if (t == TK_BF16 || t == TK_F32) { /* sign, mantissa random; exponent of [0.5, 1) */
+        const uint64_t keep = t == TK_BF16 ? 0x807F807F807F807Full : 0x807FFFFF807FFFFFull;
+        const uint64_t expo = t == TK_BF16 ? 0x3F003F003F003F00ull : 0x3F0000003F000000ull;
+        for (size_t i = 0; i < bytes / 8; i++) q[i] = (q[i] & keep) | expo;
         return;
     }
     const tk_dtype_info *info = tk_dtype_get(t);
@@ -105,9 +107,17 @@ int main(void) {
     if (!pool || !x || !y || !act) return 1;
 
     printf("%-6s %-11s %-7s %12s %14s\n", "type", "shape", "isa", "decode GB/s", "prefill GF/s");
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const tk_dtype t = types[ti];
-        if (!listed(tlist, tk_dtype_get(t)->name)) continue;
+    /* default: the five types above; TK_BENCH_TYPES may name any type */
+    tk_dtype order[TK_DTYPE_LIMIT];
+    size_t n_types = 0;
+    if (!tlist)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) order[n_types++] = types[ti];
+    else
+        for (int t = 0; t < TK_DTYPE_LIMIT; t++)
+            if (tk_dtype_get(t) && tk_qkernel_get((tk_dtype)t, TK_ISA_SCALAR) && listed(tlist, tk_dtype_get(t)->name))
+                order[n_types++] = (tk_dtype)t;
+    for (size_t ti = 0; ti < n_types; ti++) {
+        const tk_dtype t = order[ti];
         fill(t, pool, pool_bytes);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             char sidx[8];

@@ -377,6 +377,14 @@ static void test_isa_selection(void) {
     else unsetenv("TK_ISA");
     free(saved_copy);
     CHECK(tk_qkernel_get(TK_Q8_K, TK_ISA_SCALAR) == NULL, "Q8_K is not a weight type");
+    /* which kernel each (type, supported ISA) gets */
+    for (int t = 0; t < TK_DTYPE_LIMIT; t++) {
+        if (!tk_qkernel_get((tk_dtype)t, TK_ISA_SCALAR)) continue;
+        printf("%-7s", tk_dtype_get(t)->name);
+        for (int i = 0; i < TK_ISA_COUNT; i++)
+            if (tk_isa_supported((tk_isa)i)) printf(" %s->%s", tk_isa_name((tk_isa)i), tk_isa_name(tk_qkernel_get((tk_dtype)t, (tk_isa)i)->isa));
+        printf("\n");
+    }
 }
 
 int main(void) {

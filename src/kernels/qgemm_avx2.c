@@ -323,13 +323,22 @@ AI void nib2_unpack(int T, bptr p, size_t wb, int has1, __m256i *lo, __m256i *hi
     }
 }
 
-/* Two half-float scales -> [d0 x4 | d1 x4] (d1 = 0 without a second block). */
-AI __m256 sc2(bptr d0, bptr d1, int has1) {
+/* Two half floats -> lanes 0, 1 (lane 1 = 0 without a second block; 2, 3 = 0). */
+AI __m128 h2(bptr d0, bptr d1, int has1) {
     uint16_t h0, h1 = 0;
     memcpy(&h0, d0, 2);
     if (has1) memcpy(&h1, d1, 2);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | (uint32_t)h1 << 16)));
-    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(f), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | (uint32_t)h1 << 16)));
+}
+
+/* Two half-float scales -> [d0 x4 | d1 x4]. */
+AI __m256 sc2(bptr d0, bptr d1, int has1) {
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(h2(d0, d1, has1)), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+AI float hsum4(__m128 v) {
+    const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
 AI __m256i ins2(bptr p0, bptr p1, int has1) {
@@ -343,16 +352,16 @@ AI void mk_nib2(const int T, const int MR, const int NT, const bptr *wp, const b
     const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
     const int off = loffset(T);
     __m256 acc[4][4];
-    float macc[4][4];
+    __m128 macc[4][4]; /* min terms m * s of the _1 types (lanes 0, 1) */
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
             acc[i][j] = _mm256_setzero_ps();
-            macc[i][j] = 0.0f;
+            macc[i][j] = _mm_setzero_ps();
         }
     for (int64_t b = 0; b < nb; b += 2) {
         const int has1 = b + 1 < nb;
         __m256i alo[4], ahi[4], c16[4];
         __m256 da[4];
-        float s0[4], s1[4];
+        __m128 sa[4];
         UNROLL for (int j = 0; j < NT; j++) {
             const bptr a0 = ap[j] + b * ab, a1 = a0 + ab;
             alo[j] = ins2(a0 + aq, a1 + aq, has1);
@@ -362,10 +371,7 @@ AI void mk_nib2(const int T, const int MR, const int NT, const bptr *wp, const b
                 const __m256i o = _mm256_set1_epi8((char)off);
                 c16[j] = _mm256_add_epi16(_mm256_maddubs_epi16(o, alo[j]), _mm256_maddubs_epi16(o, ahi[j]));
             }
-            if (lmin(T)) {
-                s0[j] = ldh(a0 + 2);
-                s1[j] = has1 ? ldh(a1 + 2) : 0.0f;
-            }
+            if (lmin(T)) sa[j] = h2(a0 + 2, a1 + 2, has1);
         }
         pfetch(MR, wp, b * wb, 2 * wb, pf);
         UNROLL for (int i = 0; i < MR; i++) {
@@ -373,21 +379,17 @@ AI void mk_nib2(const int T, const int MR, const int NT, const bptr *wp, const b
             __m256i lo, hi;
             nib2_unpack(T, x, wb, has1, &lo, &hi);
             const __m256 dw = sc2(x, x + wb, has1);
-            float m0 = 0.0f, m1 = 0.0f;
-            if (lmin(T)) {
-                m0 = ldh(x + 2);
-                m1 = has1 ? ldh(x + wb + 2) : 0.0f;
-            }
+            const __m128 m = lmin(T) ? h2(x + 2, x + wb + 2, has1) : _mm_setzero_ps();
             UNROLL for (int j = 0; j < NT; j++) {
                 __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[j]), _mm256_maddubs_epi16(hi, ahi[j]));
                 if (off) p = _mm256_sub_epi16(p, c16[j]);
                 acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(madd1(p)), _mm256_mul_ps(dw, da[j]), acc[i][j]);
-                if (lmin(T)) macc[i][j] += m0 * s0[j] + m1 * s1[j];
+                if (lmin(T)) macc[i][j] = _mm_fmadd_ps(m, sa[j], macc[i][j]);
             }
         }
     }
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] =
-        lmin(T) ? hsum8(acc[i][j]) + macc[i][j] : hsum8(acc[i][j]);
+        lmin(T) ? hsum8(acc[i][j]) + hsum4(macc[i][j]) : hsum8(acc[i][j]);
 }
 
 /* ================= k-quants (Q8_K activations) ================= */

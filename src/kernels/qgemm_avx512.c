@@ -1,7 +1,6 @@
 /* AVX-512 (F/BW/VL/DQ) + AVX512-VNNI kernels (Ice Lake, Sapphire Rapids,
  * Zen 4 and later).  Compiled with those flags only, reached only through
- * tk_qkernel_get after a CPU check.  Types without a kernel here (Q2_K,
- * Q3_K, IQ4_XS) use the AVX2 ones.
+ * tk_qkernel_get after a CPU check.  Covers every weight type.
  *
  * Integer dots use vpdpbusd (u8 x s8 -> int32, no saturation) on the
  * weights' unsigned codes: a signed weight w is stored as w + off (off = 8,
@@ -119,26 +118,35 @@ AI __m512i ins4(bptr p, size_t stride, int cnt) {
     return z;
 }
 
-/* Four half-float scales (0 for missing blocks) -> [d0 x4, d1 x4, d2 x4, d3 x4]. */
-AI __m512 sc4(bptr p, size_t stride, int cnt) {
+/* Four half floats at p + k * stride (0 for k >= cnt). */
+AI __m128 h4(bptr p, size_t stride, int cnt) {
     uint64_t h = 0;
     for (int k = 0; k < 4; k++)
         if (k < cnt) h |= (uint64_t)ld16(p + k * stride) << (16 * k);
-    const __m128 f = _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
+}
+
+/* Four half-float scales (0 for missing blocks) -> [d0 x4, d1 x4, d2 x4, d3 x4]. */
+AI __m512 sc4(bptr p, size_t stride, int cnt) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-                                 _mm512_castps128_ps512(f));
+                                 _mm512_castps128_ps512(h4(p, stride, cnt)));
+}
+
+AI float hsum4(__m128 v) {
+    const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
 /* One step of four blocks (cnt of them present) at block b. */
 AI void nib4_step(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t b, const int cnt,
-                  size_t pf, __m512 acc[8][8], float macc[8][8]) {
+                  size_t pf, __m512 acc[8][8], __m128 macc[8][8]) {
     const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
     const int qo = T == L_Q4_0 || T == L_IQ4_NL ? 2 : T == L_Q4_1 ? 4 : T == L_Q5_0 ? 6 : 8;
     const int off = loff(T);
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i alo[8], ahi[8], c[8];
     __m512 da[8];
-    float sa[8][4];
+    __m128 sa[8];
     UNROLL for (int j = 0; j < NT; j++) {
         const bptr a = ap[j] + b * ab;
         alo[j] = ins4(a + aq, ab, cnt);
@@ -151,8 +159,7 @@ AI void nib4_step(const int T, const int MR, const int NT, const bptr *wp, const
         } else {
             c[j] = _mm512_setzero_si512();
         }
-        if (lmin(T))
-            UNROLL for (int k = 0; k < 4; k++) sa[j][k] = k < cnt ? ldh(a + k * ab + 2) : 0.0f;
+        if (lmin(T)) sa[j] = h4(a + 2, ab, cnt); /* the blocks' d * sum(q) */
     }
     pfetch(MR, wp, b * wb, 4 * wb, pf);
     UNROLL for (int i = 0; i < MR; i++) {
@@ -186,13 +193,11 @@ AI void nib4_step(const int T, const int MR, const int NT, const bptr *wp, const
             hi = _mm512_shuffle_epi8(kv, hi);
         }
         const __m512 dw = sc4(x, wb, cnt);
-        float m[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (lmin(T))
-            UNROLL for (int k = 0; k < 4; k++) m[k] = k < cnt ? ldh(x + k * wb + 2) : 0.0f;
+        const __m128 m = lmin(T) ? h4(x + 2, wb, cnt) : _mm_setzero_ps();
         UNROLL for (int j = 0; j < NT; j++) {
             const __m512i d32 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c[j], lo, alo[j]), hi, ahi[j]);
             acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d32), _mm512_mul_ps(dw, da[j]), acc[i][j]);
-            if (lmin(T)) macc[i][j] += (m[0] * sa[j][0] + m[1] * sa[j][1]) + (m[2] * sa[j][2] + m[3] * sa[j][3]);
+            if (lmin(T)) macc[i][j] = _mm_fmadd_ps(m, sa[j], macc[i][j]);
         }
     }
 }
@@ -201,10 +206,10 @@ AI void mk_nib4(const int T, const int MR, const int NT, const bptr *wp, const b
                 float *out) {
     const int64_t nb = n / 32;
     __m512 acc[8][8];
-    float macc[8][8];
+    __m128 macc[8][8]; /* min terms m * s of the _1 types */
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
             acc[i][j] = _mm512_setzero_ps();
-            macc[i][j] = 0.0f;
+            macc[i][j] = _mm_setzero_ps();
         }
     int64_t b = 0;
     for (; b + 4 <= nb; b += 4) nib4_step(T, MR, NT, wp, ap, b, 4, pf, acc, macc);
@@ -215,7 +220,7 @@ AI void mk_nib4(const int T, const int MR, const int NT, const bptr *wp, const b
     default: break;
     }
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] =
-        lmin(T) ? hsum16(acc[i][j]) + macc[i][j] : hsum16(acc[i][j]);
+        lmin(T) ? hsum16(acc[i][j]) + hsum4(macc[i][j]) : hsum16(acc[i][j]);
 }
 
 /* ================= k-quants ================= */
@@ -282,29 +287,70 @@ AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const 
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
 }
 
-/* Q6_K: ql[128] qh[64] scales[16] d.  Codes q + 32 in [0, 63]. */
-AI void mk_q6k(const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+/* The 16-element sub-block family.  Each zmm of weight codes holds elements
+ * 64k..64k+63 (sub-blocks 4k..4k+3, natural order); codes are unsigned:
+ *   Q2_K  q in [0, 3], minus the sub-block min term (dmin)
+ *   Q3_K  q + 4 in [0, 7], offset 4 removed with the activation sums
+ *   Q6_K  q + 32 in [0, 63], offset 32 likewise */
+enum { K_Q2, K_Q3, K_Q6 };
+
+AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+               float *out) {
     const int64_t nb = n / 256;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    const size_t wb = T == K_Q2 ? 84 : T == K_Q3 ? 110 : 210;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3 = _mm512_set1_epi8(3),
+                  b2 = _mm512_set1_epi8(4);
     __m512 acc[8][8];
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         float da[8];
         UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
-        pfetch(MR, wp, b * 210, 210, pf);
+        pfetch(MR, wp, b * wb, wb, pf);
         UNROLL for (int i = 0; i < MR; i++) {
-            const bptr x = wp[i] + b * 210;
-            const float d = ldh(x + 208);
-            const __m256i sc16 = _mm256_cvtepi8_epi16(ldx(x + 192));
-            const __m512i scz = _mm512_castsi256_si512(sc16);
+            const bptr x = wp[i] + b * wb;
+            float d, dmin = 0.0f;
+            __m256i sc16, mins = _mm256_setzero_si256();
             __m512i q[4], sv[4];
-            UNROLL for (int h = 0; h < 2; h++) {
-                const __m512i v = ldz(x + 64 * h);
-                const __m256i qh = ldy(x + 128 + 32 * h);
-                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-                q[2 * h] = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_slli_epi16(z, 4), m30));
-                q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_and_si512(z, m30));
+            if (T == K_Q2) {
+                const __m128i s8 = ldx(x);
+                sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s8, _mm_set1_epi8(0x0F)));
+                mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(0x0F)));
+                d = ldh(x + 80);
+                dmin = ldh(x + 82);
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m256i qs = ldy(x + 16 + 32 * h);
+                    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
+                    q[2 * h] = _mm512_and_si512(z, m3);
+                    q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m3);
+                }
+            } else if (T == K_Q3) {
+                uint64_t lo8, hi8;
+                tk_qk_k3_scales64(x + 96, &lo8, &hi8);
+                sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_set_epi64x((long long)hi8, (long long)lo8), _mm_set1_epi8(32)));
+                d = ldh(x + 108);
+                const __m256i hm = ldy(x);
+                const __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hm), _mm256_srli_epi16(hm, 1), 1);
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m256i qs = ldy(x + 32 + 32 * h);
+                    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
+                    /* hmask bit 4h + g (g = 0..3) -> bit 2 */
+                    const __m512i h01 = h ? _mm512_srli_epi16(hz, 2) : _mm512_slli_epi16(hz, 2);
+                    const __m512i h23 = h ? _mm512_srli_epi16(hz, 4) : hz;
+                    q[2 * h] = _mm512_or_si512(_mm512_and_si512(z, m3), _mm512_and_si512(h01, b2));
+                    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z, 4), m3), _mm512_and_si512(h23, b2));
+                }
+            } else {
+                sc16 = _mm256_cvtepi8_epi16(ldx(x + 192));
+                d = ldh(x + 208);
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m512i v = ldz(x + 64 * h);
+                    const __m256i qh = ldy(x + 128 + 32 * h);
+                    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+                    q[2 * h] = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_slli_epi16(z, 4), m30));
+                    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_and_si512(z, m30));
+                }
             }
+            const __m512i scz = _mm512_castsi256_si512(sc16);
             UNROLL for (int k = 0; k < 4; k++) {
                 /* int16 lanes 8s..8s+7 <- scale 4k + s */
                 const __m512i idx = _mm512_srli_epi16(
@@ -321,8 +367,61 @@ AI void mk_q6k(const int MR, const int NT, const bptr *wp, const bptr *ap, int64
                 __m512i is = _mm512_setzero_si512();
                 UNROLL for (int k = 0; k < 4; k++)
                     is = _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(q[k], ldz(a + 4 + 64 * k)), sv[k]);
-                const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, ldy(a + 260)), 5);
-                is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(corr));
+                const __m256i bsums = ldy(a + 260);
+                if (T != K_Q2) { /* remove the offset: (32 or 4) * sum(scale * bsum) */
+                    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums), T == K_Q6 ? 5 : 2);
+                    is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(corr));
+                }
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * da[j]), acc[i][j]);
+                if (T == K_Q2)
+                    acc[i][j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(_mm256_madd_epi16(mins, bsums))),
+                                                 _mm512_set1_ps(dmin * da[j]), acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+}
+
+/* IQ4_XS: d scales_h scales_l[4] qs[128]; 8 sub-blocks of 32 with signed
+ * code-book values.  No vpsignb in AVX-512: |w| times a with the sign of w
+ * moved onto a by a masked negation; vpdpwssd applies the sub-block scale. */
+AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+    const int64_t nb = n / 256;
+    const __m512i kv = _mm512_broadcast_i32x4(ldx(tk_kvalues_iq4nl));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        float da[8];
+        UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * 136, 136, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * 136;
+            const float d = ldh(x);
+            /* 8 scales as int16, in every 128-bit lane */
+            const __m512i sc = _mm512_broadcast_i32x4(_mm_sub_epi16(
+                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)tk_qk_iq4xs_scales64(x + 2, x + 4))), _mm_set1_epi16(32)));
+            __m512i w[4], sv[4];
+            __mmask64 neg[4];
+            UNROLL for (int k = 0; k < 4; k++) {
+                /* sub-blocks 2k, 2k+1: [lo nibbles 2k | hi 2k | lo 2k+1 | hi 2k+1] */
+                const __m256i y = ldy(x + 8 + 32 * k);
+                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1);
+                const __m512i v = _mm512_shuffle_epi8(kv, _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), m4));
+                neg[k] = _mm512_movepi8_mask(v);
+                w[k] = _mm512_abs_epi8(v);
+                /* int16 lanes 0..15 <- scale 2k, 16..31 <- scale 2k+1 */
+                const int a0 = (0x0100 + 0x0202 * (2 * k)) * 0x10001, a1 = (0x0100 + 0x0202 * (2 * k + 1)) * 0x10001;
+                sv[k] = _mm512_shuffle_epi8(sc, _mm512_setr_epi32(a0, a0, a0, a0, a0, a0, a0, a0, a1, a1, a1, a1, a1, a1, a1, a1));
+            }
+            UNROLL for (int j = 0; j < NT; j++) {
+                const bptr a = ap[j] + b * QK_A;
+                __m512i is = _mm512_setzero_si512();
+                UNROLL for (int k = 0; k < 4; k++) {
+                    const __m512i av = ldz(a + 4 + 64 * k);
+                    const __m512i sa = _mm512_mask_sub_epi8(av, neg[k], _mm512_setzero_si512(), av);
+                    is = _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(w[k], sa), sv[k]);
+                }
                 acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * da[j]), acc[i][j]);
             }
         }
@@ -398,7 +497,10 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 #define C_IQ4_NL(MR, NT, ...) mk_nib4(L_IQ4_NL, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
 #define C_Q4_K(MR, NT, ...) mk_q45k(0, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
 #define C_Q5_K(MR, NT, ...) mk_q45k(1, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
-#define C_Q6_K(MR, NT, ...) mk_q6k((MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_Q2_K(MR, NT, ...) mk_k16(K_Q2, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_Q3_K(MR, NT, ...) mk_k16(K_Q3, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_Q6_K(MR, NT, ...) mk_k16(K_Q6, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_IQ4_XS(MR, NT, ...) mk_iq4xs((MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
 #define C_F32(MR, NT, ...) mk_float(F_F32, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
 #define C_F16(MR, NT, ...) mk_float(F_F16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
 #define C_BF16(MR, NT, ...) mk_float(F_BF16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
@@ -432,6 +534,9 @@ DEF(iq4_nl, MR_L, NT_L, C_IQ4_NL)
 DEF(q4_K, MR_K, NT_K, C_Q4_K)
 DEF(q5_K, MR_K, NT_K, C_Q5_K)
 DEF(q6_K, MR_K, NT_K, C_Q6_K)
+DEF(q2_K, MR_K, NT_K, C_Q2_K)
+DEF(q3_K, MR_K, NT_K, C_Q3_K)
+DEF(iq4_xs, MR_K, NT_K, C_IQ4_XS)
 DEF(f32, MR_F, NT_F, C_F32)
 DEF(f16, MR_F, NT_F, C_F16)
 DEF(bf16, MR_F, NT_F, C_BF16)
@@ -455,6 +560,9 @@ static const tk_qkernel avx512_kernels[TK_DTYPE_LIMIT] = {
     K(TK_Q4_K, Q8_K, "Q4_K", q4_K),
     K(TK_Q5_K, Q8_K, "Q5_K", q5_K),
     K(TK_Q6_K, Q8_K, "Q6_K", q6_K),
+    K(TK_Q2_K, Q8_K, "Q2_K", q2_K),
+    K(TK_Q3_K, Q8_K, "Q3_K", q3_K),
+    K(TK_IQ4_XS, Q8_K, "IQ4_XS", iq4_xs),
 };
 
 const tk_qkernel *tk_qk_avx512(tk_dtype wtype) {
