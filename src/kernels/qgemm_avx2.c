@@ -210,32 +210,10 @@ enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1, L_Q8_0, L_IQ4_NL };
 AI size_t lbytes(int T) {
     return T == L_Q4_0 ? 18 : T == L_Q4_1 ? 20 : T == L_Q5_0 ? 22 : T == L_Q5_1 ? 24 : T == L_Q8_0 ? 34 : 18;
 }
-AI int lsigned(int T) { return T == L_Q4_0 || T == L_Q5_0 || T == L_Q8_0 || T == L_IQ4_NL; }
 AI int lmin(int T) { return T == L_Q4_1 || T == L_Q5_1; }
-
-/* Unpacks the quants of one block: signed values, or with U (unsigned
- * form) the raw codes, value + loffset(T) (Q4_0, Q5_0; the _1 types are
- * always unsigned). */
 AI int loffset(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : 0; }
 
-AI __m256i lunpack(int T, int U, bptr b) {
-    switch (T) {
-    case L_Q4_0: return U ? nib32(b + 2) : _mm256_sub_epi8(nib32(b + 2), _mm256_set1_epi8(8));
-    case L_Q4_1: return nib32(b + 4);
-    case L_Q5_0: /* (nib | bit << 4) - 16 == bit ? nib : nib | 0xF0 */
-        if (U) return _mm256_or_si256(nib32(b + 6), _mm256_and_si256(bits32(ldu32(b + 2)), _mm256_set1_epi8(0x10)));
-        return _mm256_or_si256(nib32(b + 6), _mm256_andnot_si256(bits32(ldu32(b + 2)), _mm256_set1_epi8((char)0xF0)));
-    case L_Q5_1: return _mm256_or_si256(nib32(b + 8), _mm256_and_si256(bits32(ldu32(b + 4)), _mm256_set1_epi8(0x10)));
-    case L_Q8_0: return ldu(b + 2);
-    default: { /* IQ4_NL */
-        const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
-        return _mm256_shuffle_epi8(kv, nib32(b + 2));
-    }
-    }
-}
-
-/* Four half floats at p0..p3 (unaligned) -> 4 floats; p[k] for k >= cnt
- * may be anything readable (their lanes are unused). */
+/* Four half floats at p0..p3 (unaligned) -> 4 floats. */
 AI __m128 ld4h(bptr p0, bptr p1, bptr p2, bptr p3) {
     uint16_t h0, h1, h2, h3;
     memcpy(&h0, p0, 2);
@@ -246,57 +224,43 @@ AI __m128 ld4h(bptr p0, bptr p1, bptr p2, bptr p3) {
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
 }
 
-/* Legacy micro-kernel, MR <= 4 rows, NT <= 4 tokens.  Per block and
- * (row, token): isum = integer dot (exact), acc += float(isum) * (dw * da)
- * (one fma per lane), where the 8 lanes hold partial sums of the int32
- * pair sums.  The integer dot is computed with the sign trick, or - for
- * Q4_0 / Q5_0 with few tokens - on the unsigned codes minus offset * (lane
- * sums of a), which is cheaper when each activation block meets fewer
- * weight blocks; both give the same integers. */
-AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+/* Q8_0 and IQ4_NL (signed 8-bit values, pair sums up to 2 * 128 * 127, so
+ * one block per vector).  Per block and (row, token): isum = integer dot
+ * with the sign trick, acc += float(isum) * (dw * da) with one fma per lane
+ * (the 8 lanes hold partial sums).  The scale products are computed four
+ * rows at a time and broadcast from memory, which keeps them off the
+ * shuffle and arithmetic ports. */
+AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                  float *out) {
     const int64_t nb = n / 32;
-    const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
-    const int off = loffset(T) && NT <= 2; /* offset method */
-    const int sgn = lsigned(T) && !off;    /* sign trick */
+    const size_t wb = lbytes(T), ab = 34;
     __m256 acc[4][4];
-    float macc[4][4];
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
-            acc[i][j] = _mm256_setzero_ps();
-            macc[i][j] = 0.0f;
-        }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        /* scale products s[j][i] = dw_i * da_j, broadcast from memory */
+        /* scale products s[j][i] = dw_i * da_j */
         float daf[4], s[4][4];
         const __m128 da4 = ld4h(ap[0] + b * ab, ap[NT > 1] + b * ab, ap[NT > 2 ? 2 : 0] + b * ab, ap[NT > 3 ? 3 : 0] + b * ab);
         const __m128 dw4 = ld4h(wp[0] + b * wb, wp[MR > 1] + b * wb, wp[MR > 2 ? 2 : 0] + b * wb, wp[MR > 3 ? 3 : 0] + b * wb);
         _mm_storeu_ps(daf, da4);
         UNROLL for (int j = 0; j < NT; j++) _mm_storeu_ps(s[j], _mm_mul_ps(dw4, _mm_broadcast_ss(&daf[j])));
-        __m256i corr[4];
-        float sa[4];
-        UNROLL for (int j = 0; j < NT; j++) {
-            if (lmin(T)) sa[j] = ldh(ap[j] + b * ab + 2);
-            if (off) /* offset * sums of a over each lane's 4 bytes */
-                corr[j] = madd1(_mm256_maddubs_epi16(_mm256_set1_epi8((char)loffset(T)), ldu(ap[j] + b * ab + aq)));
-        }
         pfetch(MR, wp, b * wb, 1, pf);
         UNROLL for (int i = 0; i < MR; i++) {
-            const __m256i q = lunpack(T, off, wp[i] + b * wb);
-            const __m256i aq_ = sgn ? _mm256_sign_epi8(q, q) : q;
-            float m = 0.0f;
-            if (lmin(T)) m = ldh(wp[i] + b * wb + 2);
+            __m256i q;
+            if (T == L_Q8_0) {
+                q = ldu(wp[i] + b * wb + 2);
+            } else {
+                const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
+                q = _mm256_shuffle_epi8(kv, nib32(wp[i] + b * wb + 2));
+            }
+            const __m256i aq = _mm256_sign_epi8(q, q);
             UNROLL for (int j = 0; j < NT; j++) {
-                const __m256i a = ldu(ap[j] + b * ab + aq);
-                __m256i d32;
-                if (sgn) d32 = madd1(_mm256_maddubs_epi16(aq_, _mm256_sign_epi8(a, q)));
-                else d32 = madd1(_mm256_maddubs_epi16(aq_, a));
-                if (off) d32 = _mm256_sub_epi32(d32, corr[j]);
+                const __m256i a = ldu(ap[j] + b * ab + 2);
+                const __m256i d32 = madd1(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(a, q)));
                 acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d32), _mm256_broadcast_ss(&s[j][i]), acc[i][j]);
-                if (lmin(T)) macc[i][j] += m * sa[j];
             }
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] =
-        lmin(T) ? hsum8(acc[i][j]) + macc[i][j] : hsum8(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
 }
 
 /* Q4_0 Q4_1 Q5_0 Q5_1, two blocks per step.  The unsigned codes of blocks
