@@ -33,8 +33,13 @@ typedef struct tk_engine_config {
     int kv_block_size;          /* tokens per KV block; 0: 16 */
     bool require_tokenizer;     /* fail if no tokenizer can be loaded */
     size_t kv_memory;           /* KV pool bytes; 0: enough for max_seqs full contexts */
+    const char *kv_type;        /* "f32" (default), "f16" or "q8_0" */
     bool no_prefix_cache;       /* disable automatic prefix caching */
     int max_waiting;            /* bound of the waiting queue; 0: 256 */
+    const char *fusions;        /* operator fusions: "all" (default), "none", or a list of
+                                   norm-quant,glu,rope-kv,residual (also env TK_FUSE) */
+    bool reference_kernels;     /* float32 dequantize-and-multiply everywhere (also env TK_REFERENCE=1):
+                                   the numerical reference, slow */
 } tk_engine_config;
 
 /* One batch: parallel arrays of n_tokens entries. */
@@ -71,6 +76,7 @@ typedef struct tk_model_summary {
     bool tied_output;
     int64_t n_params;
     size_t weight_bytes;
+    size_t embedding_bytes; /* token_embd */
     size_t kv_bytes;     /* the engine's KV pool */
     struct {
         const char *name; /* "Q4_K" */
@@ -80,6 +86,7 @@ typedef struct tk_model_summary {
     } types[16];         /* tensors by storage type */
     int n_types;
     int kv_blocks, kv_block_size;
+    int n_threads;       /* the engine's thread pool */
 } tk_model_summary;
 
 int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err);

@@ -164,11 +164,14 @@ int tk_cmd_tokenize(int argc, char **argv) {
         for (int i = 0; i < count; i++) printf(i ? ", %d" : "%d", ids[i]);
         printf("]\n");
     } else {
-        char buf[1024];
+        char local[1024];
         for (int i = 0; i < count; i++) {
-            int n = tk_token_to_bytes(t, -1, ids[i], true, buf, sizeof buf);
-            if (n < 0) n = 0;
-            printf("%6d -> '%.*s'\n", ids[i], n, buf);
+            char *buf = local;
+            int n = tk_token_to_bytes(t, -1, ids[i], true, local, sizeof local);
+            if (n < 0 && (buf = malloc((size_t)-n)) != NULL) n = tk_token_to_bytes(t, -1, ids[i], true, buf, -n);
+            if (n < 0 || !buf) n = 0;
+            printf("%6d -> '%.*s'\n", ids[i], n, buf ? buf : "");
+            if (buf != local) free(buf);
         }
     }
     if (fflush(stdout) != 0) rc = 1;

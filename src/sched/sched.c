@@ -304,6 +304,21 @@ static void release_slot(tk_engine *e, tk_sample_state *ss) {
     ss->last_hash = 0;
 }
 
+/* Appends to the held-back text (dropped only if memory runs out). */
+static void held_append(tk_sample_state *ss, const char *text, int len) {
+    if (len <= 0) return;
+    if (ss->n_held + len > ss->held_cap) {
+        int cap = ss->held_cap ? ss->held_cap : 256;
+        while (cap < ss->n_held + len) cap *= 2;
+        char *nb = realloc(ss->held, (size_t)cap);
+        if (!nb) return;
+        ss->held = nb;
+        ss->held_cap = cap;
+    }
+    memcpy(ss->held + ss->n_held, text, (size_t)len);
+    ss->n_held += len;
+}
+
 static void finish_sample(tk_engine *e, tk_sample_state *ss, const char *reason, bool flush) {
     tk_request *r = ss->req;
     if (ss->done) return;
@@ -312,10 +327,7 @@ static void finish_sample(tk_engine *e, tk_sample_state *ss, const char *reason,
          * UTF-8 tail. */
         char tail[64];
         int n = tk_detok_flush(&ss->detok, tail, sizeof tail);
-        if (n > 0 && ss->n_held + n <= ss->held_cap) {
-            memcpy(ss->held + ss->n_held, tail, (size_t)n);
-            ss->n_held += n;
-        }
+        held_append(ss, tail, n);
         emit(r, ss, ss->held, ss->n_held, -1, 0, 0, NULL, NULL, reason);
     } else {
         emit(r, ss, NULL, 0, -1, 0, 0, NULL, NULL, reason);
@@ -332,17 +344,9 @@ static bool push_text(tk_sample_state *ss, const char *text, int len, char **out
     tk_request *r = ss->req;
     *out = ss->held;
     *out_len = 0;
-    if (ss->n_held + len > ss->held_cap) {
-        int cap = ss->held_cap ? ss->held_cap : 256;
-        while (cap < ss->n_held + len) cap *= 2;
-        char *nb = realloc(ss->held, (size_t)cap);
-        if (!nb) return false;
-        ss->held = nb;
-        ss->held_cap = cap;
-    }
-    memcpy(ss->held + ss->n_held, text, (size_t)len);
-    ss->n_held += len;
+    held_append(ss, text, len);
     *out = ss->held;
+    if (ss->n_held == 0) return false;
     /* earliest complete match */
     int best = -1;
     for (int i = 0; i < r->p.n_stop; i++) {
@@ -368,6 +372,7 @@ static bool push_text(tk_sample_state *ss, const char *text, int len, char **out
 }
 
 static void drop_released(tk_sample_state *ss, int n) {
+    if (n == 0) return;
     memmove(ss->held, ss->held + n, (size_t)(ss->n_held - n));
     ss->n_held -= n;
 }
@@ -428,9 +433,15 @@ static void sample_token(tk_engine *e, tk_sample_state *ss, const float *logits,
         return;
     }
     ss->tokens[ss->n_tokens++] = tok;
-    char text[512], *out;
-    int n = e->tok ? tk_detok_push(&ss->detok, tok, text, sizeof text) : 0, out_len;
+    char buf[512], *text = buf, *out;
+    int n = e->tok ? tk_detok_push(&ss->detok, tok, text, sizeof buf) : 0, out_len;
+    if (n < 0) {
+        /* a very long piece: nothing was consumed, retry with room for it */
+        text = malloc((size_t)-n);
+        n = text ? tk_detok_push(&ss->detok, tok, text, -n) : 0;
+    }
     bool stopped = push_text(ss, text, n, &out, &out_len);
+    if (text != buf) free(text);
     emit(r, ss, out, out_len, tok, lp, k, top_ids, top_lp, NULL);
     if (stopped) {
         ss->n_held = 0;
@@ -504,9 +515,11 @@ static void process_cancels(tk_engine *e) {
     }
     uint64_t ids[64];
     int n = s->n_cancel < 64 ? s->n_cancel : 64;
-    memcpy(ids, s->cancel_ids, sizeof(uint64_t) * (size_t)n);
-    memmove(s->cancel_ids, s->cancel_ids + n, sizeof(uint64_t) * (size_t)(s->n_cancel - n));
-    s->n_cancel -= n;
+    if (n > 0) {
+        memcpy(ids, s->cancel_ids, sizeof(uint64_t) * (size_t)n);
+        memmove(s->cancel_ids, s->cancel_ids + n, sizeof(uint64_t) * (size_t)(s->n_cancel - n));
+        s->n_cancel -= n;
+    }
     pthread_mutex_unlock(&s->mu);
     for (int c = 0; c < n; c++) {
         for (int i = 0; i < s->n_running; i++)

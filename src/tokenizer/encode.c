@@ -123,7 +123,7 @@ int tk_tokenize(const tk_tokenizer *t, const char *text, size_t len, bool add_bo
             rc = tk_err_set(err, "too many tokens");
         } else {
             int n = (int)st.out.n;
-            if (ids && cap > 0) memcpy(ids, st.out.v, (size_t)(n < cap ? n : cap) * sizeof *ids);
+            if (ids && cap > 0 && n > 0) memcpy(ids, st.out.v, (size_t)(n < cap ? n : cap) * sizeof *ids);
             if (n_out) *n_out = n;
         }
     }

@@ -45,10 +45,11 @@ static int build(tk_tokenizer *t, const tk_gguf *g, tk_err *err) {
 
     const tk_gguf_kv *toks = find_array(g, "tokenizer.ggml.tokens", err, true, &rc);
     if (rc) return -1;
-    if (toks->arr_type != TK_GGUF_STRING || !toks->arr_strs)
+    if (toks->arr_type != TK_GGUF_STRING)
         return tk_err_set(err, "tokenizer.ggml.tokens is not a string array");
     if (toks->arr_n == 0 || toks->arr_n > (1u << 24))
         return tk_err_set(err, "tokenizer.ggml.tokens has %llu entries", (unsigned long long)toks->arr_n);
+    if (!toks->arr_strs) return tk_err_set(err, "tokenizer.ggml.tokens: strings not decoded");
     int n = (int)toks->arr_n;
 
     const tk_gguf_kv *scores = find_array(g, "tokenizer.ggml.scores", err, false, &rc);
@@ -96,7 +97,7 @@ static int build(tk_tokenizer *t, const tk_gguf *g, tk_err *err) {
     if (bpe) {
         const tk_gguf_kv *merges = find_array(g, "tokenizer.ggml.merges", err, true, &rc);
         if (rc) return -1;
-        if (merges->arr_type != TK_GGUF_STRING || !merges->arr_strs)
+        if (merges->arr_type != TK_GGUF_STRING || (merges->arr_n > 0 && !merges->arr_strs))
             return tk_err_set(err, "tokenizer.ggml.merges is not a string array");
         if (merges->arr_n > (1u << 26)) return tk_err_set(err, "tokenizer.ggml.merges has too many entries");
         if (tk_merges_init(t, (int)merges->arr_n, err)) return -1;

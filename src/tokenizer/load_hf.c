@@ -344,6 +344,9 @@ static int build(tk_tokenizer *t, const json_t *root, const json_t *cfg, tk_err 
         }
     }
     if (max_id < 0) return tk_err_set(err, "model.vocab is empty");
+    size_t n_entries = json_object_size(vocab) + (json_is_array(added) ? json_array_size(added) : 0);
+    if ((size_t)max_id >= n_entries + 65536)
+        return tk_err_set(err, "token id %lld leaves too many unused ids (%zu tokens defined)", (long long)max_id, n_entries);
     if (tk_vocab_init(t, (int)max_id + 1, err)) return -1;
 
     hf_ctx c = {0};

@@ -49,6 +49,8 @@ static int build(tk_tokenizer *t, const unsigned char *d, size_t size, int vocab
     if (size < 4) return tk_err_set(err, "file too short for the header (%zu bytes)", size);
     int32_t max_len = rd_i32(d);
     if (max_len < 0 || max_len > (1 << 20)) return tk_err_set(err, "bad max_token_length %d", max_len);
+    if ((size_t)vocab_size > (size - 4) / 8) /* every record takes at least 8 bytes */
+        return tk_err_set(err, "truncated: %zu bytes cannot hold %d tokens", size, vocab_size);
     if (tk_vocab_init(t, vocab_size, err)) return -1;
     size_t off = 4;
     tk_sbuf piece = {0};

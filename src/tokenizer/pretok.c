@@ -137,7 +137,9 @@ static pcre2_code *compile_opts(const char *pattern, size_t len, uint32_t extra,
                    (const char *)msg);
         return NULL;
     }
+#ifndef TK_NO_JIT
     (void)pcre2_jit_compile(re, PCRE2_JIT_COMPLETE); /* falls back to the interpreter */
+#endif
     return re;
 }
 

@@ -121,12 +121,17 @@ int tk_spm_encode(const tk_tokenizer *t, const char *text, size_t len, tk_ivec *
             if (tk_ivec_push(out, id)) return tk_err_set(err, "out of memory");
             continue;
         }
-        for (uint32_t j = 0; j < s[i].n; j++) {
-            int bid = t->byte_id[(unsigned char)text[s[i].start + j]];
-            if (bid < 0) bid = t->unk;
-            if (bid < 0) continue;
-            if (tk_ivec_push(out, bid)) return tk_err_set(err, "out of memory");
+        /* a character without a piece: its bytes as <0xNN> pieces, or one unk */
+        bool bytes_ok = true;
+        for (uint32_t j = 0; j < s[i].n; j++)
+            if (t->byte_id[(unsigned char)text[s[i].start + j]] < 0) bytes_ok = false;
+        if (!bytes_ok) {
+            if (t->unk >= 0 && tk_ivec_push(out, t->unk)) return tk_err_set(err, "out of memory");
+            continue;
         }
+        for (uint32_t j = 0; j < s[i].n; j++)
+            if (tk_ivec_push(out, t->byte_id[(unsigned char)text[s[i].start + j]]))
+                return tk_err_set(err, "out of memory");
     }
     return 0;
 oom:

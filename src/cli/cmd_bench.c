@@ -1,0 +1,330 @@
+/* tokamak bench: prefill (ppN), decode (tgN) and batched decode speed, like
+ * llama-bench, plus the machine's memory read bandwidth measured in the same
+ * run and the decode roofline it implies. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <tokamak.h>
+
+#include "args.h"
+#include "commands.h"
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct stat_acc {
+    double v[64];
+    int n;
+} stat_acc;
+
+static void acc_add(stat_acc *a, double x) {
+    if (a->n < 64) a->v[a->n++] = x;
+}
+static double acc_mean(const stat_acc *a) {
+    double s = 0;
+    for (int i = 0; i < a->n; i++) s += a->v[i];
+    return a->n ? s / a->n : 0;
+}
+static double acc_sd(const stat_acc *a) {
+    if (a->n < 2) return 0;
+    double m = acc_mean(a), s = 0;
+    for (int i = 0; i < a->n; i++) s += (a->v[i] - m) * (a->v[i] - m);
+    return sqrt(s / (a->n - 1));
+}
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double acc_median(const stat_acc *a) {
+    double t[64];
+    memcpy(t, a->v, sizeof(double) * (size_t)a->n);
+    qsort(t, (size_t)a->n, sizeof(double), cmp_double);
+    return a->n ? (a->n % 2 ? t[a->n / 2] : 0.5 * (t[a->n / 2 - 1] + t[a->n / 2])) : 0;
+}
+
+/* ---- memory bandwidth: each thread sums its slice of a large buffer ---- */
+typedef struct bw_arg {
+    const double *p;
+    size_t n;
+    double sum;
+} bw_arg;
+
+static void *bw_worker(void *arg) {
+    bw_arg *a = arg;
+    double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= a->n; i += 4) {
+        s0 += a->p[i];
+        s1 += a->p[i + 1];
+        s2 += a->p[i + 2];
+        s3 += a->p[i + 3];
+    }
+    a->sum = s0 + s1 + s2 + s3;
+    return NULL;
+}
+
+static double measure_bandwidth(int threads) {
+    size_t bytes = (size_t)1 << 30, n = bytes / sizeof(double);
+    double *buf = malloc(bytes);
+    if (!buf) return 0;
+    for (size_t i = 0; i < n; i++) buf[i] = (double)(i & 1023);
+    double best = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        pthread_t th[64];
+        bw_arg args[64];
+        int t = threads > 64 ? 64 : threads;
+        double t0 = now_seconds();
+        for (int i = 0; i < t; i++) {
+            args[i] = (bw_arg){buf + n / t * i, n / t, 0};
+            pthread_create(&th[i], NULL, bw_worker, &args[i]);
+        }
+        double sink = 0;
+        for (int i = 0; i < t; i++) {
+            pthread_join(th[i], NULL);
+            sink += args[i].sum;
+        }
+        double gbs = bytes / (now_seconds() - t0) / 1e9;
+        if (sink != 12345.678 && gbs > best) best = gbs; /* sink keeps the sums alive */
+    }
+    free(buf);
+    return best;
+}
+
+/* Batch arrays allocated once, so the timed loops do not allocate. */
+typedef struct feeder {
+    int32_t *pos, *seq;
+    uint8_t *flag;
+    int cap;
+} feeder;
+
+/* Feeds n tokens of one sequence starting at pos, in chunks of at most
+ * f->cap; only the last token asks for logits. */
+static int feed(tk_engine *e, feeder *f, int seq, const int32_t *tok, int n, int pos, float *logits, tk_err *err) {
+    int rc = 0;
+    for (int done = 0; done < n && rc == 0; done += f->cap) {
+        int m = n - done < f->cap ? n - done : f->cap;
+        for (int i = 0; i < m; i++) {
+            f->pos[i] = pos + done + i;
+            f->seq[i] = seq;
+            f->flag[i] = done + i == n - 1;
+        }
+        rc = tk_engine_decode(e, &(tk_batch){m, (int32_t *)tok + done, f->pos, f->seq, f->flag}, logits, err);
+    }
+    return rc;
+}
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: tokamak bench -m MODEL [-p 128] [-n 32] [-r 3] [-t N] [-b BATCH] [--json]\n"
+               "  -p N   prompt tokens for the prefill test (0: skip)\n"
+               "  -n N   generated tokens for the decode test (0: skip)\n"
+               "  -r N   repetitions (median, mean and sd reported)\n"
+               "  -b B   also decode B sequences at once (aggregate tokens/s)\n"
+               "  --no-bandwidth   skip the memory bandwidth measurement\n"
+               "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
+               "                   context (prefill t/s, decode ms/token), with the peak RSS\n"
+               "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n"
+               "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,residual\n");
+}
+
+int tk_cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *cmd = "bench";
+    int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1;
+    const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int rc = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &model);
+        else if (!strcmp(a, "-p")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &pp);
+        else if (!strcmp(a, "-n")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &tg);
+        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 64, &reps);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &threads);
+        else if (!strcmp(a, "-b")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1024, &batch);
+        else if (!strcmp(a, "--json")) json = 1;
+        else if (!strcmp(a, "--no-bandwidth")) bandwidth = 0;
+        else if (!strcmp(a, "--context")) rc = tk_arg_str(cmd, argc, argv, &i, &contexts);
+        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_type);
+        else if (!strcmp(a, "--fuse")) rc = tk_arg_str(cmd, argc, argv, &i, &fusions);
+        else {
+            fprintf(stderr, "tokamak bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (rc) return 2;
+    }
+    if (!model) {
+        usage(stderr);
+        return 2;
+    }
+    int ctx_list[8], n_ctx_list = 0;
+    for (const char *c = contexts; c && *c && n_ctx_list < 8;) {
+        char *end;
+        long v = strtol(c, &end, 10);
+        if (end == c || v < 1 || v > (1 << 22)) {
+            fprintf(stderr, "tokamak bench: --context expects a list of positive integers\n");
+            return 2;
+        }
+        ctx_list[n_ctx_list++] = (int)v;
+        c = *end == ',' ? end + 1 : end;
+    }
+    int ctx = pp + tg + 8;
+    if (ctx < 64) ctx = 64;
+    for (int i = 0; i < n_ctx_list; i++)
+        if (ctx_list[i] + tg + 8 > ctx) ctx = ctx_list[i] + tg + 8;
+    int max_seqs = batch > 1 ? batch : 1;
+    tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
+                            .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
+                            .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions};
+    if (cfg.max_batch_tokens < 1) cfg.max_batch_tokens = 1;
+    tk_engine *e;
+    tk_err err;
+    if (tk_engine_open(&cfg, &e, &err)) {
+        fprintf(stderr, "tokamak bench: %s\n", err.msg);
+        return 1;
+    }
+    tk_model_summary ms;
+    tk_engine_summary(e, &ms);
+    int nv = tk_engine_n_vocab(e);
+    int n_tok = ctx;
+    int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_tok);
+    float *logits = malloc(sizeof(float) * (size_t)nv * (size_t)(max_seqs > 1 ? max_seqs : 1));
+    uint64_t x = 12345;
+    for (int i = 0; i < n_tok; i++) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        tokens[i] = (int32_t)((x >> 33) % (uint64_t)nv);
+    }
+    stat_acc pp_acc = {0}, tg_acc = {0}, b_acc = {0};
+    feeder fd = {malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens), malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens),
+                 malloc((size_t)cfg.max_batch_tokens), cfg.max_batch_tokens};
+    int rc = 0;
+    /* warm-up: touch the weights once */
+    int seq = tk_engine_seq_new(e, &err);
+    rc |= feed(e, &fd, seq, tokens, 4, 0, logits, &err);
+    tk_engine_seq_free(e, seq);
+    for (int r = 0; r < reps && rc == 0; r++) {
+        if (pp > 0) {
+            seq = tk_engine_seq_new(e, &err);
+            double t0 = now_seconds();
+            rc |= feed(e, &fd, seq, tokens, pp, 0, logits, &err);
+            acc_add(&pp_acc, pp / (now_seconds() - t0));
+            tk_engine_seq_free(e, seq);
+        }
+        if (tg > 0 && rc == 0) {
+            /* decode from an empty context, one token per pass, as llama-bench's tgN */
+            seq = tk_engine_seq_new(e, &err);
+            double t0 = now_seconds();
+            for (int i = 0; i < tg && rc == 0; i++) rc |= feed(e, &fd, seq, tokens + i, 1, i, logits, &err);
+            acc_add(&tg_acc, tg / (now_seconds() - t0));
+            tk_engine_seq_free(e, seq);
+        }
+        if (batch > 1 && tg > 0 && rc == 0) {
+            int seqs[1024];
+            int32_t bt[1024], bp[1024], bs[1024];
+            uint8_t bf[1024];
+            for (int s = 0; s < batch; s++) {
+                seqs[s] = tk_engine_seq_new(e, &err);
+                rc |= feed(e, &fd, seqs[s], tokens + s, 8, 0, logits, &err);
+            }
+            double t0 = now_seconds();
+            for (int i = 0; i < tg && rc == 0; i++) {
+                for (int s = 0; s < batch; s++) {
+                    bt[s] = tokens[(s + i * 7) % n_tok];
+                    bp[s] = 8 + i;
+                    bs[s] = seqs[s];
+                    bf[s] = 1;
+                }
+                rc |= tk_engine_decode(e, &(tk_batch){batch, bt, bp, bs, bf}, logits, &err);
+            }
+            acc_add(&b_acc, (double)batch * tg / (now_seconds() - t0));
+            for (int s = 0; s < batch; s++) tk_engine_seq_free(e, seqs[s]);
+        }
+    }
+    /* attention scaling: prefill each context, then decode at it */
+    double ctx_pp[8] = {0}, ctx_tg_ms[8] = {0};
+    size_t ctx_rss[8] = {0};
+    for (int c = 0; c < n_ctx_list && rc == 0; c++) {
+        seq = tk_engine_seq_new(e, &err);
+        double t0 = now_seconds();
+        rc |= feed(e, &fd, seq, tokens, ctx_list[c], 0, logits, &err);
+        ctx_pp[c] = ctx_list[c] / (now_seconds() - t0);
+        int n_dec = tg > 0 ? tg : 16;
+        t0 = now_seconds();
+        for (int i = 0; i < n_dec && rc == 0; i++)
+            rc |= feed(e, &fd, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
+        ctx_tg_ms[c] = 1e3 * (now_seconds() - t0) / n_dec;
+        ctx_rss[c] = tk_peak_rss();
+        tk_engine_seq_free(e, seq);
+    }
+    if (rc) {
+        fprintf(stderr, "tokamak bench: %s\n", err.msg);
+        free(tokens);
+        free(logits);
+        free(fd.pos);
+        free(fd.seq);
+        free(fd.flag);
+        tk_engine_close(e);
+        return 1;
+    }
+    /* Decode reads every matrix once per token; of an untied embedding only
+     * one row (a tied one is read whole as the output head). */
+    double bytes_per_token = (double)ms.weight_bytes;
+    if (!ms.tied_output) bytes_per_token -= (double)ms.embedding_bytes;
+    double bw = bandwidth ? measure_bandwidth(ms.n_threads) : 0;
+    double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
+    double tg_med = acc_median(&tg_acc);
+    if (json) {
+        printf("{\"model\": \"%s\", \"threads\": %d, \"weight_bytes\": %zu, \"params\": %lld", model, ms.n_threads,
+               ms.weight_bytes, (long long)ms.n_params);
+        if (pp) printf(", \"pp\": {\"n\": %d, \"median\": %.3f, \"mean\": %.3f, \"sd\": %.3f}", pp, acc_median(&pp_acc),
+                       acc_mean(&pp_acc), acc_sd(&pp_acc));
+        if (tg) printf(", \"tg\": {\"n\": %d, \"median\": %.3f, \"mean\": %.3f, \"sd\": %.3f}", tg, tg_med,
+                       acc_mean(&tg_acc), acc_sd(&tg_acc));
+        if (batch > 1)
+            printf(", \"batched\": {\"sequences\": %d, \"n\": %d, \"median\": %.3f, \"mean\": %.3f, \"sd\": %.3f}", batch,
+                   tg, acc_median(&b_acc), acc_mean(&b_acc), acc_sd(&b_acc));
+        if (bw > 0)
+            printf(", \"bandwidth_gbs\": %.2f, \"bytes_per_token\": %.0f, \"roofline_tps\": %.3f, \"roofline_pct\": %.1f",
+                   bw, bytes_per_token, roofline, roofline > 0 ? 100 * tg_med / roofline : 0);
+        if (n_ctx_list) {
+            printf(", \"contexts\": [");
+            for (int c = 0; c < n_ctx_list; c++)
+                printf("%s{\"context\": %d, \"prefill_tps\": %.3f, \"decode_ms_per_token\": %.3f, \"peak_rss\": %zu}",
+                       c ? ", " : "", ctx_list[c], ctx_pp[c], ctx_tg_ms[c], ctx_rss[c]);
+            printf("]");
+        }
+        printf(", \"kv_type\": \"%s\", \"kv_bytes\": %zu}\n", kv_type ? kv_type : "f32", ms.kv_bytes);
+    } else {
+        printf("model: %s (%s, %.1f M params, %.1f MiB of weights)\n", model, ms.arch, ms.n_params / 1e6,
+               ms.weight_bytes / 1048576.0);
+        printf("%-10s %8s %12s %12s %10s\n", "test", "threads", "median t/s", "mean t/s", "sd");
+        int th = ms.n_threads;
+        if (pp) printf("%-10s %8d %12.2f %12.2f %10.2f\n", "pp", th, acc_median(&pp_acc), acc_mean(&pp_acc), acc_sd(&pp_acc));
+        if (tg) printf("%-10s %8d %12.2f %12.2f %10.2f\n", "tg", th, tg_med, acc_mean(&tg_acc), acc_sd(&tg_acc));
+        if (batch > 1)
+            printf("%-10s %8d %12.2f %12.2f %10.2f   (%d sequences, aggregate)\n", "batched", th, acc_median(&b_acc),
+                   acc_mean(&b_acc), acc_sd(&b_acc), batch);
+        if (bw > 0)
+            printf("memory read bandwidth %.2f GB/s; %.1f MB read per decoded token; roofline %.2f t/s; decode "
+                   "reaches %.1f %%\n",
+                   bw, bytes_per_token / 1e6, roofline, 100 * tg_med / roofline);
+        for (int c = 0; c < n_ctx_list; c++)
+            printf("context %6d: prefill %8.2f t/s, decode %8.2f ms/token (%.2f t/s), peak RSS %.0f MiB\n",
+                   ctx_list[c], ctx_pp[c], ctx_tg_ms[c], 1e3 / ctx_tg_ms[c], ctx_rss[c] / 1048576.0);
+        printf("KV cache: %s, %.1f MiB\n", kv_type ? kv_type : "f32", ms.kv_bytes / 1048576.0);
+    }
+    free(tokens);
+    free(logits);
+    free(fd.pos);
+    free(fd.seq);
+    free(fd.flag);
+    tk_engine_close(e);
+    return 0;
+}

@@ -1,0 +1,190 @@
+"""Differential test: `tokamak tokenize --lines` against Hugging Face `tokenizers`.
+
+For every tokenizer.json under the shared assets, a few thousand lines of
+varied text (held-out Python code, llama.cpp's tokenizer test inputs, and the
+hand-written multilingual / emoji / whitespace / special-token corpus in
+tests/data/tok_corpus.txt) are encoded line by line by both and the ids must
+be identical.
+
+Special-token text in the input ("<s>", "<|eot_id|>", ...) is parsed into the
+special token, as HF does for added tokens by default: tokamak's default
+(parse_special on) is compared with `encode(line, add_special_tokens=False)`.
+
+Run:  TOKAMAK_BIN=build/tokamak .venv/bin/python -m pytest -q tests/python/test_tokenizer_diff.py
+"""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+tokenizers = pytest.importorskip(
+    "tokenizers", reason="Hugging Face `tokenizers` (the oracle) is not installed in this Python"
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = Path(os.environ.get("TK_SHARED_DIR", ROOT.parent / "shared"))
+BIN = os.environ.get("TOKAMAK_BIN")
+
+if not BIN or not os.access(BIN, os.X_OK):
+    pytest.skip("TOKAMAK_BIN is not set to an executable tokamak binary", allow_module_level=True)
+
+TOKENIZERS = [
+    "tokenizers/llama2/tokenizer.json",
+    "tokenizers/llama3/tokenizer.json",
+    "models/code-target/tokenizer.json",
+]
+
+SEP = "\n__ggml_vocab_test__\n"
+
+
+def _read_lines(path: Path):
+    # bytes -> str without newline translation; split on '\n' only (a '\r' stays in its line)
+    text = path.read_bytes().decode("utf-8")
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+def corpus_lines():
+    lines = []
+    for rel in ("models/code-eval.txt", "models/code-calib.txt"):
+        p = SHARED / rel
+        if p.exists():
+            lines += _read_lines(p)
+    tests_dir = SHARED / "tokenizer-tests"
+    if tests_dir.is_dir():
+        for inp in sorted(tests_dir.glob("*.inp")):
+            raw = inp.read_bytes().decode("utf-8")
+            for case in raw.split(SEP):
+                lines += case.split("\n")
+    lines += _read_lines(ROOT / "tests" / "data" / "tok_corpus.txt")
+    seen, uniq = set(), []
+    for line in lines:
+        if line not in seen:
+            seen.add(line)
+            uniq.append(line)
+    return uniq
+
+
+def run_tokamak(tok_path: Path, lines, tmp_path, extra=()):
+    f = tmp_path / "lines.txt"
+    f.write_bytes(("\n".join(lines) + "\n").encode("utf-8"))
+    proc = subprocess.run(
+        [BIN, "tokenize", "-m", str(tok_path), "-f", str(f), "--lines", *extra],
+        capture_output=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
+    out = proc.stdout.decode("utf-8").split("\n")
+    assert out[-1] == ""
+    out = out[:-1]
+    assert len(out) == len(lines), f"{len(out)} output lines for {len(lines)} input lines"
+    return [[int(x) for x in o.split()] for o in out]
+
+
+def report(mismatches, total, name):
+    msg = [f"{name}: {len(mismatches)} of {total} lines differ"]
+    for line, want, got in mismatches[:20]:
+        msg.append(f"  line {line!r}\n    hf:      {want}\n    tokamak: {got}")
+    return "\n".join(msg)
+
+
+@pytest.mark.parametrize("rel", TOKENIZERS)
+def test_lines_match_hf(rel, tmp_path):
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    lines = corpus_lines()
+    assert len(lines) > 1000
+    ours = run_tokamak(path, lines, tmp_path, ["--no-bos"])
+    hf = tokenizers.Tokenizer.from_file(str(path))
+    want = [e.ids for e in hf.encode_batch(lines, add_special_tokens=False)]
+    bad = [(l, w, o) for l, w, o in zip(lines, want, ours) if w != o]
+    print(f"{rel}: {len(lines)} lines compared, {len(bad)} mismatches")
+    assert not bad, report(bad, len(lines), rel)
+
+
+@pytest.mark.parametrize("rel", ["tokenizers/llama2/tokenizer.json", "models/code-target/tokenizer.json"])
+def test_bos_matches_template(rel, tmp_path):
+    """With a TemplateProcessing post-processor, tokamak's default BOS equals HF's add_special_tokens."""
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    lines = ["Hello world", " leading space", "def f(x):", "<s>already", "x"]
+    ours = run_tokamak(path, lines, tmp_path)
+    hf = tokenizers.Tokenizer.from_file(str(path))
+    want = [e.ids for e in hf.encode_batch(lines, add_special_tokens=True)]
+    assert ours == want
+
+
+def test_no_parse_special_treats_text_plainly(tmp_path):
+    """--no-parse-special must not produce special ids (HF: encode_special_tokens=True)."""
+    path = SHARED / "tokenizers/llama3/tokenizer.json"
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    lines = ["<|begin_of_text|>Hello<|eot_id|>", "a <|end_of_text|> b"]
+    ours = run_tokamak(path, lines, tmp_path, ["--no-bos", "--no-parse-special"])
+    hf = tokenizers.Tokenizer.from_file(str(path))
+    hf.encode_special_tokens = True
+    want = [e.ids for e in hf.encode_batch(lines, add_special_tokens=False)]
+    assert ours == want
+    assert all(i < 128000 for ids in ours for i in ids)
+
+
+ADDED_LINES = [
+    "a </s> b  <s>  c",
+    "x</s><s>y",
+    "  </s>",
+    "<s>   ",
+    "a <|eot_id|> b",
+    "a   <|eot_id|>   b",
+    "x<|start_header_id|>  user",
+    "x <|start_header_id|>\tuser",
+    "<|mytok|> and <|mytok|>x",
+    "word<|mytok|>word",
+    "  <|eot_id|><|start_header_id|>  <|mytok|>  ",
+    "<|eot_id|>",
+    "plain text",
+    "tail   <|eot_id|>",
+]
+
+
+@pytest.mark.parametrize("rel", ["tokenizers/llama3/tokenizer.json", "tokenizers/llama2/tokenizer.json"])
+def test_added_token_flags(rel, tmp_path):
+    """lstrip / rstrip / non-special added tokens behave as in HF (edited tokenizer.json:
+    <|eot_id|> and </s> get lstrip, <|start_header_id|> and <s> get rstrip, and a new
+    non-special token <|mytok|> is added)."""
+    import json
+
+    src = SHARED / rel
+    if not src.exists():
+        pytest.skip(f"{src} not available")
+    j = json.loads(src.read_text(encoding="utf-8"))
+    for t in j["added_tokens"]:
+        if t["content"] in ("<|eot_id|>", "</s>"):
+            t["lstrip"] = True
+        if t["content"] in ("<|start_header_id|>", "<s>"):
+            t["rstrip"] = True
+    new_id = max(t["id"] for t in j["added_tokens"])
+    new_id = max(new_id, max(j["model"]["vocab"].values())) + 1
+    j["added_tokens"].append(
+        {"id": new_id, "content": "<|mytok|>", "single_word": False, "lstrip": False,
+         "rstrip": False, "normalized": False, "special": False}
+    )
+    d = tmp_path / "tok"
+    d.mkdir()
+    (d / "tokenizer.json").write_text(json.dumps(j), encoding="utf-8")
+    hf = tokenizers.Tokenizer.from_file(str(d / "tokenizer.json"))
+    want = [e.ids for e in hf.encode_batch(ADDED_LINES, add_special_tokens=False)]
+    ours = run_tokamak(d / "tokenizer.json", ADDED_LINES, tmp_path, ["--no-bos"])
+    bad = [(l, w, o) for l, w, o in zip(ADDED_LINES, want, ours) if w != o]
+    assert not bad, report(bad, len(ADDED_LINES), "added-token flags")
+    # without parse_special the non-special added token is still matched (HF: encode_special_tokens)
+    hf.encode_special_tokens = True
+    want = [e.ids for e in hf.encode_batch(ADDED_LINES, add_special_tokens=False)]
+    ours = run_tokamak(d / "tokenizer.json", ADDED_LINES, tmp_path, ["--no-bos", "--no-parse-special"])
+    bad = [(l, w, o) for l, w, o in zip(ADDED_LINES, want, ours) if w != o]
+    assert not bad, report(bad, len(ADDED_LINES), "added-token flags, no parse_special")
