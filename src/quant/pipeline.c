@@ -275,10 +275,12 @@ static int calib_init(qctx *q, calib *c, tk_err *err) {
     c->model_ok = true;
     const tk_hparams *hp = &c->model.hp;
     const int bs = 16;
-    if (tk_kv_pool_init(&c->kv, hp->n_layers, hp->n_kv_heads, hp->head_dim, bs, (c->ctx + bs - 1) / bs, false, err))
+    if (tk_kv_pool_init(&c->kv, hp->n_layers, hp->n_kv_heads, hp->head_dim, bs, (c->ctx + bs - 1) / bs, TK_KV_F32,
+                        false, err))
         return -1;
     c->kv_ok = true;
-    if (tk_forward_ws_init(&c->ws, &c->model, c->ctx, tk_pool_size(q->pool), err)) return -1;
+    /* float32 weights run through float kernels (no activation quantization) */
+    if (tk_forward_ws_init(&c->ws, &c->model, c->ctx, c->ctx, bs, tk_pool_size(q->pool), false, err)) return -1;
     c->ws_ok = true;
     c->pos = malloc(sizeof(int32_t) * (size_t)c->ctx);
     c->seqid = calloc((size_t)c->ctx, sizeof(int32_t));
