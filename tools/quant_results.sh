@@ -5,13 +5,13 @@
 #
 #   tools/quant_results.sh OUTDIR [NAME...]     (default: every row)
 #
-# Needs build/tokamak (Release) and the shared assets; -t from $THREADS.
+# Needs build/tokamak (Release; or $TOKAMAK_BIN) and the shared assets; -t from $THREADS.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:?usage: tools/quant_results.sh OUTDIR [NAME...]}
 shift
 mkdir -p "$out"
-bin=build/tokamak
+bin=${TOKAMAK_BIN:-build/tokamak}
 shared=${TK_SHARED_DIR:-../shared}
 model=$shared/models/code-target
 calib=$shared/models/code-calib.txt
@@ -49,11 +49,12 @@ for row in "${rows[@]}"; do
   fi
   if [ "$name" = f32 ]; then
     $bin perplexity -m "$gguf" -f "$eval" --ctx 256 -t "$t" --save-logits "$out/base-f32.logits" \
-      >"$out/$name.ppl.txt" 2>/dev/null
+      >"$out/$name.ppl.tmp" 2>/dev/null
   else
     $bin perplexity -m "$gguf" -f "$eval" --ctx 256 -t "$t" --kl-base "$out/base-f32.logits" \
-      >"$out/$name.ppl.txt" 2>/dev/null
+      >"$out/$name.ppl.tmp" 2>/dev/null
   fi
+  mv "$out/$name.ppl.tmp" "$out/$name.ppl.txt"
   echo "done $name"
 done
 # summary: name, bytes, bpw, ppl(all), ppl(second half), KL(all), top-1 agreement(all)
