@@ -23,6 +23,7 @@ static void usage(FILE *f) {
             "  --act-order          gptq: columns by decreasing Hessian diagonal (static groups)\n"
             "  --damp F             gptq: damping as a fraction of mean(diag H) (default 0.01)\n"
             "  --awq-grid N         awq: alpha grid points in [0, 1] (default 20)\n"
+            "  --awq-no-clip        awq: no weight clipping search\n"
             "  --nf4-double-quant   nf4: 8-bit absmax scales (NF4_DQ)\n"
             "  --pure               every matrix in TYPE (no Q6_K/Q8_0 output, no q4_k_m mix)\n"
             "  --allow-requantize   accept an already quantized input\n"
@@ -114,6 +115,8 @@ int tk_cmd_quantize(int argc, char **argv) {
             p.damp = d;
         } else if (!strcmp(a, "--awq-grid")) {
             rc = tk_arg_int(cmd, argc, argv, &i, 2, 1000, &p.awq_grid);
+        } else if (!strcmp(a, "--awq-no-clip")) {
+            p.awq_no_clip = true;
         } else if (!strcmp(a, "--nf4-double-quant")) {
             dq = true;
         } else if (!strcmp(a, "--pure")) {

@@ -130,3 +130,67 @@ int tk_awq_search(float *const *W, const int64_t *rows, const tk_dtype *types, i
     if (!isfinite(res->loss)) return tk_err_set(err, "AWQ: quantization failed during the scale search");
     return 0;
 }
+
+/* ---- clipping ---- */
+
+typedef struct clip_job {
+    const float *W;
+    int64_t rows, cols;
+    tk_dtype type;
+    int group, n_groups;
+    const double *H;
+    float *ratios;
+    double *scratch; /* per thread: 2 * group doubles */
+} clip_job;
+
+static void clip_task(void *ctx, int task, int thread) {
+    clip_job *j = ctx;
+    const int64_t C = j->cols;
+    double *d = j->scratch + (size_t)thread * 2 * j->group;
+    float qv[256];
+    for (int64_t r = task; r < j->rows; r += 64) {
+        const float *w = j->W + r * C;
+        for (int g = 0; g < j->n_groups; g++) {
+            const int64_t c0 = (int64_t)g * j->group;
+            const int n = (int)(C - c0 < j->group ? C - c0 : j->group);
+            double best = INFINITY;
+            float best_r = 1.0f;
+            for (int k = 0; k < 10; k++) {
+                const float ratio = 1.0f - 0.05f * (float)k;
+                tk_qgrid grid;
+                tk_qgrid_fit_clip(j->type, w + c0, n, ratio, &grid);
+                for (int i = 0; i < n; i++) {
+                    qv[i] = tk_qgrid_value(&grid, tk_qgrid_code(&grid, w[c0 + i]));
+                    d[i] = (double)w[c0 + i] - (double)qv[i];
+                }
+                double e = 0;
+                for (int a = 0; a < n; a++) {
+                    const double *Ha = j->H + (c0 + a) * C + c0;
+                    e += d[a] * tk_dotd(Ha, d, n);
+                }
+                if (e < best) {
+                    best = e;
+                    best_r = ratio;
+                }
+            }
+            j->ratios[r * j->n_groups + g] = best_r;
+        }
+    }
+}
+
+int tk_awq_clip(const float *W, int64_t rows, int64_t cols, tk_dtype type, int group, const double *H, float *ratios,
+                tk_pool *pool, tk_err *err) {
+    if (!tk_qgrid_supported(type)) return tk_err_set(err, "clipping needs a grid type");
+    if (type == TK_Q4_K || type == TK_Q5_K) { /* their sub-block fits are least-squares already */
+        for (int64_t i = 0; i < rows * ((cols + group - 1) / group); i++) ratios[i] = 1.0f;
+        return 0;
+    }
+    if (group < 32 || group > 256 || group % 32) return tk_err_set(err, "clipping group %d", group);
+    const int nt = tk_pool_size(pool);
+    double *scratch = malloc(sizeof(double) * 2 * (size_t)group * (size_t)nt);
+    if (!scratch) return tk_err_set(err, "out of memory");
+    clip_job j = {W, rows, cols, type, group, (int)((cols + group - 1) / group), H, ratios, scratch};
+    tk_pool_run(pool, rows < 64 ? (int)rows : 64, clip_task, &j);
+    free(scratch);
+    return 0;
+}

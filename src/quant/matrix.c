@@ -49,14 +49,14 @@ static bool is_k(tk_dtype t) { return t == TK_Q4_K || t == TK_Q5_K; }
 /* Fits the grids of one row's columns [c0, c0 + n) (one group) from x
  * (the row) and writes codes and values.  K types: the super-block grids in
  * g must already hold D/Dmin (from tk_qgrid_fit_k). */
-static void rtn_group(tk_dtype type, const float *x, int64_t c0, int n, bool refit_k, tk_qgrid *grids,
+static void rtn_group(tk_dtype type, const float *x, int64_t c0, int n, bool refit_k, float ratio, tk_qgrid *grids,
                       uint8_t *codes, float *deq) {
     tk_qgrid g;
     if (is_k(type)) {
         g = grids[c0 / 32];
         if (refit_k) tk_qgrid_refit_k(&g, x + c0, n);
     } else {
-        tk_qgrid_fit(type, x + c0, n, &g);
+        tk_qgrid_fit_clip(type, x + c0, n, ratio, &g);
     }
     for (int b = 0; b < n / 32; b++) grids[c0 / 32 + b] = g;
     for (int i = 0; i < n; i++) {
@@ -68,11 +68,16 @@ static void rtn_group(tk_dtype type, const float *x, int64_t c0, int n, bool ref
 /* Quantizes one row by RTN on groups (used by tk_rtn_matrix and AWQ). */
 void tk_rtn_row(tk_dtype type, const float *x, int64_t cols, int group, tk_qgrid *grids, uint8_t *codes,
                 float *deq) {
+    tk_rtn_row_clip(type, x, cols, group, NULL, grids, codes, deq);
+}
+
+void tk_rtn_row_clip(tk_dtype type, const float *x, int64_t cols, int group, const float *clip, tk_qgrid *grids,
+                     uint8_t *codes, float *deq) {
     if (is_k(type))
         for (int64_t s = 0; s < cols; s += 256) tk_qgrid_fit_k(type, x + s, grids + s / 32);
     for (int64_t c = 0; c < cols; c += group) {
         const int n = cols - c < group ? (int)(cols - c) : group;
-        rtn_group(type, x, c, n, group > 32, grids, codes, deq);
+        rtn_group(type, x, c, n, group > 32, clip ? clip[c / group] : 1.0f, grids, codes, deq);
     }
 }
 
@@ -81,6 +86,7 @@ typedef struct rtn_job {
     tk_qmatrix *q;
     int group;
     int64_t per_task;
+    const float *clip; /* rows x groups, or NULL */
 } rtn_job;
 
 static void rtn_task(void *ctx, int task, int thread) {
@@ -90,8 +96,9 @@ static void rtn_task(void *ctx, int task, int thread) {
     int64_t r1 = (task + 1) * j->per_task;
     if (r1 > j->q->rows) r1 = j->q->rows;
     for (int64_t r = task * j->per_task; r < r1; r++)
-        tk_rtn_row(j->q->type, j->W + r * cols, cols, j->group, j->q->grids + r * (cols / 32), j->q->codes + r * cols,
-                   j->q->deq + r * cols);
+        tk_rtn_row_clip(j->q->type, j->W + r * cols, cols, j->group,
+                        j->clip ? j->clip + r * ((cols + j->group - 1) / j->group) : NULL, j->q->grids + r * (cols / 32),
+                        j->q->codes + r * cols, j->q->deq + r * cols);
 }
 
 static int check_group(tk_dtype type, int group, tk_err *err) {
@@ -102,9 +109,13 @@ static int check_group(tk_dtype type, int group, tk_err *err) {
 }
 
 int tk_rtn_matrix(const float *W, int group, tk_qmatrix *q, tk_pool *pool, tk_err *err) {
+    return tk_rtn_matrix_clip(W, group, NULL, q, pool, err);
+}
+
+int tk_rtn_matrix_clip(const float *W, int group, const float *clip, tk_qmatrix *q, tk_pool *pool, tk_err *err) {
     if (check_group(q->type, group, err)) return -1;
     int n_tasks = tk_pool_size(pool) * 4;
-    rtn_job j = {W, q, group, (q->rows + n_tasks - 1) / n_tasks};
+    rtn_job j = {W, q, group, (q->rows + n_tasks - 1) / n_tasks, clip};
     tk_pool_run(pool, (int)((q->rows + j.per_task - 1) / j.per_task), rtn_task, &j);
     return 0;
 }

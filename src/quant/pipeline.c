@@ -396,10 +396,59 @@ static int awq_group(qctx *q, otensor **mats, int n, const double *H, const doub
     if (tk_awq_search(W, rows, types, n, mats[0]->src->ne[0], H, mean_abs, tie, q->p->group,
                       q->p->awq_grid > 0 ? q->p->awq_grid : 20, s, NULL, &r, q->pool, err))
         return tk_err_wrap(err, "AWQ on '%s'", mats[0]->src->name);
-    q->rep->method_error += r.loss;
-    q->rep->rtn_error += r.loss_alpha0;
+    q->rep->rtn_error += r.loss_alpha0; /* round to nearest of the unscaled weights */
     for (int i = 0; i < n; i++) scale_cols(mats[i], s);
     return 0;
+}
+
+/* H of the scaled input X / s: H_ab / (s_a s_b). */
+static double *scaled_gram(const double *H, const float *s, int n) {
+    double *Hs = malloc(sizeof(double) * (size_t)n * n);
+    if (!Hs) return NULL;
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) Hs[(size_t)a * n + b] = H[(size_t)a * n + b] / ((double)s[a] * s[b]);
+    return Hs;
+}
+
+/* Quantizes one AWQ-scaled matrix (with clipping search unless `no_clip`)
+ * and adds its output error; row_w (may be NULL) weights each row's error
+ * (v's rows are rescaled by the v -> o fold). */
+static int awq_quantize(qctx *q, otensor *o, const double *Hs, bool no_clip, const float *row_w, tk_err *err) {
+    const int64_t cols = o->src->ne[0], n = o->rows * cols;
+    float *before = malloc(sizeof(float) * (size_t)n);
+    if (!before) return tk_err_set(err, "out of memory");
+    memcpy(before, o->f, sizeof(float) * (size_t)n);
+    int rc;
+    if (!no_clip && tk_qgrid_supported(o->type)) {
+        const int group = q->p->group > 0 ? q->p->group : 32;
+        const int64_t ng = (cols + group - 1) / group;
+        float *ratios = malloc(sizeof(float) * (size_t)(o->rows * ng));
+        tk_qmatrix qm;
+        rc = ratios ? tk_qmatrix_alloc(&qm, o->type, o->rows, cols, err) : tk_err_set(err, "out of memory");
+        if (!rc) {
+            rc = tk_awq_clip(o->f, o->rows, cols, o->type, group, Hs, ratios, q->pool, err);
+            if (!rc) rc = tk_rtn_matrix_clip(o->f, group, ratios, &qm, q->pool, err);
+            if (!rc) rc = take_qmatrix(o, &qm, err);
+            tk_qmatrix_free(&qm);
+        }
+        free(ratios);
+    } else {
+        rc = quantize_rtn(q, o, true, true, err);
+    }
+    if (!rc) {
+        if (row_w)
+            for (int64_t r = 0; r < o->rows; r++)
+                for (int64_t c = 0; c < cols; c++) {
+                    before[r * cols + c] *= row_w[r];
+                    o->f[r * cols + c] *= row_w[r];
+                }
+        q->rep->method_error += tk_output_error(before, o->f, o->rows, cols, Hs, q->pool);
+        if (row_w)
+            for (int64_t r = 0; r < o->rows; r++)
+                for (int64_t c = 0; c < cols; c++) o->f[r * cols + c] /= row_w[r];
+    }
+    free(before);
+    return rc;
 }
 
 static int awq_layer(qctx *q, calib *c, int l, layer_stats *st, tk_err *err) {
@@ -418,49 +467,67 @@ static int awq_layer(qctx *q, calib *c, int l, layer_stats *st, tk_err *err) {
     if (!wq || !wk || !wv || !wo || !wg || !wu || !wd || !an || !fn)
         return tk_err_set(err, "layer %d: tensors not found for AWQ", l);
     const int D = hp->dim, QD = hp->n_heads * hp->head_dim, F = hp->ffn_dim, hd = hp->head_dim;
+    const int KD = hp->n_kv_heads * hd;
     const int group = hp->n_heads / hp->n_kv_heads;
-    float *s = malloc(sizeof(float) * (size_t)(D > F ? (D > QD ? D : QD) : (F > QD ? F : QD)));
+    float *s1 = malloc(sizeof(float) * (size_t)D), *s2 = malloc(sizeof(float) * (size_t)QD);
+    float *s3 = malloc(sizeof(float) * (size_t)D), *s4 = malloc(sizeof(float) * (size_t)F);
+    float *vrow = malloc(sizeof(float) * (size_t)KD);
     int *tie = malloc(sizeof(int) * (size_t)QD);
+    double *H1 = NULL, *H2 = NULL, *H3 = NULL, *H4 = NULL;
     int rc = -1;
-    if (!s || !tie) {
+    if (!s1 || !s2 || !s3 || !s4 || !vrow || !tie) {
         tk_err_set(err, "out of memory");
         goto done;
     }
     /* attn_norm -> q, k, v */
     otensor *qkv[3] = {wq, wk, wv};
-    if (awq_group(q, qkv, 3, st->H[IN_ATTN], st->abs_sum[IN_ATTN], NULL, s, err)) goto done;
+    if (awq_group(q, qkv, 3, st->H[IN_ATTN], st->abs_sum[IN_ATTN], NULL, s1, err)) goto done;
     for (int i = 0; i < D; i++) {
-        an->f[i] /= s[i];
-        L->attn_norm[i] /= s[i];
+        an->f[i] /= s1[i];
+        L->attn_norm[i] /= s1[i];
     }
     /* v -> o: o's input channel (head h, dim d) is v's row (h / group, d);
      * the query heads of one KV head share its scale */
     for (int ch = 0; ch < QD; ch++) tie[ch] = (ch / hd) / group * hd + ch % hd;
-    if (awq_group(q, &wo, 1, st->H[IN_O], st->abs_sum[IN_O], tie, s, err)) goto done;
+    if (awq_group(q, &wo, 1, st->H[IN_O], st->abs_sum[IN_O], tie, s2, err)) goto done;
     for (int ch = 0; ch < QD; ch++) {
         if ((ch / hd) % group) continue; /* one channel per class */
+        vrow[tie[ch]] = s2[ch];
         float *row = wv->f + (size_t)tie[ch] * D;
-        for (int c2 = 0; c2 < D; c2++) row[c2] /= s[ch];
+        for (int c2 = 0; c2 < D; c2++) row[c2] /= s2[ch];
     }
     /* ffn_norm -> gate, up */
     otensor *gu[2] = {wg, wu};
-    if (awq_group(q, gu, 2, st->H[IN_FFN], st->abs_sum[IN_FFN], NULL, s, err)) goto done;
+    if (awq_group(q, gu, 2, st->H[IN_FFN], st->abs_sum[IN_FFN], NULL, s3, err)) goto done;
     for (int i = 0; i < D; i++) {
-        fn->f[i] /= s[i];
-        L->ffn_norm[i] /= s[i];
+        fn->f[i] /= s3[i];
+        L->ffn_norm[i] /= s3[i];
     }
     /* up -> down */
-    if (awq_group(q, &wd, 1, st->H[IN_DOWN], st->abs_sum[IN_DOWN], NULL, s, err)) goto done;
+    if (awq_group(q, &wd, 1, st->H[IN_DOWN], st->abs_sum[IN_DOWN], NULL, s4, err)) goto done;
     for (int r = 0; r < F; r++)
-        for (int c2 = 0; c2 < D; c2++) wu->f[(size_t)r * D + c2] /= s[r];
-    /* quantize the scaled matrices with the same quantizer the search used */
-    otensor *all[7] = {wq, wk, wv, wo, wg, wu, wd};
-    for (int i = 0; i < 7; i++)
-        if (quantize_rtn(q, all[i], true, true, err)) goto done;
+        for (int c2 = 0; c2 < D; c2++) wu->f[(size_t)r * D + c2] /= s4[r];
+    /* quantize the scaled matrices (Gram matrices of the scaled inputs);
+     * clipping as the reference implementation: not for q and k, whose
+     * errors meet in the attention scores */
+    H1 = scaled_gram(st->H[IN_ATTN], s1, D);
+    H2 = scaled_gram(st->H[IN_O], s2, QD);
+    H3 = scaled_gram(st->H[IN_FFN], s3, D);
+    H4 = scaled_gram(st->H[IN_DOWN], s4, F);
+    if (!H1 || !H2 || !H3 || !H4) {
+        tk_err_set(err, "out of memory");
+        goto done;
+    }
+    const bool clip = !q->p->awq_no_clip;
+    if (awq_quantize(q, wq, H1, true, NULL, err) || awq_quantize(q, wk, H1, true, NULL, err) ||
+        awq_quantize(q, wv, H1, !clip, vrow, err) || awq_quantize(q, wo, H2, !clip, NULL, err) ||
+        awq_quantize(q, wg, H3, !clip, NULL, err) || awq_quantize(q, wu, H3, !clip, s4, err) ||
+        awq_quantize(q, wd, H4, !clip, NULL, err))
+        goto done;
     rc = 0;
 done:
-    free(s);
-    free(tie);
+    free(s1), free(s2), free(s3), free(s4), free(vrow), free(tie);
+    free(H1), free(H2), free(H3), free(H4);
     return rc;
 }
 

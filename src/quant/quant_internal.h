@@ -24,6 +24,9 @@ void tk_k45_fit(const float *x, int nmax, uint8_t *L, uint8_t packed[12], uint16
 struct tk_qgrid;
 void tk_rtn_row(tk_dtype type, const float *x, int64_t cols, int group, struct tk_qgrid *grids, uint8_t *codes,
                 float *deq);
+/* ... with a clipping ratio per group (clip[c / group]; NULL: none). */
+void tk_rtn_row_clip(tk_dtype type, const float *x, int64_t cols, int group, const float *clip, struct tk_qgrid *grids,
+                     uint8_t *codes, float *deq);
 
 /* Quantize-dequantize one row: grids of `group` columns when group > 0 and
  * the type holds grids, else the type's reference quantizer (awq.c). */

@@ -76,6 +76,9 @@ int tk_qmatrix_pack(const tk_qmatrix *q, void *dst, tk_err *err);
  * group of a row may be shorter).  K types: super-block scales fitted per
  * 256 as the reference does, sub-block scales shared across the group. */
 int tk_rtn_matrix(const float *W, int group, tk_qmatrix *q, tk_pool *pool, tk_err *err);
+/* ... with one clipping ratio per group (rows x ceil(cols / group), from
+ * tk_awq_clip; NULL: none). */
+int tk_rtn_matrix_clip(const float *W, int group, const float *clip, tk_qmatrix *q, tk_pool *pool, tk_err *err);
 
 typedef struct tk_gptq_opts {
     int group;          /* columns per grid: 32, 64 or 128 */
@@ -111,6 +114,14 @@ int tk_awq_search(float *const *W, const int64_t *rows, const tk_dtype *types, i
                   const double *H, const double *mean_abs, const int *tie, int group, int n_grid, float *s,
                   double *losses, tk_awq_result *res, tk_pool *pool, tk_err *err);
 
+/* AWQ's weight clipping search (auto_clip of the reference
+ * implementation): for each row and group of `group` columns, the ratio r
+ * in {1, 0.95, ..., 0.55} of the group's range that minimises the group's
+ * own output error d_g H_gg d_g^T (d = W - Q_r(W), H the Gram matrix of the
+ * matrix's input).  ratios: rows x ceil(cols / group).  Grid types only. */
+int tk_awq_clip(const float *W, int64_t rows, int64_t cols, tk_dtype type, int group, const double *H, float *ratios,
+                tk_pool *pool, tk_err *err);
+
 /* ---- the whole model ---- */
 
 typedef enum tk_qmethod { TK_QMETHOD_RTN = 0, TK_QMETHOD_GPTQ = 1, TK_QMETHOD_AWQ = 2 } tk_qmethod;
@@ -135,6 +146,7 @@ typedef struct tk_quant_params {
     bool act_order;
     double damp;             /* 0: 0.01 */
     int awq_grid;            /* 0: 20 */
+    bool awq_no_clip;        /* skip AWQ's weight clipping search */
     int n_threads;           /* 0: online cores */
     void (*progress)(void *user, const tk_quant_progress *p);
     void *progress_user;
