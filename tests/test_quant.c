@@ -413,6 +413,26 @@ static void test_awq_synthetic(void) {
           "AWQ: best alpha %.2f loss %g vs alpha 0: %g", res.alpha, res.loss, losses[0]);
     /* the scale favours the outlier channels */
     CHECK(s[5] > s[6] * 1.5f, "outlier channel scaled up: %g vs %g", s[5], s[6]);
+    /* clipping: per-group ratios never raise the output error (ratio 1 is a
+     * candidate) and lower it on these heavy-tailed rows */
+    {
+        float *Wc = malloc(sizeof(float) * R * C), *ratios = malloc(sizeof(float) * R * (C / 128));
+        for (int i = 0; i < R * C; i++) Wc[i] = W[i] * (i % 97 == 0 ? 6.0f : 1.0f);
+        tk_qmatrix a, b;
+        tk_qmatrix_alloc(&a, TK_Q4_0, R, C, &err);
+        tk_qmatrix_alloc(&b, TK_Q4_0, R, C, &err);
+        CHECK(tk_awq_clip(Wc, R, C, TK_Q4_0, 128, H, ratios, pool, &err) == 0, "%s", err.msg);
+        tk_rtn_matrix(Wc, 128, &a, pool, &err);
+        tk_rtn_matrix_clip(Wc, 128, ratios, &b, pool, &err);
+        const double ea = tk_output_error(Wc, a.deq, R, C, H, pool), eb = tk_output_error(Wc, b.deq, R, C, H, pool);
+        int clipped = 0;
+        for (int i = 0; i < R * (C / 128); i++) clipped += ratios[i] < 1.0f;
+        CHECK(eb < ea && clipped > 0, "clipping: error %g vs %g unclipped (%d groups clipped)", eb, ea, clipped);
+        tk_qmatrix_free(&a);
+        tk_qmatrix_free(&b);
+        free(Wc);
+        free(ratios);
+    }
     /* tied channels share a scale */
     int tie[256];
     for (int c = 0; c < C; c++) tie[c] = c % 64;
