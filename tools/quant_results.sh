@@ -23,6 +23,7 @@ rows=(
   "f32|"
   "q8_0|--type q8_0"
   "q4_0|--type q4_0"
+  "q4_0-g128|--type q4_0 --group 128"
   "q4_1|--type q4_1"
   "q4_k_m|--type q4_k_m"
   "nf4|--type nf4"
@@ -61,7 +62,7 @@ for row in "${rows[@]}"; do
   mv "$out/$name.ppl.tmp" "$out/$name.ppl.txt"
   echo "done $name"
 done
-# summary: name, bytes, bpw, ppl(all), ppl(second half), KL(all), top-1 agreement(all)
+# summary (KL: exact, over the full vocabulary)
 printf "| model | size (bytes) | bits/weight | PPL all | PPL 2nd half | KL all | KL 2nd half | same top-1 all | same top-1 2nd half |\n"
 printf "|---|---|---|---|---|---|---|---|---|\n"
 for row in "${rows[@]}"; do
