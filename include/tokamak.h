@@ -50,7 +50,13 @@ typedef struct tk_engine_config {
     const char *draft_model_path;     /* a smaller model with the same vocabulary; NULL: none */
     const char *draft_tokenizer_path; /* optional override for the draft model's tokenizer */
     int spec_mode;                    /* tk_spec_mode for requests that leave it to the engine */
-    int draft_max, draft_min;         /* bounds of the adaptive draft length; 0: 8 and 1 */
+    int draft_max, draft_min;         /* bounds of the adaptive draft length; 0: 8 and 0 */
+    /* Cost model priors for the draft length (tk_spec_info): c, a draft pass
+     * relative to a target pass (0: the ratio of their weight sizes), and
+     * v_slope (0: 0.1).  Sampling always chooses draft lengths from these, so
+     * that a seed reproduces its output; greedy decoding, whose output does
+     * not depend on the draft length, uses the costs measured as it runs. */
+    float draft_cost, verify_slope;
 } tk_engine_config;
 
 /* One batch: parallel arrays of n_tokens entries. */
@@ -220,16 +226,18 @@ typedef struct tk_engine_metrics {
 /* A consistent snapshot; safe from any thread. */
 void tk_engine_metrics_get(tk_engine *e, tk_engine_metrics *m);
 
-/* The cost model behind the adaptive draft length, measured on the running
- * engine: c = a draft pass over one token relative to a target pass over one
- * token, v(k) = 1 + v_slope * k = a target pass over k + 1 tokens relative to
- * one token.  Priors until enough passes were timed. */
+/* The cost model behind the adaptive draft length: c = a draft pass over
+ * one token relative to a target pass over one token, v(k) = 1 + v_slope * k
+ * = a target pass over k + 1 tokens relative to one token.  draft_cost and
+ * verify_slope are the measured values (the priors until enough passes were
+ * timed); the priors are what sampling uses. */
 typedef struct tk_spec_info {
     bool has_draft_model;
     int spec_mode;            /* the engine's default (resolved) */
     int draft_max, draft_min;
     double draft_cost;        /* c */
     double verify_slope;      /* v_slope */
+    double draft_cost_prior, verify_slope_prior;
     bool draft_cost_measured; /* false: still the prior (weight-size ratio) */
     bool verify_measured;     /* false: still the prior (0.1) */
 } tk_spec_info;

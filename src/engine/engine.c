@@ -82,6 +82,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         return tk_err_set(err, "unknown speculative mode %d", cfg->spec_mode);
     if (cfg->spec_mode == TK_SPEC_DRAFT && !cfg->draft_model_path)
         return tk_err_set(err, "speculative decoding with a draft model needs a draft model path");
+    if (!(cfg->draft_cost >= 0 && cfg->draft_cost <= 100) || !(cfg->verify_slope >= 0 && cfg->verify_slope <= 100))
+        return tk_err_set(err, "invalid speculative cost priors");
     if (cfg->draft_max < 0 || cfg->draft_max > TK_SPEC_MAX_DRAFT || cfg->draft_min < 0 ||
         (cfg->draft_max > 0 && cfg->draft_min > cfg->draft_max))
         return tk_err_set(err, "draft lengths: need 0 <= draft_min <= draft_max <= %d (got %d, %d)",
@@ -89,7 +91,7 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     tk_engine *e;
     if (engine_open(cfg, NULL, &e, err)) return -1;
     e->draft_max = cfg->draft_max > 0 ? cfg->draft_max : 8;
-    e->draft_min = cfg->draft_min > 0 ? cfg->draft_min : 1;
+    e->draft_min = cfg->draft_min;
     if (e->draft_min > e->draft_max) e->draft_min = e->draft_max;
     e->spec_mode = cfg->spec_mode != TK_SPEC_DEFAULT ? cfg->spec_mode
                    : cfg->draft_model_path       ? TK_SPEC_DRAFT
@@ -114,7 +116,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         }
         c_prior = (double)e->draft->model.weight_bytes / (double)e->model.weight_bytes;
     }
-    tk_spec_cost_init(&e->cost, c_prior, 0.1);
+    if (cfg->draft_cost > 0) c_prior = cfg->draft_cost;
+    tk_spec_cost_init(&e->cost, c_prior, cfg->verify_slope > 0 ? cfg->verify_slope : 0.1);
     e->cost_pub = e->cost;
     *out = e;
     return 0;
@@ -129,6 +132,8 @@ void tk_engine_spec_info(tk_engine *e, tk_spec_info *o) {
     pthread_mutex_lock(&e->sched.mu);
     int measured = tk_spec_cost_estimate(&e->cost_pub, &o->draft_cost, &o->verify_slope);
     o->draft_cost_measured = measured & 1;
+    o->draft_cost_prior = e->cost_pub.c_prior;
+    o->verify_slope_prior = e->cost_pub.v_prior;
     o->verify_measured = measured & 2;
     pthread_mutex_unlock(&e->sched.mu);
 }

@@ -870,8 +870,10 @@ static int draft_run(tk_engine *e, int n, tk_err *err) {
 /* Proposes drafts for every speculating sample in the decode phase. */
 static int spec_propose(tk_engine *e, tk_err *err) {
     tk_sched *s = &e->sched;
-    double c, v;
-    tk_spec_cost_estimate(&e->cost, &c, &v);
+    /* measured costs for greedy requests; the fixed priors when sampling,
+     * where the draft lengths steer the random stream */
+    double c_meas, v_meas;
+    tk_spec_cost_estimate(&e->cost, &c_meas, &v_meas);
     int n_drafting = 0;
     for (int i = 0; i < s->n_running; i++) {
         tk_request *r = s->running[i];
@@ -887,8 +889,10 @@ static int spec_propose(tk_engine *e, tk_err *err) {
             }
             /* decode phase, first token already out (it may fork samples) */
             if (ss->n_tokens - ss->n_computed != 1 || ss->n_generated == 0) continue;
-            int want = tk_spec_choose_k(tk_spec_rate_alpha(&ss->rate), ss->spec_mode == TK_SPEC_NGRAM ? 0 : c, v,
-                                        ss->k_min, ss->k_max);
+            bool greedy = r->p.sampling.temperature == 0;
+            double c = ss->spec_mode == TK_SPEC_NGRAM ? 0 : greedy ? c_meas : e->cost.c_prior;
+            double v = greedy ? v_meas : e->cost.v_prior;
+            int want = tk_spec_choose_k(tk_spec_rate_alpha(&ss->rate), c, v, ss->k_min, ss->k_max);
             if (want == 0 && ++ss->rate.idle >= 16) want = 1; /* look again now and then */
             /* every accepted draft plus one more token must fit */
             int room = e->ctx_len - ss->n_tokens - 1;
