@@ -242,6 +242,9 @@ typedef struct tk_spec_info {
     bool verify_measured;     /* false: still the prior (0.1) */
 } tk_spec_info;
 void tk_engine_spec_info(tk_engine *e, tk_spec_info *out);
+/* The draft model's engine (NULL if none), for measurements with the low
+ * level API; never use it while another thread steps the engine. */
+tk_engine *tk_engine_draft(tk_engine *e);
 
 #ifdef __cplusplus
 }

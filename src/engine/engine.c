@@ -123,6 +123,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     return 0;
 }
 
+tk_engine *tk_engine_draft(tk_engine *e) { return e->draft; }
+
 void tk_engine_spec_info(tk_engine *e, tk_spec_info *o) {
     memset(o, 0, sizeof *o);
     o->has_draft_model = e->draft != NULL;
