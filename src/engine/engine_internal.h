@@ -38,7 +38,7 @@ typedef struct tk_sched {
     struct tk_sample_state **b_owner; /* per batch entry */
     tk_engine_metrics stats;     /* accumulating counters */
     /* speculative decoding (stepping thread) */
-    float *dist_p, *dist_q;      /* n_vocab each: filtered distributions being compared */
+    float *dist_p;               /* n_vocab: the model's filtered distribution at a draft */
     float *resid;                /* n_vocab: residual max(0, p - q) */
     struct tk_sample_state **drafting; /* samples drafting with the draft model this step */
     float *d_logits;             /* [max_seqs][n_vocab]: draft model rows */

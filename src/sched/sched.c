@@ -113,7 +113,6 @@ int tk_sched_init(tk_engine *e, int max_waiting, tk_err *err) {
     s->running_cap = e->max_seqs;
     s->running = malloc((size_t)s->running_cap * sizeof *s->running);
     s->dist_p = malloc(nv * sizeof(float));
-    s->dist_q = malloc(nv * sizeof(float));
     s->resid = malloc(nv * sizeof(float));
     s->drafting = malloc((size_t)e->max_seqs * sizeof *s->drafting);
     s->d_logits = malloc((size_t)e->max_seqs * nv * sizeof(float));
@@ -123,7 +122,7 @@ int tk_sched_init(tk_engine *e, int max_waiting, tk_err *err) {
     s->d_flag = malloc(T);
     s->d_owner = malloc(T * sizeof *s->d_owner);
     if (!s->logits || !s->row || !s->b_token || !s->b_pos || !s->b_seq || !s->b_logits || !s->b_owner ||
-        !s->running || !s->dist_p || !s->dist_q || !s->resid || !s->drafting || !s->d_logits || !s->d_token ||
+        !s->running || !s->dist_p || !s->resid || !s->drafting || !s->d_logits || !s->d_token ||
         !s->d_pos || !s->d_seq || !s->d_flag || !s->d_owner)
         return tk_err_set(err, "out of memory for the scheduler");
     s->stats.n_buckets = N_BUCKETS;
@@ -170,7 +169,6 @@ void tk_sched_free(tk_engine *e) {
     free(s->b_logits);
     free(s->b_owner);
     free(s->dist_p);
-    free(s->dist_q);
     free(s->resid);
     free(s->drafting);
     free(s->d_logits);
@@ -679,7 +677,9 @@ static int add_tokens(tk_engine *e, tk_sample_state *ss, int budget, int *n_batc
 
 /* Adds a decode-phase sample's last token and its drafts, all asking for
  * logits, as one verification group.  Fewer drafts if the budget is short;
- * none (a plain decode step) if the pool is. */
+ * none (a plain decode step) if the pool is, or if the drafts' extra blocks
+ * would leave less than one block per running request (speculation never
+ * makes the scheduler preempt). */
 static int add_verify_tokens(tk_engine *e, tk_sample_state *ss, int budget, int *n_batch) {
     tk_sched *s = &e->sched;
     int k = ss->n_draft < budget - 1 ? ss->n_draft : budget - 1;
@@ -687,8 +687,10 @@ static int add_verify_tokens(tk_engine *e, tk_sample_state *ss, int budget, int 
     if (k <= 0) return add_tokens(e, ss, budget, n_batch);
     tk_kv_seq *seq = &e->seqs[ss->slot];
     int from = ss->n_computed, to = ss->n_tokens + k;
+    int need = tk_kv_seq_blocks_needed(&e->kv, seq, from, to);
+    int extra = need - tk_kv_seq_blocks_needed(&e->kv, seq, from, from + 1);
     tk_err err;
-    if (tk_kv_seq_blocks_needed(&e->kv, seq, from, to) > tk_kv_available(&e->kv) ||
+    if (need > tk_kv_available(&e->kv) || (extra > 0 && tk_kv_available(&e->kv) - need < s->n_running) ||
         tk_kv_seq_reserve(&e->kv, seq, to, &err) || tk_kv_seq_prepare_write(&e->kv, seq, from, to, &err))
         return add_tokens(e, ss, budget, n_batch);
     ss->n_draft = k;
