@@ -85,7 +85,9 @@ static void timer_free(pass_timer *t) {
 }
 
 /* v[k] = target pass over k + 1 tokens / one token (k = 0..MAX_K), c =
- * draft one-token pass / target one-token pass (0 without a draft). */
+ * draft one-token pass / target one-token pass (0 without a draft).  As in
+ * decoding, draft passes come in runs after a target pass: c is timed as the
+ * mean of a run of 4. */
 static int measure_costs(tk_engine *e, tk_engine *draft, int ctx, int reps, double *v, double *c, double *t1,
                          tk_err *err) {
     pass_timer tt = {.seq = -1}, td = {.seq = -1};
@@ -99,7 +101,15 @@ static int measure_costs(tk_engine *e, tk_engine *draft, int ctx, int reps, doub
     for (int r = 0; r < reps; r++) {
         for (int k = 0; k <= MAX_K; k++)
             if ((times[k][r] = timer_pass(&tt, k + 1, err)) < 0) goto out;
-        if (draft && (times[MAX_K + 1][r] = timer_pass(&td, 1, err)) < 0) goto out;
+        if (draft) {
+            double sum = 0;
+            for (int j = 0; j < 4; j++) {
+                double t = timer_pass(&td, 1, err);
+                if (t < 0) goto out;
+                sum += t;
+            }
+            times[MAX_K + 1][r] = sum / 4;
+        }
     }
     double base = median(times[0], reps);
     for (int k = 0; k <= MAX_K; k++) v[k] = median(times[k], reps) / base;
@@ -189,15 +199,15 @@ int tk_bench_spec(tk_engine *e, const tk_bench_spec_opts *o) {
     printf("speculative decoding: %s; temperature %g; %d prompt%s of %s, %d tokens each, %d repetition%s\n",
            mode == TK_SPEC_NGRAM ? "prompt lookup" : "draft model", o->temperature, n_prompts,
            n_prompts > 1 ? "s" : "", what, o->n_gen, o->reps, o->reps > 1 ? "s" : "");
-    printf("%-7s %8s %12s %12s %9s %11s %12s\n", "prompt", "tokens", "plain t/s", "spec t/s", "speed-up",
-           "acceptance", "tokens/pass");
-    double plain_time = 0, spec_time = 0;
-    long plain_tok = 0, spec_tok = 0, drafted = 0, accepted = 0, passes = 0, spec_pass_tokens = 0;
-    int total_prompt_tokens = 0, rc = 0;
+    typedef struct prompt_stats {
+        int n_prompt;
+        double pt, st;            /* decode seconds: plain, speculative */
+        long pn, sn, dr, ac, pa;  /* decoded tokens, drafted, accepted, target passes */
+    } prompt_stats;
+    prompt_stats *ps = calloc((size_t)n_prompts, sizeof *ps);
+    int rc = ps ? 0 : 1;
     for (int i = 0; i < n_prompts && rc == 0; i++) {
-        double pt = 0, st = 0;
-        long pn = 0, sn = 0, dr = 0, ac = 0, pa = 0;
-        int n_prompt = 0;
+        prompt_stats *q = &ps[i];
         for (int r = 0; r < o->reps && rc == 0; r++) {
             for (int s = 0; s < 2 && rc == 0; s++) {
                 /* alternate the order between repetitions */
@@ -214,65 +224,70 @@ int tk_bench_spec(tk_engine *e, const tk_bench_spec_opts *o) {
                     rc = 1;
                     break;
                 }
-                n_prompt = gs.n_prompt;
+                q->n_prompt = gs.n_prompt;
                 /* decode speed: the tokens after the first (which the
                  * prompt's pass produced) over the time after it */
                 if (spec) {
-                    st += gs.gen_seconds;
-                    sn += gs.n_generated - 1;
-                    dr += gs.spec_drafted;
-                    ac += gs.spec_accepted;
-                    pa += gs.spec_target_passes;
+                    q->st += gs.gen_seconds;
+                    q->sn += gs.n_generated - 1;
+                    q->dr += gs.spec_drafted;
+                    q->ac += gs.spec_accepted;
+                    q->pa += gs.spec_target_passes;
                 } else {
-                    pt += gs.gen_seconds;
-                    pn += gs.n_generated - 1;
+                    q->pt += gs.gen_seconds;
+                    q->pn += gs.n_generated - 1;
                 }
             }
         }
-        if (rc) break;
-        total_prompt_tokens += n_prompt;
-        printf("%-7d %8d %12.2f %12.2f %8.2fx %10.1f%% %12.2f\n", i, n_prompt, pn / pt, sn / st,
-               (sn / st) / (pn / pt), dr ? 100.0 * ac / dr : 0, pa ? (double)sn / pa : 0);
-        plain_time += pt;
-        plain_tok += pn;
-        spec_time += st;
-        spec_tok += sn;
-        drafted += dr;
-        accepted += ac;
-        passes += pa;
-        spec_pass_tokens += sn;
     }
+    /* costs at the mean context of the runs */
+    double v[MAX_K + 1], c = 0, t1 = 0;
     if (rc == 0) {
-        double sp = (spec_tok / spec_time) / (plain_tok / plain_time);
-        double alpha = drafted ? (double)accepted / drafted : 0, k = passes ? (double)drafted / passes : 0;
-        double tpp = passes ? (double)spec_pass_tokens / passes : 0;
-        printf("%-7s %8s %12.2f %12.2f %8.2fx %10.1f%% %12.2f\n", "all", "", plain_tok / plain_time,
-               spec_tok / spec_time, sp, 100 * alpha, tpp);
-        printf("acceptance rate a = %.3f, mean draft length k = %.2f, mean accepted length %.2f, %.2f tokens per "
-               "target pass\n",
-               alpha, k, passes ? (double)accepted / passes : 0, tpp);
-        /* costs at the mean context of the runs */
-        int ctx = total_prompt_tokens / n_prompts + o->n_gen / 2;
-        double v[MAX_K + 1], c, t1;
+        int ctx = o->n_gen / 2;
+        for (int i = 0; i < n_prompts; i++) ctx += ps[i].n_prompt / n_prompts;
         tk_engine *draft = mode == TK_SPEC_DRAFT ? tk_engine_draft(e) : NULL;
         if (measure_costs(e, draft, ctx, 15, v, &c, &t1, &err)) {
             fprintf(stderr, "tokamak bench: %s\n", err.msg);
             rc = 1;
         } else {
-            printf("costs at context %d (median of 15 passes; target one-token pass %.2f ms): c = %.3f, v(k) =",
-                   ctx, t1 * 1e3, c);
+            printf("costs at context %d (median of 15; target one-token pass %.2f ms): c = %.3f; v(k) =", ctx,
+                   t1 * 1e3, c);
             for (int i = 1; i <= MAX_K; i++) printf(" %.3f", v[i]);
             printf(" for k = 1..%d\n", MAX_K);
-            double expect_tok = alpha < 1 ? (1 - pow(alpha, k + 1)) / (1 - alpha) : k + 1;
-            double cost = k * c + v_at(v, k);
-            printf("analytic: (1 - a^(k+1)) / ((1 - a)(k c + v(k))) = %.3f / %.3f = %.2fx; with the measured "
-                   "tokens per pass: %.2fx; measured speed-up %.2fx (%.0f %% of the analytic)\n",
-                   expect_tok, cost, expect_tok / cost, tpp / cost, sp, 100 * sp / (expect_tok / cost));
-            tk_engine_spec_info(e, &si);
-            printf("the engine's online cost model: c = %.3f%s, v_slope = %.3f%s\n", si.draft_cost,
-                   si.draft_cost_measured ? "" : " (prior)", si.verify_slope, si.verify_measured ? "" : " (prior)");
         }
     }
+    if (rc == 0) {
+        printf("%-6s %6s %9s %9s %8s %6s %5s %6s %8s %8s %7s\n", "prompt", "tokens", "plain t/s", "spec t/s",
+               "speed-up", "accept", "k", "tok/ps", "analytic", "an.(tpp)", "meas/an");
+        prompt_stats all = {0};
+        double plain_over_expected = 0; /* plain time / expected speed-up, summed */
+        for (int i = 0; i <= n_prompts; i++) {
+            prompt_stats *q = i < n_prompts ? &ps[i] : &all;
+            if (i < n_prompts) {
+                all.pt += q->pt, all.st += q->st, all.pn += q->pn, all.sn += q->sn;
+                all.dr += q->dr, all.ac += q->ac, all.pa += q->pa;
+            }
+            double alpha = q->dr ? (double)q->ac / q->dr : 0, k = q->pa ? (double)q->dr / q->pa : 0;
+            double tpp = q->pa ? (double)q->sn / q->pa : 0;
+            double speedup = (q->sn / q->st) / (q->pn / q->pt);
+            double expect_tok = alpha < 1 ? (1 - pow(alpha, k + 1)) / (1 - alpha) : k + 1;
+            double cost = k * c + v_at(v, k), analytic = expect_tok / cost;
+            if (i < n_prompts) plain_over_expected += q->pt / analytic;
+            else analytic = all.pt / plain_over_expected; /* the prompts' expectations, time-weighted */
+            char name[16], toks[16];
+            snprintf(name, sizeof name, i < n_prompts ? "%d" : "all", i);
+            snprintf(toks, sizeof toks, i < n_prompts ? "%d" : "", q->n_prompt);
+            printf("%-6s %6s %9.2f %9.2f %7.2fx %5.1f%% %5.2f %6.2f %7.2fx %7.2fx %6.0f%%\n", name,
+                   toks, q->pn / q->pt, q->sn / q->st, speedup, 100 * alpha, k, tpp,
+                   analytic, tpp / cost, 100 * speedup / analytic);
+        }
+        printf("accept: acceptance rate a; k: mean draft length per target pass; tok/ps: tokens per target pass;\n"
+               "analytic: (1 - a^(k+1)) / ((1 - a)(k c + v(k))); an.(tpp): tok/ps / (k c + v(k))\n");
+        tk_engine_spec_info(e, &si);
+        printf("the engine's online cost model: c = %.3f%s, v_slope = %.3f%s\n", si.draft_cost,
+               si.draft_cost_measured ? "" : " (prior)", si.verify_slope, si.verify_measured ? "" : " (prior)");
+    }
+    free(ps);
     for (int i = 0; i < n_prompts; i++) free(prompts[i]);
     free(prompts);
     return rc;
