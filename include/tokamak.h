@@ -44,8 +44,13 @@ typedef struct tk_engine_config {
     int kv_block_size;          /* tokens per KV block; 0: 16 */
     bool require_tokenizer;     /* fail if no tokenizer can be loaded */
     size_t kv_memory;           /* KV pool bytes; 0: enough for max_seqs full contexts */
+    const char *kv_type;        /* "f32" (default), "f16" or "q8_0" */
     bool no_prefix_cache;       /* disable automatic prefix caching */
     int max_waiting;            /* bound of the waiting queue; 0: 256 */
+    const char *fusions;        /* operator fusions: "all" (default), "none", or a list of
+                                   norm-quant,glu,rope-kv,residual (also env TK_FUSE) */
+    bool reference_kernels;     /* float32 dequantize-and-multiply everywhere (also env TK_REFERENCE=1):
+                                   the numerical reference, slow */
     /* speculative decoding */
     const char *draft_model_path;     /* a smaller model with the same vocabulary; NULL: none */
     const char *draft_tokenizer_path; /* optional override for the draft model's tokenizer */

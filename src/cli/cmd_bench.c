@@ -97,24 +97,26 @@ static double measure_bandwidth(int threads) {
     return best;
 }
 
-/* Feeds n tokens of one sequence starting at pos, in chunks; only the last
- * token asks for logits. */
-static int feed(tk_engine *e, int seq, const int32_t *tok, int n, int pos, int chunk, float *logits, tk_err *err) {
-    int32_t *p = malloc(sizeof(int32_t) * (size_t)chunk), *s = malloc(sizeof(int32_t) * (size_t)chunk);
-    uint8_t *f = malloc((size_t)chunk);
+/* Batch arrays allocated once, so the timed loops do not allocate. */
+typedef struct feeder {
+    int32_t *pos, *seq;
+    uint8_t *flag;
+    int cap;
+} feeder;
+
+/* Feeds n tokens of one sequence starting at pos, in chunks of at most
+ * f->cap; only the last token asks for logits. */
+static int feed(tk_engine *e, feeder *f, int seq, const int32_t *tok, int n, int pos, float *logits, tk_err *err) {
     int rc = 0;
-    for (int done = 0; done < n && rc == 0; done += chunk) {
-        int m = n - done < chunk ? n - done : chunk;
+    for (int done = 0; done < n && rc == 0; done += f->cap) {
+        int m = n - done < f->cap ? n - done : f->cap;
         for (int i = 0; i < m; i++) {
-            p[i] = pos + done + i;
-            s[i] = seq;
-            f[i] = done + i == n - 1;
+            f->pos[i] = pos + done + i;
+            f->seq[i] = seq;
+            f->flag[i] = done + i == n - 1;
         }
-        rc = tk_engine_decode(e, &(tk_batch){m, (int32_t *)tok + done, p, s, f}, logits, err);
+        rc = tk_engine_decode(e, &(tk_batch){m, (int32_t *)tok + done, f->pos, f->seq, f->flag}, logits, err);
     }
-    free(p);
-    free(s);
-    free(f);
     return rc;
 }
 
@@ -125,6 +127,10 @@ static void usage(FILE *f) {
                "  -r N   repetitions (median, mean and sd reported)\n"
                "  -b B   also decode B sequences at once (aggregate tokens/s)\n"
                "  --no-bandwidth   skip the memory bandwidth measurement\n"
+               "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
+               "                   context (prefill t/s, decode ms/token), with the peak RSS\n"
+               "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n"
+               "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,residual\n"
                "  --verify-cost    time a pass over k + 1 tokens relative to one token, k = 1..8 (at\n"
                "                   context -p), and nothing else\n"
                "speculative decoding (decodes real prompts plainly and speculatively, alternating):\n"
@@ -141,6 +147,7 @@ int tk_cmd_bench(int argc, char **argv) {
     int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1, verify_cost = 0;
     tk_bench_spec_opts so = {.prompt_chars = 600, .n_prompts = 4, .seed = 1};
     bool tg_given = false, reps_given = false;
+    const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int rc = 0;
@@ -165,6 +172,9 @@ int tk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-b")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1024, &batch);
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--no-bandwidth")) bandwidth = 0;
+        else if (!strcmp(a, "--context")) rc = tk_arg_str(cmd, argc, argv, &i, &contexts);
+        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_type);
+        else if (!strcmp(a, "--fuse")) rc = tk_arg_str(cmd, argc, argv, &i, &fusions);
         else {
             fprintf(stderr, "tokamak bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -189,7 +199,8 @@ int tk_cmd_bench(int argc, char **argv) {
         }
         tk_engine_config sc = {.model_path = model, .n_threads = threads, .draft_model_path = draft,
                                .spec_mode = so.spec_mode, .no_prefix_cache = true, .require_tokenizer = true,
-                               .draft_max = so.draft_max, .draft_min = so.draft_min};
+                               .draft_max = so.draft_max, .draft_min = so.draft_min, .kv_type = kv_type,
+                               .fusions = fusions};
         tk_engine *se;
         tk_err serr;
         if (tk_engine_open(&sc, &se, &serr)) {
@@ -200,12 +211,25 @@ int tk_cmd_bench(int argc, char **argv) {
         tk_engine_close(se);
         return rc;
     }
+    int ctx_list[8], n_ctx_list = 0;
+    for (const char *c = contexts; c && *c && n_ctx_list < 8;) {
+        char *end;
+        long v = strtol(c, &end, 10);
+        if (end == c || v < 1 || v > (1 << 22)) {
+            fprintf(stderr, "tokamak bench: --context expects a list of positive integers\n");
+            return 2;
+        }
+        ctx_list[n_ctx_list++] = (int)v;
+        c = *end == ',' ? end + 1 : end;
+    }
     int ctx = pp + tg + 8;
     if (ctx < 64) ctx = 64;
+    for (int i = 0; i < n_ctx_list; i++)
+        if (ctx_list[i] + tg + 8 > ctx) ctx = ctx_list[i] + tg + 8;
     int max_seqs = batch > 1 ? batch : 1;
     tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
                             .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
-                            .no_prefix_cache = true};
+                            .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions};
     if (cfg.max_batch_tokens < 1) cfg.max_batch_tokens = 1;
     tk_engine *e;
     tk_err err;
@@ -230,16 +254,18 @@ int tk_cmd_bench(int argc, char **argv) {
         tokens[i] = (int32_t)((x >> 33) % (uint64_t)nv);
     }
     stat_acc pp_acc = {0}, tg_acc = {0}, b_acc = {0};
+    feeder fd = {malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens), malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens),
+                 malloc((size_t)cfg.max_batch_tokens), cfg.max_batch_tokens};
     int rc = 0;
     /* warm-up: touch the weights once */
     int seq = tk_engine_seq_new(e, &err);
-    rc |= feed(e, seq, tokens, 4, 0, cfg.max_batch_tokens, logits, &err);
+    rc |= feed(e, &fd, seq, tokens, 4, 0, logits, &err);
     tk_engine_seq_free(e, seq);
     for (int r = 0; r < reps && rc == 0; r++) {
         if (pp > 0) {
             seq = tk_engine_seq_new(e, &err);
             double t0 = now_seconds();
-            rc |= feed(e, seq, tokens, pp, 0, cfg.max_batch_tokens, logits, &err);
+            rc |= feed(e, &fd, seq, tokens, pp, 0, logits, &err);
             acc_add(&pp_acc, pp / (now_seconds() - t0));
             tk_engine_seq_free(e, seq);
         }
@@ -247,7 +273,7 @@ int tk_cmd_bench(int argc, char **argv) {
             /* decode from an empty context, one token per pass, as llama-bench's tgN */
             seq = tk_engine_seq_new(e, &err);
             double t0 = now_seconds();
-            for (int i = 0; i < tg && rc == 0; i++) rc |= feed(e, seq, tokens + i, 1, i, 1, logits, &err);
+            for (int i = 0; i < tg && rc == 0; i++) rc |= feed(e, &fd, seq, tokens + i, 1, i, logits, &err);
             acc_add(&tg_acc, tg / (now_seconds() - t0));
             tk_engine_seq_free(e, seq);
         }
@@ -257,7 +283,7 @@ int tk_cmd_bench(int argc, char **argv) {
             uint8_t bf[1024];
             for (int s = 0; s < batch; s++) {
                 seqs[s] = tk_engine_seq_new(e, &err);
-                rc |= feed(e, seqs[s], tokens + s, 8, 0, cfg.max_batch_tokens, logits, &err);
+                rc |= feed(e, &fd, seqs[s], tokens + s, 8, 0, logits, &err);
             }
             double t0 = now_seconds();
             for (int i = 0; i < tg && rc == 0; i++) {
@@ -273,10 +299,29 @@ int tk_cmd_bench(int argc, char **argv) {
             for (int s = 0; s < batch; s++) tk_engine_seq_free(e, seqs[s]);
         }
     }
+    /* attention scaling: prefill each context, then decode at it */
+    double ctx_pp[8] = {0}, ctx_tg_ms[8] = {0};
+    size_t ctx_rss[8] = {0};
+    for (int c = 0; c < n_ctx_list && rc == 0; c++) {
+        seq = tk_engine_seq_new(e, &err);
+        double t0 = now_seconds();
+        rc |= feed(e, &fd, seq, tokens, ctx_list[c], 0, logits, &err);
+        ctx_pp[c] = ctx_list[c] / (now_seconds() - t0);
+        int n_dec = tg > 0 ? tg : 16;
+        t0 = now_seconds();
+        for (int i = 0; i < n_dec && rc == 0; i++)
+            rc |= feed(e, &fd, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
+        ctx_tg_ms[c] = 1e3 * (now_seconds() - t0) / n_dec;
+        ctx_rss[c] = tk_peak_rss();
+        tk_engine_seq_free(e, seq);
+    }
     if (rc) {
         fprintf(stderr, "tokamak bench: %s\n", err.msg);
         free(tokens);
         free(logits);
+        free(fd.pos);
+        free(fd.seq);
+        free(fd.flag);
         tk_engine_close(e);
         return 1;
     }
@@ -300,7 +345,14 @@ int tk_cmd_bench(int argc, char **argv) {
         if (bw > 0)
             printf(", \"bandwidth_gbs\": %.2f, \"bytes_per_token\": %.0f, \"roofline_tps\": %.3f, \"roofline_pct\": %.1f",
                    bw, bytes_per_token, roofline, roofline > 0 ? 100 * tg_med / roofline : 0);
-        printf("}\n");
+        if (n_ctx_list) {
+            printf(", \"contexts\": [");
+            for (int c = 0; c < n_ctx_list; c++)
+                printf("%s{\"context\": %d, \"prefill_tps\": %.3f, \"decode_ms_per_token\": %.3f, \"peak_rss\": %zu}",
+                       c ? ", " : "", ctx_list[c], ctx_pp[c], ctx_tg_ms[c], ctx_rss[c]);
+            printf("]");
+        }
+        printf(", \"kv_type\": \"%s\", \"kv_bytes\": %zu}\n", kv_type ? kv_type : "f32", ms.kv_bytes);
     } else {
         printf("model: %s (%s, %.1f M params, %.1f MiB of weights)\n", model, ms.arch, ms.n_params / 1e6,
                ms.weight_bytes / 1048576.0);
@@ -315,9 +367,16 @@ int tk_cmd_bench(int argc, char **argv) {
             printf("memory read bandwidth %.2f GB/s; %.1f MB read per decoded token; roofline %.2f t/s; decode "
                    "reaches %.1f %%\n",
                    bw, bytes_per_token / 1e6, roofline, 100 * tg_med / roofline);
+        for (int c = 0; c < n_ctx_list; c++)
+            printf("context %6d: prefill %8.2f t/s, decode %8.2f ms/token (%.2f t/s), peak RSS %.0f MiB\n",
+                   ctx_list[c], ctx_pp[c], ctx_tg_ms[c], 1e3 / ctx_tg_ms[c], ctx_rss[c] / 1048576.0);
+        printf("KV cache: %s, %.1f MiB\n", kv_type ? kv_type : "f32", ms.kv_bytes / 1048576.0);
     }
     free(tokens);
     free(logits);
+    free(fd.pos);
+    free(fd.seq);
+    free(fd.flag);
     tk_engine_close(e);
     return 0;
 }

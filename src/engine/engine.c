@@ -15,6 +15,26 @@
 #include "engine_internal.h"
 
 
+/* "all", "none" or a comma-separated list of fusion names. */
+static int parse_fusions(const char *spec, unsigned *out, tk_err *err) {
+    static const struct { const char *name; unsigned bit; } names[] = {
+        {"norm-quant", TK_FUSE_NORM_QUANT}, {"glu", TK_FUSE_GLU}, {"rope-kv", TK_FUSE_ROPE_KV},
+        {"residual", TK_FUSE_RESIDUAL}, {"all", TK_FUSE_ALL}, {"none", 0}};
+    unsigned bits = 0;
+    for (const char *p = spec; *p;) {
+        size_t n = strcspn(p, ",");
+        size_t k = 0, count = sizeof names / sizeof names[0];
+        while (k < count && !(strlen(names[k].name) == n && !strncmp(names[k].name, p, n))) k++;
+        if (k == count) return tk_err_set(err, "unknown fusion '%.*s' (norm-quant, glu, rope-kv, residual, all, none)",
+                                          (int)n, p);
+        bits |= names[k].bit;
+        p += n;
+        if (*p == ',') p++;
+    }
+    *out = bits;
+    return 0;
+}
+
 /* Opens an engine; a draft engine passes its target's thread pool. */
 static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_engine **out, tk_err *err) {
     *out = NULL;
@@ -49,7 +69,17 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
     int n_threads = cfg->n_threads > 0 ? cfg->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n_threads < 1) n_threads = 1;
     int blocks_per_seq = (e->ctx_len + block - 1) / block;
-    size_t block_bytes = 2 * sizeof(float) * (size_t)hp->n_layers * hp->n_kv_heads * hp->head_dim * block;
+    int kv_type = cfg->kv_type ? tk_kv_type_from_name(cfg->kv_type) : TK_KV_F32;
+    if (kv_type < 0) {
+        tk_err_set(err, "unknown KV cache type '%s' (f32, f16 or q8_0)", cfg->kv_type);
+        goto fail;
+    }
+    size_t block_bytes = tk_kv_block_bytes(hp->n_layers, hp->n_kv_heads, hp->head_dim, block, (tk_kv_type)kv_type);
+    if (!block_bytes) {
+        tk_err_set(err, "KV type %s needs a head dimension multiple of 32 (the model has %d)", cfg->kv_type,
+                   hp->head_dim);
+        goto fail;
+    }
     size_t n_blocks = cfg->kv_memory ? cfg->kv_memory / block_bytes : (size_t)blocks_per_seq * e->max_seqs;
     if (n_blocks < 1 || n_blocks > (1u << 30)) {
         tk_err_set(err, "KV memory of %zu bytes gives %zu blocks of %zu bytes: need at least one", cfg->kv_memory,
@@ -57,7 +87,7 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
         goto fail;
     }
     if (tk_kv_pool_init(&e->kv, hp->n_layers, hp->n_kv_heads, hp->head_dim, block, (int)n_blocks,
-                        !cfg->no_prefix_cache, err))
+                        (tk_kv_type)kv_type, !cfg->no_prefix_cache, err))
         goto fail;
     e->owns_pool = !shared_pool;
     e->pool = shared_pool ? shared_pool : tk_pool_new(n_threads);
@@ -68,7 +98,12 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
         tk_err_set(err, "out of memory");
         goto fail;
     }
-    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, tk_pool_size(e->pool), err)) goto fail;
+    const char *ref_env = getenv("TK_REFERENCE");
+    bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
+    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, e->ctx_len, block, tk_pool_size(e->pool), reference, err))
+        goto fail;
+    const char *fuse = cfg->fusions ? cfg->fusions : getenv("TK_FUSE");
+    if (fuse && parse_fusions(fuse, &e->ws.fuse, err)) goto fail;
     if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, err)) goto fail;
     *out = e;
     return 0;
@@ -104,6 +139,7 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
             .model_path = cfg->draft_model_path, .tokenizer_path = cfg->draft_tokenizer_path,
             .ctx_len = e->ctx_len, .max_seqs = e->max_seqs, .max_batch_tokens = e->ws.max_tokens,
             .kv_block_size = e->kv.block_size, .no_prefix_cache = true, .max_waiting = 1,
+            .fusions = cfg->fusions, .reference_kernels = cfg->reference_kernels,
         };
         if (engine_open(&dc, e->pool, &e->draft, err)) {
             tk_err_wrap(err, "draft model %s", cfg->draft_model_path);

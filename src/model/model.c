@@ -138,6 +138,7 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
         m->hp.tied_output = true;
     }
     init_rope(m);
+    m->attn_scale = 1.0f / sqrtf((float)m->hp.head_dim);
     /* GGUF files carry Llama-3.1 style scaling as per-frequency divisors. */
     const tk_tensor *rf = tk_source_find(&m->src, "rope_freqs.weight");
     if (rf && m->hp.rope_scaling != TK_ROPE_SCALING_LLAMA3) {

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../formats/source.h"
+#include "../kernels/matmul.h"
 #include "../kernels/threadpool.h"
 #include "../kv/kv.h"
 #include "arch.h"
@@ -31,10 +32,24 @@ typedef struct tk_model {
     tk_model_weights w;
     tk_layer *layers;
     float *rope_inv_freq; /* [head_dim / 2], scaling applied */
+    float attn_scale;     /* 1 / sqrt(head_dim) */
     float *vectors;       /* storage for all float32 vectors */
     size_t weight_bytes;  /* bytes of all bound tensors */
 } tk_model;
 
+
+/* Operator fusions (each can be turned off to measure it). */
+enum {
+    TK_FUSE_NORM_QUANT = 1, /* RMSNorm and activation quantization in one pass */
+    TK_FUSE_GLU = 2,        /* gate and up in one kernel, SiLU(gate)*up on the way out */
+    TK_FUSE_ROPE_KV = 4,    /* RoPE applied while writing K into the cache */
+    TK_FUSE_RESIDUAL = 8,   /* residual add folded into the output projection's store */
+    TK_FUSE_ALL = 15
+};
+
+typedef struct tk_attn_task {
+    int token, kv_head, lo, hi;
+} tk_attn_task;
 
 /* Scratch for one forward pass of up to max_tokens tokens; allocated once. */
 typedef struct tk_forward_ws {
@@ -42,9 +57,15 @@ typedef struct tk_forward_ws {
     int max_ctx;
     float *x, *xn, *q, *k, *v, *att, *h1, *h2, *logits_in;
     float *rope_cos, *rope_sin; /* [max_tokens][head_dim/2] */
-    float *scratch;             /* per-thread dequant rows */
-    size_t scratch_stride;
-    float *att_scratch;         /* per-thread attention accumulators */
+    tk_matmul_ws mm;            /* packed activations, dequant rows */
+    unsigned fuse;              /* TK_FUSE_* operator fusions in use */
+    float *att_scratch;         /* per-thread block scratch (converted K/V, scores) */
+    size_t att_scratch_stride;
+    int att_group, att_hd;
+    float *att_parts;           /* partial softmax states, one per task of a wave */
+    struct tk_attn_task *att_tasks;
+    int *att_first;             /* first task of each (token, KV head) */
+    int att_parts_cap;
     int n_threads;
     /* Optional: called with the input of every weight matmul (calibration
      * for GPTQ/AWQ).  x holds n_tok rows of `dim` floats. */
@@ -57,7 +78,8 @@ int tk_model_load(const char *path, tk_model *m, tk_err *err);
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err);
 void tk_model_free(tk_model *m);
 
-int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int n_threads, tk_err *err);
+int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int ctx_len, int kv_block_size,
+                       int n_threads, bool reference, tk_err *err);
 void tk_forward_ws_free(tk_forward_ws *ws);
 
 /* Runs the batch.  Every token's sequence must already have KV blocks
