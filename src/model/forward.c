@@ -30,6 +30,14 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
     ws->logits_in = malloc(T * hp->dim * sizeof(float));
     ws->rope_cos = malloc(T * half * sizeof(float));
     ws->rope_sin = malloc(T * half * sizeof(float));
+    if (m->rope_inv_freq_swa) {
+        ws->rope_cos_swa = malloc(T * half * sizeof(float));
+        ws->rope_sin_swa = malloc(T * half * sizeof(float));
+        if (!ws->rope_cos_swa || !ws->rope_sin_swa) {
+            tk_forward_ws_free(ws);
+            return tk_err_set(err, "out of memory for the forward workspace (%d tokens)", max_tokens);
+        }
+    }
     /* Dequantized-row scratch: the longest row of any matrix. */
     size_t longest = (size_t)hp->dim;
     if ((size_t)hp->ffn_dim > longest) longest = hp->ffn_dim;
@@ -60,6 +68,8 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     free(ws->logits_in);
     free(ws->rope_cos);
     free(ws->rope_sin);
+    free(ws->rope_cos_swa);
+    free(ws->rope_sin_swa);
     free(ws->scratch);
     free(ws->att_scratch);
     memset(ws, 0, sizeof *ws);
@@ -84,6 +94,7 @@ typedef struct attn_job {
     tk_kv_seq *const *seqs;
     const tk_batch *batch;
     int layer;
+    int window; /* > 0: sliding-window layer */
     const float *q;
     float *out;
     float *scratch;
@@ -101,7 +112,10 @@ static void attn_task(void *ctx, int task, int thread) {
     int t = task / hp->n_kv_heads, kvh = task % hp->n_kv_heads;
     const tk_kv_seq *s = j->seqs[j->batch->seq[t]];
     int n_ctx = j->batch->pos[t] + 1;
-    float scale = 1.0f / sqrtf((float)hd);
+    /* A sliding-window layer sees positions lo..pos only: blocks wholly
+     * before lo are skipped, and the first block visited is masked below lo. */
+    int lo = j->window > 0 && n_ctx > j->window ? n_ctx - j->window : 0;
+    float scale = j->m->attn_scale;
 
     float *acc = j->scratch + (size_t)thread * j->scratch_stride; /* group * hd */
     float *run_max = acc + (size_t)group * hd;
@@ -113,15 +127,16 @@ static void attn_task(void *ctx, int task, int thread) {
         run_sum[g] = 0;
     }
     int bs = kv->block_size;
-    for (int start = 0; start < n_ctx; start += bs) {
+    for (int start = lo / bs * bs; start < n_ctx; start += bs) {
         int n = n_ctx - start < bs ? n_ctx - start : bs;
+        int i0 = lo > start ? lo - start : 0; /* masked: positions before the window */
         const float *kb = tk_kv_k(kv, s, j->layer, kvh, start);
         const float *vb = tk_kv_v(kv, s, j->layer, kvh, start);
         for (int g = 0; g < group; g++) {
             int h = kvh * group + g;
             const float *qh = j->q + ((size_t)t * hp->n_heads + h) * hd;
             float bmax = -FLT_MAX;
-            for (int i = 0; i < n; i++) {
+            for (int i = i0; i < n; i++) {
                 scores[i] = tk_dot_f32(qh, kb + (size_t)i * hd, hd) * scale;
                 if (scores[i] > bmax) bmax = scores[i];
             }
@@ -132,7 +147,7 @@ static void attn_task(void *ctx, int task, int thread) {
                 for (int d = 0; d < hd; d++) a[d] *= r;
                 run_max[g] = bmax;
             }
-            for (int i = 0; i < n; i++) {
+            for (int i = i0; i < n; i++) {
                 float p = expf(scores[i] - run_max[g]);
                 run_sum[g] += p;
                 const float *vv = vb + (size_t)i * hd;
@@ -181,20 +196,33 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
     if (tk_pool_size(pool) > ws->n_threads)
         return tk_err_set(err, "thread pool larger than the workspace was sized for");
     const tk_hparams *hp = &m->hp;
+    const tk_arch *a = m->arch;
     const int T = batch->n_tokens, D = hp->dim, hd = hp->head_dim, half = hd / 2;
     const int q_dim = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd, F = hp->ffn_dim;
+    if (m->rope_inv_freq_swa && !ws->rope_cos_swa)
+        return tk_err_set(err, "forward workspace was not sized for this model");
 
     for (int t = 0; t < T; t++) {
-        tk_tensor_row(m->w.tok_embd, batch->token[t], ws->x + (size_t)t * D);
+        float *x = ws->x + (size_t)t * D;
+        tk_tensor_row(m->w.tok_embd, batch->token[t], x);
+        if (m->embd_scale != 1.0f)
+            for (int i = 0; i < D; i++) x[i] *= m->embd_scale;
         for (int i = 0; i < half; i++) {
             float angle = (float)batch->pos[t] * m->rope_inv_freq[i];
             ws->rope_cos[(size_t)t * half + i] = cosf(angle);
             ws->rope_sin[(size_t)t * half + i] = sinf(angle);
+            if (m->rope_inv_freq_swa) {
+                angle = (float)batch->pos[t] * m->rope_inv_freq_swa[i];
+                ws->rope_cos_swa[(size_t)t * half + i] = cosf(angle);
+                ws->rope_sin_swa[(size_t)t * half + i] = sinf(angle);
+            }
         }
     }
 
     for (int l = 0; l < hp->n_layers; l++) {
         const tk_layer *L = &m->layers[l];
+        const float *rcos = L->swa ? ws->rope_cos_swa : ws->rope_cos;
+        const float *rsin = L->swa ? ws->rope_sin_swa : ws->rope_sin;
         for (int t = 0; t < T; t++)
             tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->attn_norm, D, hp->norm_eps);
         if (ws->observe) {
@@ -206,23 +234,30 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         tk_matmul(pool, L->wk, ws->xn, D, T, ws->k, kv_dim, ws->scratch);
         tk_matmul(pool, L->wv, ws->xn, D, T, ws->v, kv_dim, ws->scratch);
         for (int t = 0; t < T; t++) {
-            const float *c = ws->rope_cos + (size_t)t * half, *s = ws->rope_sin + (size_t)t * half;
-            for (int h = 0; h < hp->n_heads; h++)
-                rope_apply(ws->q + (size_t)t * q_dim + (size_t)h * hd, hd, hp->rope_style, c, s);
+            const float *c = rcos + (size_t)t * half, *s = rsin + (size_t)t * half;
+            for (int h = 0; h < hp->n_heads; h++) {
+                float *q = ws->q + (size_t)t * q_dim + (size_t)h * hd;
+                if (a->qk_norm) tk_rmsnorm(q, q, L->attn_q_norm, hd, hp->norm_eps);
+                rope_apply(q, hd, hp->rope_style, c, s);
+            }
             tk_kv_seq *seq = seqs[batch->seq[t]];
             for (int h = 0; h < hp->n_kv_heads; h++) {
                 float *k = ws->k + (size_t)t * kv_dim + (size_t)h * hd;
+                if (a->qk_norm) tk_rmsnorm(k, k, L->attn_k_norm, hd, hp->norm_eps);
                 rope_apply(k, hd, hp->rope_style, c, s);
                 memcpy(tk_kv_k(kv, seq, l, h, batch->pos[t]), k, (size_t)hd * sizeof(float));
                 memcpy(tk_kv_v(kv, seq, l, h, batch->pos[t]), ws->v + (size_t)t * kv_dim + (size_t)h * hd,
                        (size_t)hd * sizeof(float));
             }
         }
-        attn_job aj = {m, kv, seqs, batch, l, ws->q, ws->att, ws->att_scratch,
+        attn_job aj = {m, kv, seqs, batch, l, L->swa ? m->swa_window : 0, ws->q, ws->att, ws->att_scratch,
                        (size_t)(hp->n_heads / hp->n_kv_heads) * (hd + 2) + 1024};
         tk_pool_run(pool, T * hp->n_kv_heads, attn_task, &aj);
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->wo, ws->att, T, q_dim);
         tk_matmul(pool, L->wo, ws->att, q_dim, T, ws->xn, D, ws->scratch);
+        if (a->post_norms)
+            for (int t = 0; t < T; t++)
+                tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, L->attn_post_norm, D, hp->norm_eps);
         for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
 
         for (int t = 0; t < T; t++)
@@ -233,9 +268,15 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         }
         tk_matmul(pool, L->w_gate, ws->xn, D, T, ws->h1, F, ws->scratch);
         tk_matmul(pool, L->w_up, ws->xn, D, T, ws->h2, F, ws->scratch);
-        for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_silu(ws->h1[i]) * ws->h2[i];
+        if (a->ffn_act == TK_ACT_GELU_TANH)
+            for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_gelu_tanh(ws->h1[i]) * ws->h2[i];
+        else
+            for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_silu(ws->h1[i]) * ws->h2[i];
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->w_down, ws->h1, T, F);
         tk_matmul(pool, L->w_down, ws->h1, F, T, ws->xn, D, ws->scratch);
+        if (a->post_norms)
+            for (int t = 0; t < T; t++)
+                tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, L->ffn_post_norm, D, hp->norm_eps);
         for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
     }
 
@@ -249,5 +290,9 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             tk_rmsnorm(ws->logits_in + (size_t)n_out++ * D, ws->x + (size_t)t * D, m->w.output_norm, D,
                        hp->norm_eps);
     if (n_out) tk_matmul(pool, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab, ws->scratch);
+    if (n_out && hp->final_softcap > 0) {
+        float c = hp->final_softcap;
+        for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] = c * tanhf(logits[i] / c);
+    }
     return 0;
 }
