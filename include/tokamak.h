@@ -33,8 +33,11 @@ typedef struct tk_engine_config {
     int kv_block_size;          /* tokens per KV block; 0: 16 */
     bool require_tokenizer;     /* fail if no tokenizer can be loaded */
     size_t kv_memory;           /* KV pool bytes; 0: enough for max_seqs full contexts */
+    const char *kv_type;        /* "f32" (default), "f16" or "q8_0" */
     bool no_prefix_cache;       /* disable automatic prefix caching */
     int max_waiting;            /* bound of the waiting queue; 0: 256 */
+    bool reference_kernels;     /* float32 dequantize-and-multiply everywhere (also env TK_REFERENCE=1):
+                                   the numerical reference, slow */
 } tk_engine_config;
 
 /* One batch: parallel arrays of n_tokens entries. */
@@ -69,6 +72,9 @@ typedef struct tk_model_summary {
     const char *rope_style;
     const char *rope_scaling;
     bool tied_output;
+    int swa_window;          /* sliding-window layers see this many positions; 0: none */
+    int n_swa_layers;        /* how many layers slide (the others attend globally) */
+    float rope_theta_swa;    /* RoPE base of the sliding layers */
     int64_t n_params;
     size_t weight_bytes;
     size_t embedding_bytes; /* token_embd */

@@ -2,10 +2,19 @@
  * checkpoints (float64 reference), the same model as GGUF, and every GGUF
  * fixture type (float64 forward over the dequantized weights).
  *
- * Tolerance: max |tokamak - ref| <= 1e-4 x (max - min of the reference
- * row) at every position.  This holds for every quantized type too: the
- * engine dequantizes weights exactly and computes in float32, so the only
- * difference from the float64 reference is float32 rounding. */
+ * Tolerance, as max |tokamak - ref| / (max - min of the reference row) at
+ * every position:
+ * - 1e-4 for float weights, and for every quantized type on the reference
+ *   path (reference_kernels: weights dequantized exactly, float32 math), so
+ *   the only difference from the float64 reference is float32 rounding;
+ * - 2e-2 for quantized types on the fast kernels, which quantize the
+ *   activations to int8 blocks (scale amax/127: up to 0.4 % error per
+ *   element) as llama.cpp does; on these random-weight fixtures the logits
+ *   span a narrow range, and the observed error is 0.7-1.1 % of it.  Top-1
+ *   is then compared where the reference's top-1/top-2 margin exceeds
+ *   twice that tolerance.
+ * Run under TK_ISA=scalar / avx2 (see CMakeLists.txt) every dispatch path
+ * passes the same checks. */
 #include <tokamak.h>
 
 #include "golden_util.h"
@@ -59,18 +68,20 @@ static void check_llama2c_golden(const char *model, const char *tokenizer, const
     json_decref(g);
 }
 
-static void check_fixture(const char *type) {
+static void check_fixture(const char *type, bool reference) {
     char gguf[256], golden[256];
     snprintf(gguf, sizeof gguf, "gguf-fixtures/qfix-%s.gguf", type);
     snprintf(golden, sizeof golden, "gguf-fixtures/qfix-%s.golden.json", type);
     json_t *g = load_json(tk_shared(golden));
     CHECK(g != NULL, "%s", golden);
     if (!g) return;
-    tk_engine_config cfg = {.model_path = tk_shared(gguf), .n_threads = 2};
+    tk_engine_config cfg = {.model_path = tk_shared(gguf), .n_threads = 2, .reference_kernels = reference};
     tk_engine *e;
     tk_err err;
     int rc = tk_engine_open(&cfg, &e, &err);
     CHECK(rc == 0, "open %s: %s", gguf, err.msg);
+    bool float_weights = !strcmp(type, "F32") || !strcmp(type, "F16") || !strcmp(type, "BF16");
+    double tol = reference || float_weights ? 1e-4 : 2e-2;
     if (rc) {
         json_decref(g);
         return;
@@ -91,15 +102,22 @@ static void check_fixture(const char *type) {
         double r = rel_row_error(logits + (size_t)t * nv, row, nv, &ref_top, &margin);
         if (r > worst) worst = r;
         /* top-1 only where the reference's top-1/top-2 margin is clear */
-        if (margin > 1e-3) {
+        double lo = INFINITY, hi = -INFINITY;
+        for (int i = 0; i < nv; i++) {
+            double v = json_number_value(json_array_get(row, i));
+            lo = fmin(lo, v);
+            hi = fmax(hi, v);
+        }
+        if (margin > 2 * tol * (hi - lo) && margin > 1e-3) {
             top1_checked++;
             top1_same += argmax_f(logits + (size_t)t * nv, nv) == ref_top;
         }
     }
-    CHECK(worst <= 1e-4, "%s: relative logit error %.3g", type, worst);
+    CHECK(worst <= tol, "%s (%s): relative logit error %.3g > %g", type, reference ? "reference" : "kernels", worst,
+          tol);
     CHECK(top1_same == top1_checked, "%s: top-1 agrees at %d of %d clear positions", type, top1_same, top1_checked);
-    printf("qfix-%-7s %d positions, max error %.2e of the logit range, top-1 %d/%d\n", type, n, worst, top1_same,
-           top1_checked);
+    printf("qfix-%-7s %-9s %d positions, max error %.2e of the logit range, top-1 %d/%d\n", type,
+           reference ? "reference" : "kernels", n, worst, top1_same, top1_checked);
     free(tokens);
     free(logits);
     tk_engine_close(e);
@@ -112,6 +130,9 @@ int main(void) {
     check_llama2c_golden("models/stories260K.bin", NULL, "golden/stories260K.golden.json");
     static const char *types[] = {"F32",  "F16",  "BF16",   "Q8_0",   "Q4_0",   "Q4_1",   "Q5_0",
                                   "Q5_1", "Q2_K", "Q3_K_M", "Q4_K_M", "Q5_K_M", "Q6_K", "IQ4_NL", "IQ4_XS"};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) check_fixture(types[i]);
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        check_fixture(types[i], true);
+        check_fixture(types[i], false);
+    }
     TK_TEST_END();
 }

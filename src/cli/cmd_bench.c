@@ -123,12 +123,16 @@ static void usage(FILE *f) {
                "  -n N   generated tokens for the decode test (0: skip)\n"
                "  -r N   repetitions (median, mean and sd reported)\n"
                "  -b B   also decode B sequences at once (aggregate tokens/s)\n"
-               "  --no-bandwidth   skip the memory bandwidth measurement\n");
+               "  --no-bandwidth   skip the memory bandwidth measurement\n"
+               "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
+               "                   context (prefill t/s, decode ms/token), with the peak RSS\n"
+               "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n");
 }
 
 int tk_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *cmd = "bench";
     int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1;
+    const char *contexts = NULL, *kv_type = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int rc = 0;
@@ -143,6 +147,8 @@ int tk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-b")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1024, &batch);
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--no-bandwidth")) bandwidth = 0;
+        else if (!strcmp(a, "--context")) rc = tk_arg_str(cmd, argc, argv, &i, &contexts);
+        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_type);
         else {
             fprintf(stderr, "tokamak bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -154,12 +160,25 @@ int tk_cmd_bench(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
+    int ctx_list[8], n_ctx_list = 0;
+    for (const char *c = contexts; c && *c && n_ctx_list < 8;) {
+        char *end;
+        long v = strtol(c, &end, 10);
+        if (end == c || v < 1 || v > (1 << 22)) {
+            fprintf(stderr, "tokamak bench: --context expects a list of positive integers\n");
+            return 2;
+        }
+        ctx_list[n_ctx_list++] = (int)v;
+        c = *end == ',' ? end + 1 : end;
+    }
     int ctx = pp + tg + 8;
     if (ctx < 64) ctx = 64;
+    for (int i = 0; i < n_ctx_list; i++)
+        if (ctx_list[i] + tg + 8 > ctx) ctx = ctx_list[i] + tg + 8;
     int max_seqs = batch > 1 ? batch : 1;
     tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
                             .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
-                            .no_prefix_cache = true};
+                            .no_prefix_cache = true, .kv_type = kv_type};
     if (cfg.max_batch_tokens < 1) cfg.max_batch_tokens = 1;
     tk_engine *e;
     tk_err err;
@@ -222,6 +241,22 @@ int tk_cmd_bench(int argc, char **argv) {
             for (int s = 0; s < batch; s++) tk_engine_seq_free(e, seqs[s]);
         }
     }
+    /* attention scaling: prefill each context, then decode at it */
+    double ctx_pp[8] = {0}, ctx_tg_ms[8] = {0};
+    size_t ctx_rss[8] = {0};
+    for (int c = 0; c < n_ctx_list && rc == 0; c++) {
+        seq = tk_engine_seq_new(e, &err);
+        double t0 = now_seconds();
+        rc |= feed(e, seq, tokens, ctx_list[c], 0, cfg.max_batch_tokens, logits, &err);
+        ctx_pp[c] = ctx_list[c] / (now_seconds() - t0);
+        int n_dec = tg > 0 ? tg : 16;
+        t0 = now_seconds();
+        for (int i = 0; i < n_dec && rc == 0; i++)
+            rc |= feed(e, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, 1, logits, &err);
+        ctx_tg_ms[c] = 1e3 * (now_seconds() - t0) / n_dec;
+        ctx_rss[c] = tk_peak_rss();
+        tk_engine_seq_free(e, seq);
+    }
     if (rc) {
         fprintf(stderr, "tokamak bench: %s\n", err.msg);
         free(tokens);
@@ -249,7 +284,14 @@ int tk_cmd_bench(int argc, char **argv) {
         if (bw > 0)
             printf(", \"bandwidth_gbs\": %.2f, \"bytes_per_token\": %.0f, \"roofline_tps\": %.3f, \"roofline_pct\": %.1f",
                    bw, bytes_per_token, roofline, roofline > 0 ? 100 * tg_med / roofline : 0);
-        printf("}\n");
+        if (n_ctx_list) {
+            printf(", \"contexts\": [");
+            for (int c = 0; c < n_ctx_list; c++)
+                printf("%s{\"context\": %d, \"prefill_tps\": %.3f, \"decode_ms_per_token\": %.3f, \"peak_rss\": %zu}",
+                       c ? ", " : "", ctx_list[c], ctx_pp[c], ctx_tg_ms[c], ctx_rss[c]);
+            printf("]");
+        }
+        printf(", \"kv_type\": \"%s\", \"kv_bytes\": %zu}\n", kv_type ? kv_type : "f32", ms.kv_bytes);
     } else {
         printf("model: %s (%s, %.1f M params, %.1f MiB of weights)\n", model, ms.arch, ms.n_params / 1e6,
                ms.weight_bytes / 1048576.0);
@@ -264,6 +306,10 @@ int tk_cmd_bench(int argc, char **argv) {
             printf("memory read bandwidth %.2f GB/s; %.1f MB read per decoded token; roofline %.2f t/s; decode "
                    "reaches %.1f %%\n",
                    bw, bytes_per_token / 1e6, roofline, 100 * tg_med / roofline);
+        for (int c = 0; c < n_ctx_list; c++)
+            printf("context %6d: prefill %8.2f t/s, decode %8.2f ms/token (%.2f t/s), peak RSS %.0f MiB\n",
+                   ctx_list[c], ctx_pp[c], ctx_tg_ms[c], 1e3 / ctx_tg_ms[c], ctx_rss[c] / 1048576.0);
+        printf("KV cache: %s, %.1f MiB\n", kv_type ? kv_type : "f32", ms.kv_bytes / 1048576.0);
     }
     free(tokens);
     free(logits);

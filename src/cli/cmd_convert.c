@@ -8,6 +8,7 @@
 
 #include "../formats/dtype.h"
 #include "../formats/gguf.h"
+#include "../formats/llama_gguf.h"
 #include "../formats/source.h"
 #include "../tokenizer/tokenizer.h"
 #include "commands.h"
@@ -15,75 +16,6 @@
 static void usage(FILE *f) {
     fprintf(f, "usage: tokamak convert SRC OUT.gguf [--type f32|f16|bf16|q8_0] [--tokenizer PATH]\n"
                "  SRC: llama2.c .bin (give --tokenizer tokenizer.bin), Hugging Face directory, or .gguf\n");
-}
-
-/* HF checkpoints rotate halves (x[i], x[i+d/2]); GGUF llama expects
- * adjacent pairs.  Row (h, i) moves to (h, 2i), row (h, d/2+i) to (h, 2i+1),
- * as llama.cpp's converter permutes them. */
-static void permute_rows_to_adjacent(float *w, int n_heads, int head_dim, int64_t row_len) {
-    size_t row_bytes = (size_t)row_len * sizeof(float);
-    float *tmp = malloc(row_bytes * (size_t)head_dim);
-    if (!tmp) return;
-    int half = head_dim / 2;
-    for (int h = 0; h < n_heads; h++) {
-        float *head = w + (size_t)h * head_dim * row_len;
-        for (int i = 0; i < half; i++) {
-            memcpy(tmp + (size_t)(2 * i) * row_len, head + (size_t)i * row_len, row_bytes);
-            memcpy(tmp + (size_t)(2 * i + 1) * row_len, head + (size_t)(half + i) * row_len, row_bytes);
-        }
-        memcpy(head, tmp, row_bytes * (size_t)head_dim);
-    }
-    free(tmp);
-}
-
-/* Llama 3.1 RoPE scaling as llama.cpp stores it: a rope_freqs tensor of
- * per-frequency divisors. */
-static float *llama3_rope_factors(const tk_hparams *hp) {
-    int half = hp->head_dim / 2;
-    float *f = malloc(sizeof(float) * (size_t)half);
-    if (!f) return NULL;
-    for (int i = 0; i < half; i++) {
-        double freq = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
-        double wavelen = 2 * M_PI / freq;
-        double low_wl = hp->rope_orig_ctx / hp->rope_low_freq_factor;
-        double high_wl = hp->rope_orig_ctx / hp->rope_high_freq_factor;
-        if (wavelen < high_wl) {
-            f[i] = 1.0f;
-        } else if (wavelen > low_wl) {
-            f[i] = hp->rope_factor;
-        } else {
-            double smooth = (hp->rope_orig_ctx / wavelen - hp->rope_low_freq_factor) /
-                            (hp->rope_high_freq_factor - hp->rope_low_freq_factor);
-            f[i] = (float)(1.0 / ((1 - smooth) / hp->rope_factor + smooth));
-        }
-    }
-    return f;
-}
-
-static int write_metadata(tk_gguf_writer *w, const tk_source *src, int file_type) {
-    const tk_hparams *hp = &src->hp;
-    int rc = 0;
-    rc |= tk_gguf_set_str(w, "general.architecture", "llama");
-    rc |= tk_gguf_set_str(w, "general.name", src->name[0] ? src->name : "model");
-    rc |= tk_gguf_set_u32(w, "general.file_type", (uint32_t)file_type);
-    rc |= tk_gguf_set_u32(w, "general.quantization_version", 2);
-    rc |= tk_gguf_set_u32(w, "llama.context_length", (uint32_t)hp->ctx_len);
-    rc |= tk_gguf_set_u32(w, "llama.embedding_length", (uint32_t)hp->dim);
-    rc |= tk_gguf_set_u32(w, "llama.block_count", (uint32_t)hp->n_layers);
-    rc |= tk_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)hp->ffn_dim);
-    rc |= tk_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)hp->n_heads);
-    rc |= tk_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)hp->n_kv_heads);
-    rc |= tk_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", hp->norm_eps);
-    rc |= tk_gguf_set_f32(w, "llama.rope.freq_base", hp->rope_theta);
-    rc |= tk_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)hp->head_dim);
-    rc |= tk_gguf_set_u32(w, "llama.attention.key_length", (uint32_t)hp->head_dim);
-    rc |= tk_gguf_set_u32(w, "llama.attention.value_length", (uint32_t)hp->head_dim);
-    rc |= tk_gguf_set_u32(w, "llama.vocab_size", (uint32_t)hp->n_vocab);
-    if (hp->rope_scaling == TK_ROPE_SCALING_LINEAR) {
-        rc |= tk_gguf_set_str(w, "llama.rope.scaling.type", "linear");
-        rc |= tk_gguf_set_f32(w, "llama.rope.scaling.factor", hp->rope_factor);
-    }
-    return rc ? -1 : 0;
 }
 
 int tk_cmd_convert(int argc, char **argv) {
@@ -124,6 +56,14 @@ int tk_cmd_convert(int argc, char **argv) {
         fprintf(stderr, "tokamak convert: %s\n", err.msg);
         return 1;
     }
+    if (strcmp(src.arch, "llama") != 0) {
+        /* The writer emits llama keys and tensors only; other architectures'
+         * extra tensors and options (e.g. Gemma 3's norms and sliding
+         * window) would be lost. */
+        fprintf(stderr, "tokamak convert: %s: architecture '%s' is not supported (llama only)\n", in, src.arch);
+        tk_source_close(&src);
+        return 1;
+    }
     tk_tokenizer *tok = NULL;
     if (tk_tokenizer_open(in, tok_path, &tok, &err)) {
         fprintf(stderr, "tokamak convert: tokenizer: %s\n", err.msg);
@@ -138,29 +78,17 @@ int tk_cmd_convert(int argc, char **argv) {
         fprintf(stderr, "tokamak convert: out of memory\n");
         goto done;
     }
-    if (write_metadata(w, &src, file_type) || tk_tokenizer_to_gguf(tok, w, &err)) {
+    if (tk_gguf_set_llama_meta(w, &src, file_type) || tk_tokenizer_to_gguf(tok, w, &err)) {
         fprintf(stderr, "tokamak convert: metadata: %s\n", err.msg);
         goto done;
     }
     for (int i = 0; i < src.n_tensors; i++) {
         const tk_tensor *t = &src.tensors[i];
         int64_t n = tk_tensor_nelems(t), row = t->ne[0], rows = n / row;
-        const tk_dtype_info *info = tk_dtype_get(t->type);
-        if (!info || !info->can_dequant) {
-            fprintf(stderr, "tokamak convert: tensor '%s' has an unsupported type\n", t->name);
+        float *f;
+        if (tk_source_tensor_f32(&src, t, &f, &err)) {
+            fprintf(stderr, "tokamak convert: %s\n", err.msg);
             goto done;
-        }
-        float *f = malloc(sizeof(float) * (size_t)n);
-        if (!f) {
-            fprintf(stderr, "tokamak convert: out of memory for '%s'\n", t->name);
-            goto done;
-        }
-        size_t src_row = tk_dtype_row_bytes(t->type, row);
-        for (int64_t r = 0; r < rows; r++)
-            tk_dequant_row(t->type, (const unsigned char *)t->data + (size_t)r * src_row, f + r * row, row);
-        if (hp->rope_style == TK_ROPE_HALVES) {
-            if (strstr(t->name, ".attn_q.weight")) permute_rows_to_adjacent(f, hp->n_heads, hp->head_dim, row);
-            if (strstr(t->name, ".attn_k.weight")) permute_rows_to_adjacent(f, hp->n_kv_heads, hp->head_dim, row);
         }
         /* Norm vectors stay float32, as GGUF readers expect. */
         tk_dtype ty = t->ndim == 1 || rows == 1 ? TK_F32 : (tk_dtype)target;
@@ -190,7 +118,7 @@ int tk_cmd_convert(int argc, char **argv) {
         }
     }
     if (hp->rope_scaling == TK_ROPE_SCALING_LLAMA3) {
-        float *factors = llama3_rope_factors(hp);
+        float *factors = tk_llama3_rope_factors(hp);
         buffers[src.n_tensors] = factors;
         int64_t ne[1] = {hp->head_dim / 2};
         if (!factors ||

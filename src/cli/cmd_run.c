@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  --seed S              RNG seed (same seed, same output)\n"
             "  -c, --ctx-size N      context length (default: the model's)\n"
             "  -t, --threads N       threads (default: all cores)\n"
+            "  --kv-type T           KV cache storage: f32 (default), f16, q8_0\n"
             "  --no-bos              do not prepend BOS\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n");
 }
@@ -65,6 +66,7 @@ int tk_cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--seed")) rc = tk_arg_u64(cmd, argc, argv, &i, &gp.sampling.seed);
         else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 24, &cfg.ctx_len);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &cfg.n_threads);
+        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
         else if (!strcmp(a, "--no-bos")) gp.add_bos = false;
         else if (!strcmp(a, "--ignore-eos")) gp.ignore_eos = true;
         else {

@@ -8,5 +8,6 @@ int tk_cmd_tokenize(int argc, char **argv);
 int tk_cmd_logits(int argc, char **argv);
 int tk_cmd_convert(int argc, char **argv);
 int tk_cmd_bench(int argc, char **argv);
+int tk_cmd_synth(int argc, char **argv);
 
 #endif

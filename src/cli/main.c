@@ -15,6 +15,7 @@ static const command commands[] = {
     {"tokenize", tk_cmd_tokenize, "print the token ids / pieces of a text"},
     {"logits", tk_cmd_logits, "print every position's logits for a token sequence"},
     {"bench", tk_cmd_bench, "measure prefill, decode and batched decode speed"},
+    {"synth", tk_cmd_synth, "write a GGUF with a real model's shapes and random weights"},
     {"convert", tk_cmd_convert, "convert a llama2.c or Hugging Face model to GGUF"},
 };
 

@@ -48,7 +48,17 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     int n_threads = cfg->n_threads > 0 ? cfg->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n_threads < 1) n_threads = 1;
     int blocks_per_seq = (e->ctx_len + block - 1) / block;
-    size_t block_bytes = 2 * sizeof(float) * (size_t)hp->n_layers * hp->n_kv_heads * hp->head_dim * block;
+    int kv_type = cfg->kv_type ? tk_kv_type_from_name(cfg->kv_type) : TK_KV_F32;
+    if (kv_type < 0) {
+        tk_err_set(err, "unknown KV cache type '%s' (f32, f16 or q8_0)", cfg->kv_type);
+        goto fail;
+    }
+    size_t block_bytes = tk_kv_block_bytes(hp->n_layers, hp->n_kv_heads, hp->head_dim, block, (tk_kv_type)kv_type);
+    if (!block_bytes) {
+        tk_err_set(err, "KV type %s needs a head dimension multiple of 32 (the model has %d)", cfg->kv_type,
+                   hp->head_dim);
+        goto fail;
+    }
     size_t n_blocks = cfg->kv_memory ? cfg->kv_memory / block_bytes : (size_t)blocks_per_seq * e->max_seqs;
     if (n_blocks < 1 || n_blocks > (1u << 30)) {
         tk_err_set(err, "KV memory of %zu bytes gives %zu blocks of %zu bytes: need at least one", cfg->kv_memory,
@@ -56,7 +66,7 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         goto fail;
     }
     if (tk_kv_pool_init(&e->kv, hp->n_layers, hp->n_kv_heads, hp->head_dim, block, (int)n_blocks,
-                        !cfg->no_prefix_cache, err))
+                        (tk_kv_type)kv_type, !cfg->no_prefix_cache, err))
         goto fail;
     e->pool = tk_pool_new(n_threads);
     e->seqs = calloc((size_t)e->max_seqs, sizeof *e->seqs);
@@ -66,7 +76,10 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         tk_err_set(err, "out of memory");
         goto fail;
     }
-    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, tk_pool_size(e->pool), err)) goto fail;
+    const char *ref_env = getenv("TK_REFERENCE");
+    bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
+    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, e->ctx_len, block, tk_pool_size(e->pool), reference, err))
+        goto fail;
     if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, err)) goto fail;
     *out = e;
     return 0;
@@ -117,6 +130,9 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     static const char *scalings[] = {"none", "linear", "llama3"};
     o->rope_scaling = scalings[hp->rope_scaling];
     o->tied_output = hp->tied_output;
+    o->swa_window = m->swa_window;
+    o->n_swa_layers = m->n_swa_layers;
+    o->rope_theta_swa = m->rope_theta_swa;
     for (int i = 0; i < m->src.n_tensors; i++) {
         const tk_tensor *t = &m->src.tensors[i];
         o->n_params += tk_tensor_nelems(t);

@@ -33,6 +33,8 @@ static const tk_dtype_info dtype_table[TK_DTYPE_LIMIT] = {
     [TK_IQ4_NL] = {"IQ4_NL", TK_QK4_NL, sizeof(tk_block_iq4_nl), true},
     [TK_IQ4_XS] = {"IQ4_XS", TK_QK_K, sizeof(tk_block_iq4_xs), true},
     [TK_BF16] = {"BF16", 1, 2, true},
+    [TK_NF4] = {"NF4", 32, 0, true},
+    [TK_NF4_DQ] = {"NF4_DQ", 32, 0, true},
 };
 
 /* Names of every GGML type id, including those this engine cannot load, so
@@ -64,9 +66,18 @@ int tk_dtype_from_name(const char *name) {
     return -1;
 }
 
+/* NF4 rows: see dtype.h.  n is a multiple of 32 and below 2^62. */
+static size_t nf4_row_bytes(tk_dtype t, int64_t n) {
+    const uint64_t nb = ((uint64_t)n + TK_NF4_BLOCK - 1) / TK_NF4_BLOCK;
+    if (t == TK_NF4) return (size_t)(nb * 4 + (uint64_t)n / 2);
+    const uint64_t ng = (nb + TK_NF4_DQ_GROUP - 1) / TK_NF4_DQ_GROUP;
+    return (size_t)(ng * 8 + nb + (uint64_t)n / 2);
+}
+
 size_t tk_dtype_row_bytes(tk_dtype t, int64_t n) {
     const tk_dtype_info *info = tk_dtype_get((int)t);
     if (!info || n < 0 || n % info->block_elems) return 0;
+    if (t == TK_NF4 || t == TK_NF4_DQ) return n > (INT64_MAX >> 2) ? 0 : nf4_row_bytes(t, n);
     size_t bytes;
     if (__builtin_mul_overflow((uint64_t)(n / info->block_elems), (size_t)info->block_bytes, &bytes))
         return 0;
@@ -401,6 +412,39 @@ static void deq_iq4_xs(const unsigned char *src, float *y, int64_t nb) {
     }
 }
 
+/* Codes of one NF4 block of L (64 or 32) elements: byte j holds element j
+ * (low nibble) and j + L/2 (high nibble). */
+static void deq_nf4_codes(const unsigned char *q, int L, float absmax, float *y) {
+    for (int j = 0; j < L / 2; j++) {
+        y[j] = tk_nf4_values[q[j] & 0xF] * absmax;
+        y[j + L / 2] = tk_nf4_values[q[j] >> 4] * absmax;
+    }
+}
+
+static void deq_nf4(const unsigned char *src, float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i += TK_NF4_BLOCK) {
+        const int L = n - i < TK_NF4_BLOCK ? (int)(n - i) : TK_NF4_BLOCK;
+        float absmax;
+        memcpy(&absmax, src, 4);
+        deq_nf4_codes(src + 4, L, absmax, y + i);
+        src += 4 + L / 2;
+    }
+}
+
+static void deq_nf4_dq(const unsigned char *src, float *y, int64_t n) {
+    const int64_t nb = (n + TK_NF4_BLOCK - 1) / TK_NF4_BLOCK;
+    const int64_t ng = (nb + TK_NF4_DQ_GROUP - 1) / TK_NF4_DQ_GROUP;
+    const unsigned char *qa = src + 8 * ng, *codes = qa + nb;
+    for (int64_t b = 0; b < nb; b++) {
+        float gs[2];
+        memcpy(gs, src + 8 * (b / TK_NF4_DQ_GROUP), 8);
+        const float absmax = (float)qa[b] * gs[0] + gs[1];
+        const int64_t i = b * TK_NF4_BLOCK;
+        const int L = n - i < TK_NF4_BLOCK ? (int)(n - i) : TK_NF4_BLOCK;
+        deq_nf4_codes(codes + i / 2, L, absmax, y + i);
+    }
+}
+
 void tk_dequant_row(tk_dtype t, const void *src, float *dst, int64_t n) {
     const tk_dtype_info *info = tk_dtype_get((int)t);
     if (n <= 0) return;
@@ -429,6 +473,8 @@ void tk_dequant_row(tk_dtype t, const void *src, float *dst, int64_t n) {
     case TK_Q8_K: deq_q8_K(s, dst, nb); break;
     case TK_IQ4_NL: deq_iq4_nl(s, dst, nb); break;
     case TK_IQ4_XS: deq_iq4_xs(s, dst, nb); break;
+    case TK_NF4: deq_nf4(s, dst, n); break;
+    case TK_NF4_DQ: deq_nf4_dq(s, dst, n); break;
     default:
         for (int64_t i = 0; i < n; i++) dst[i] = NAN;
         break;

@@ -26,13 +26,18 @@ typedef enum tk_dtype {
     TK_IQ4_NL = 20,
     TK_IQ4_XS = 23,
     TK_BF16 = 30,
-    TK_DTYPE_LIMIT = 64
+    /* Project-specific types (not GGML's; GGML's ids end at 39): */
+    TK_NF4 = 200,     /* NormalFloat-4, blocks of 64, fp32 absmax */
+    TK_NF4_DQ = 201,  /* NF4 with double-quantized (8-bit) absmax */
+    TK_DTYPE_LIMIT = 256
 } tk_dtype;
 
 typedef struct tk_dtype_info {
     const char *name;   /* "Q4_K" */
-    int block_elems;    /* elements per block (1 for F32/F16/BF16) */
-    int block_bytes;    /* bytes per block */
+    int block_elems;    /* elements per block (1 for F32/F16/BF16); for NF4 types the
+                           granularity of a row length (32) */
+    int block_bytes;    /* bytes per block; 0 for the NF4 types, whose row size is not
+                           linear in its length: use tk_dtype_row_bytes */
     bool can_dequant;   /* tk_dequant_row supports it */
 } tk_dtype_info;
 
@@ -44,7 +49,16 @@ const char *tk_dtype_ggml_name(int type);
 /* Parses "q8_0", "Q4_K", "f16"... ; returns -1 if unknown. */
 int tk_dtype_from_name(const char *name);
 /* Bytes of a row of n elements; 0 if n is not a multiple of the block size
- * or the type is unknown. */
+ * or the type is unknown.
+ *
+ * NF4 rows (n a multiple of 32) are cut into nb = ceil(n / 64) absmax blocks,
+ * the last one 32 long when n % 64 == 32:
+ *   TK_NF4     nb x [f32 absmax, codes of the block (32 or 16 bytes)]
+ *   TK_NF4_DQ  ng = ceil(nb / 256) x [f32 scale, f32 min], then nb x u8
+ *              absmax codes, then n / 2 bytes of codes
+ * Codes: byte j of a block of L elements holds element j in its low nibble
+ * and element j + L/2 in its high nibble; value = tk_nf4_values[code] *
+ * absmax, absmax (DQ) = u8 * scale + min of its group. */
 size_t tk_dtype_row_bytes(tk_dtype t, int64_t n);
 
 /* Scalar reference dequantization of n elements (n multiple of block size).

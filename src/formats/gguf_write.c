@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "gguf.h"
 
@@ -322,10 +324,21 @@ static void put_kv(out *o, const wkv *kv) {
     }
 }
 
+/* Writes to a temporary file beside the target and renames it into place,
+ * so an existing file is never left half-written. */
 int tk_gguf_write(tk_gguf_writer *w, const char *path, tk_err *err) {
     if (w->err[0]) return tk_err_set(err, "%s: cannot write GGUF: %s", path, w->err);
-    FILE *f = fopen(path, "wb");
-    if (!f) return tk_err_set(err, "%s: cannot create: %s", path, strerror(errno));
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp-XXXXXX", path) >= (int)sizeof tmp)
+        return tk_err_set(err, "%s: path too long", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) return tk_err_set(err, "%s: cannot create: %s", path, strerror(errno));
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+        close(fd);
+        remove(tmp);
+        return tk_err_set(err, "%s: cannot create: %s", path, strerror(errno));
+    }
     out o = {f, 0, 0};
     errno = 0;
 
@@ -354,8 +367,17 @@ int tk_gguf_write(tk_gguf_writer *w, const char *path, tk_err *err) {
     int bad = o.bad;
     if (fclose(f) != 0 && !bad) bad = errno ? errno : EIO;
     if (bad) {
-        remove(path);
+        remove(tmp);
         return tk_err_set(err, "%s: write failed: %s", path, strerror(bad));
+    }
+    /* mkstemp creates 0600; give the file the usual permissions */
+    mode_t mask = umask(0);
+    umask(mask);
+    chmod(tmp, 0666 & ~mask);
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return tk_err_set(err, "%s: cannot rename the finished file into place: %s", path, strerror(e));
     }
     return 0;
 }

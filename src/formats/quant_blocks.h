@@ -131,6 +131,19 @@ static const int8_t tk_kvalues_iq4nl[16] = {
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 };
 
+/* NormalFloat-4 (QLoRA, Dettmers et al. 2023, appendix E): quantiles of
+ * N(0, 1) normalised to [-1, 1] with an exact zero; 7 negative and 8
+ * positive levels.  The project-specific types TK_NF4 / TK_NF4_DQ store
+ * 4-bit indices into this table (layout in dtype.h and docs/formats.md). */
+static const float tk_nf4_values[16] = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f,
+};
+#define TK_NF4_BLOCK 64      /* elements per absmax block */
+#define TK_NF4_DQ_GROUP 256  /* absmax values per second-level (scale, min) pair */
+
 /* Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) from the 12 packed
  * bytes.  Sub-blocks 0..3 keep theirs in the low 6 bits of bytes j and j+4;
  * sub-blocks 4..7 put the low 4 bits in byte j+4 and borrow the top 2 bits of

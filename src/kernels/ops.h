@@ -14,13 +14,6 @@ float tk_dot_f32(const float *a, const float *b, int64_t n);
 /* y[i] = x[i] / rms(x) * w[i] */
 void tk_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 
-/* Y[t][r] = sum_c W[r][c] * X[t][c] for t < n_tok, r < W->ne[1].
- * X rows have stride ldx, Y rows stride ldy.  scratch must hold
- * tk_matmul_scratch_floats(W) floats per pool thread. */
-void tk_matmul(tk_pool *pool, const tk_tensor *W, const float *X, int64_t ldx, int n_tok, float *Y,
-               int64_t ldy, float *scratch);
-size_t tk_matmul_scratch_floats(const tk_tensor *W);
-
 /* Dequantizes row r of a 2-D weight into out (W->ne[0] floats). */
 void tk_tensor_row(const tk_tensor *W, int64_t r, float *out);
 

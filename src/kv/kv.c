@@ -3,8 +3,51 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../formats/dtype.h"
+
+static size_t row_bytes_for(int head_dim, tk_kv_type type) {
+    switch (type) {
+    case TK_KV_F32: return (size_t)head_dim * 4;
+    case TK_KV_F16: return (size_t)head_dim * 2;
+    case TK_KV_Q8_0: return head_dim % 32 ? 0 : (size_t)head_dim / 32 * 34;
+    }
+    return 0;
+}
+
+size_t tk_kv_block_bytes(int n_layers, int n_kv_heads, int head_dim, int block_size, tk_kv_type type) {
+    return 2 * row_bytes_for(head_dim, type) * (size_t)n_layers * n_kv_heads * block_size;
+}
+
+int tk_kv_type_from_name(const char *name) {
+    if (!strcmp(name, "f32")) return TK_KV_F32;
+    if (!strcmp(name, "f16")) return TK_KV_F16;
+    if (!strcmp(name, "q8_0")) return TK_KV_Q8_0;
+    return -1;
+}
+
+const char *tk_kv_type_name(tk_kv_type type) {
+    static const char *names[] = {"f32", "f16", "q8_0"};
+    return names[type];
+}
+
+void tk_kv_store(const tk_kv_pool *p, const float *x, unsigned char *row) {
+    switch (p->type) {
+    case TK_KV_F32: memcpy(row, x, sizeof(float) * (size_t)p->head_dim); break;
+    case TK_KV_F16: tk_quantize_row_f16(x, row, p->head_dim); break;
+    case TK_KV_Q8_0: tk_quantize_row_q8_0(x, row, p->head_dim); break;
+    }
+}
+
+void tk_kv_load(const tk_kv_pool *p, const unsigned char *rows, int n, float *out) {
+    switch (p->type) {
+    case TK_KV_F32: memcpy(out, rows, sizeof(float) * (size_t)p->head_dim * n); break;
+    case TK_KV_F16: tk_dequant_row(TK_F16, rows, out, (int64_t)p->head_dim * n); break;
+    case TK_KV_Q8_0: tk_dequant_row(TK_Q8_0, rows, out, (int64_t)p->head_dim * n); break;
+    }
+}
+
 int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks,
-                    bool prefix_cache, tk_err *err) {
+                    tk_kv_type type, bool prefix_cache, tk_err *err) {
     memset(p, 0, sizeof *p);
     if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || block_size <= 0 || n_blocks <= 0)
         return tk_err_set(err, "invalid KV pool shape");
@@ -14,13 +57,17 @@ int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, i
     p->block_size = block_size;
     p->n_blocks = n_blocks;
     p->prefix_cache = prefix_cache;
-    p->block_floats = (size_t)n_layers * n_kv_heads * block_size * head_dim;
-    size_t total = p->block_floats * (size_t)n_blocks;
+    p->type = type;
+    p->row_bytes = row_bytes_for(head_dim, type);
+    if (!p->row_bytes) return tk_err_set(err, "KV type %s needs a head dimension multiple of 32 (have %d)",
+                                         tk_kv_type_name(type), head_dim);
+    p->block_bytes = p->row_bytes * (size_t)n_layers * n_kv_heads * block_size;
+    size_t total = p->block_bytes * (size_t)n_blocks;
     uint32_t buckets = 1;
     while (buckets < (uint32_t)n_blocks) buckets <<= 1;
     p->bucket_mask = buckets - 1;
-    p->k = malloc(total * sizeof(float));
-    p->v = malloc(total * sizeof(float));
+    p->k = malloc(total);
+    p->v = malloc(total);
     p->refcount = calloc((size_t)n_blocks, sizeof(int));
     p->free_list = malloc((size_t)n_blocks * sizeof(int));
     p->hash = calloc((size_t)n_blocks, sizeof(uint64_t));
@@ -33,7 +80,7 @@ int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, i
     if (!p->k || !p->v || !p->refcount || !p->free_list || !p->hash || !p->registered || !p->tokens ||
         !p->bucket || !p->bucket_next || !p->lru_prev || !p->lru_next) {
         tk_kv_pool_free(p);
-        return tk_err_set(err, "cannot allocate a KV pool of %zu MiB", 2 * total * sizeof(float) >> 20);
+        return tk_err_set(err, "cannot allocate a KV pool of %zu MiB", 2 * total >> 20);
     }
     for (uint32_t i = 0; i < buckets; i++) p->bucket[i] = -1;
     /* Hand out low block ids first. */
@@ -58,7 +105,7 @@ void tk_kv_pool_free(tk_kv_pool *p) {
     memset(p, 0, sizeof *p);
 }
 
-size_t tk_kv_pool_bytes(const tk_kv_pool *p) { return 2 * p->block_floats * (size_t)p->n_blocks * sizeof(float); }
+size_t tk_kv_pool_bytes(const tk_kv_pool *p) { return 2 * p->block_bytes * (size_t)p->n_blocks; }
 
 /* ---- LRU of cached blocks ---- */
 
@@ -177,10 +224,8 @@ int tk_kv_seq_prepare_write(tk_kv_pool *p, tk_kv_seq *s, int from, int to, tk_er
         if (p->refcount[b] > 1) {
             int nb = alloc_block(p);
             if (nb < 0) return tk_err_set(err, "KV cache full: no block for copy-on-write");
-            memcpy(p->k + (size_t)nb * p->block_floats, p->k + (size_t)b * p->block_floats,
-                   p->block_floats * sizeof(float));
-            memcpy(p->v + (size_t)nb * p->block_floats, p->v + (size_t)b * p->block_floats,
-                   p->block_floats * sizeof(float));
+            memcpy(p->k + (size_t)nb * p->block_bytes, p->k + (size_t)b * p->block_bytes, p->block_bytes);
+            memcpy(p->v + (size_t)nb * p->block_bytes, p->v + (size_t)b * p->block_bytes, p->block_bytes);
             p->refcount[b]--;
             s->blocks[i] = nb;
         } else {

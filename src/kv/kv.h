@@ -20,15 +20,21 @@
 
 #include "../util/err.h"
 
+/* How K/V vectors are stored: float32, float16, or int8 blocks of 32 with
+ * a float16 scale (GGML's Q8_0 layout). */
+typedef enum tk_kv_type { TK_KV_F32 = 0, TK_KV_F16 = 1, TK_KV_Q8_0 = 2 } tk_kv_type;
+
 typedef struct tk_kv_pool {
     int n_layers;
     int n_kv_heads;
     int head_dim;
     int block_size;      /* tokens per block */
     int n_blocks;
-    size_t block_floats; /* floats of K (or V) per block, all layers */
-    float *k;            /* [n_blocks][n_layers][n_kv_heads][block_size][head_dim] */
-    float *v;
+    tk_kv_type type;
+    size_t row_bytes;    /* one (token, head) vector */
+    size_t block_bytes;  /* K (or V) of one block, all layers */
+    unsigned char *k;    /* [n_blocks][n_layers][n_kv_heads][block_size] rows */
+    unsigned char *v;
     int *refcount;
     int *free_list;      /* stack of free block ids */
     int n_free;
@@ -54,7 +60,13 @@ typedef struct tk_kv_seq {
 } tk_kv_seq;
 
 int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks,
-                    bool prefix_cache, tk_err *err);
+                    tk_kv_type type, bool prefix_cache, tk_err *err);
+/* Bytes of one block (K and V, all layers) for a shape and type; 0 if the
+ * type cannot store head_dim (Q8_0 needs a multiple of 32). */
+size_t tk_kv_block_bytes(int n_layers, int n_kv_heads, int head_dim, int block_size, tk_kv_type type);
+/* "f32", "f16", "q8_0" -> type; -1 if unknown. */
+int tk_kv_type_from_name(const char *name);
+const char *tk_kv_type_name(tk_kv_type type);
 void tk_kv_pool_free(tk_kv_pool *p);
 size_t tk_kv_pool_bytes(const tk_kv_pool *p);
 /* Blocks a new allocation can get: free + cached (evictable). */
@@ -92,16 +104,21 @@ int tk_kv_seq_match_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, i
 uint64_t tk_kv_seq_register_block(tk_kv_pool *p, const tk_kv_seq *s, int i, uint64_t parent,
                                   const int32_t *block_tokens);
 
-/* Address of the K (or V) vector of (layer, kv_head) for position pos. */
-static inline float *tk_kv_k(const tk_kv_pool *p, const tk_kv_seq *s, int layer, int head, int pos) {
+/* Address of the stored K (or V) row of (layer, kv_head) at position pos. */
+static inline unsigned char *tk_kv_k(const tk_kv_pool *p, const tk_kv_seq *s, int layer, int head, int pos) {
     int b = s->blocks[pos / p->block_size], slot = pos % p->block_size;
-    return p->k + (size_t)b * p->block_floats +
-           (((size_t)layer * p->n_kv_heads + head) * p->block_size + slot) * p->head_dim;
+    return p->k + (size_t)b * p->block_bytes +
+           (((size_t)layer * p->n_kv_heads + head) * p->block_size + slot) * p->row_bytes;
 }
-static inline float *tk_kv_v(const tk_kv_pool *p, const tk_kv_seq *s, int layer, int head, int pos) {
+static inline unsigned char *tk_kv_v(const tk_kv_pool *p, const tk_kv_seq *s, int layer, int head, int pos) {
     int b = s->blocks[pos / p->block_size], slot = pos % p->block_size;
-    return p->v + (size_t)b * p->block_floats +
-           (((size_t)layer * p->n_kv_heads + head) * p->block_size + slot) * p->head_dim;
+    return p->v + (size_t)b * p->block_bytes +
+           (((size_t)layer * p->n_kv_heads + head) * p->block_size + slot) * p->row_bytes;
 }
+
+/* Stores a float vector of head_dim values as one row of the pool's type. */
+void tk_kv_store(const tk_kv_pool *p, const float *x, unsigned char *row);
+/* Loads n consecutive rows (as laid out in a block) into floats. */
+void tk_kv_load(const tk_kv_pool *p, const unsigned char *rows, int n, float *out);
 
 #endif

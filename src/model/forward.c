@@ -6,13 +6,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kernels/attention.h"
 #include "../kernels/ops.h"
 #include "model.h"
 
-int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int n_threads, tk_err *err) {
+/* Positions per attention split (see attention() below). */
+#define ATTN_SPLIT 512
+
+static size_t part_floats(const tk_forward_ws *ws) { return (size_t)ws->att_group * (ws->att_hd + 2); }
+
+int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int ctx_len, int kv_block_size,
+                       int n_threads, bool reference, tk_err *err) {
     memset(ws, 0, sizeof *ws);
     const tk_hparams *hp = &m->hp;
-    if (max_tokens <= 0) return tk_err_set(err, "invalid batch capacity %d", max_tokens);
+    if (max_tokens <= 0 || ctx_len <= 0 || kv_block_size <= 0)
+        return tk_err_set(err, "invalid workspace shape (batch %d, context %d, block %d)", max_tokens, ctx_len,
+                          kv_block_size);
     if (n_threads < 1) n_threads = 1;
     ws->max_tokens = max_tokens;
     ws->n_threads = n_threads;
@@ -38,18 +47,29 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
             return tk_err_set(err, "out of memory for the forward workspace (%d tokens)", max_tokens);
         }
     }
-    /* Dequantized-row scratch: the longest row of any matrix. */
+    /* Matmul inputs: the longest row of any matrix. */
     size_t longest = (size_t)hp->dim;
     if ((size_t)hp->ffn_dim > longest) longest = hp->ffn_dim;
     if (q_dim > longest) longest = q_dim;
-    ws->scratch_stride = longest;
-    ws->scratch = malloc(longest * (size_t)n_threads * sizeof(float));
-    int group = hp->n_heads / hp->n_kv_heads;
-    /* Per thread: group accumulators (hd each), running max/sum, scores. */
-    size_t att_floats = (size_t)group * (hp->head_dim + 2) + 1024;
-    ws->att_scratch = malloc(att_floats * (size_t)n_threads * sizeof(float));
+    if (tk_matmul_ws_init(&ws->mm, tk_cpu_isa(), reference, max_tokens, (int64_t)longest, n_threads, err)) {
+        tk_forward_ws_free(ws);
+        return -1;
+    }
+    /* Attention: per-thread block scratch, partial states and task lists.
+     * A task's range is at most ATTN_SPLIT long; a wave holds at least one
+     * token, so the part capacity covers one token's splits at any context. */
+    ws->att_group = hp->n_heads / hp->n_kv_heads;
+    ws->att_hd = hp->head_dim;
+    ws->att_scratch_stride = (size_t)kv_block_size * (2 * (size_t)hp->head_dim + 1);
+    ws->att_scratch = malloc(ws->att_scratch_stride * (size_t)n_threads * sizeof(float));
+    int max_splits = (ctx_len + ATTN_SPLIT - 1) / ATTN_SPLIT;
+    ws->att_parts_cap = max_tokens * hp->n_kv_heads * 2;
+    if (ws->att_parts_cap < max_splits * hp->n_kv_heads) ws->att_parts_cap = max_splits * hp->n_kv_heads;
+    ws->att_parts = malloc((size_t)ws->att_parts_cap * part_floats(ws) * sizeof(float));
+    ws->att_tasks = malloc((size_t)ws->att_parts_cap * sizeof(tk_attn_task));
+    ws->att_first = malloc(((size_t)ws->att_parts_cap + 1) * sizeof(int));
     if (!ws->x || !ws->xn || !ws->q || !ws->k || !ws->v || !ws->att || !ws->h1 || !ws->h2 || !ws->logits_in ||
-        !ws->rope_cos || !ws->rope_sin || !ws->scratch || !ws->att_scratch) {
+        !ws->rope_cos || !ws->rope_sin || !ws->att_scratch || !ws->att_parts || !ws->att_tasks || !ws->att_first) {
         tk_forward_ws_free(ws);
         return tk_err_set(err, "out of memory for the forward workspace (%d tokens)", max_tokens);
     }
@@ -70,8 +90,11 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     free(ws->rope_sin);
     free(ws->rope_cos_swa);
     free(ws->rope_sin_swa);
-    free(ws->scratch);
+    tk_matmul_ws_free(&ws->mm);
     free(ws->att_scratch);
+    free(ws->att_parts);
+    free(ws->att_tasks);
+    free(ws->att_first);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -88,78 +111,81 @@ static void rope_apply(float *x, int head_dim, tk_rope_style style, const float 
     }
 }
 
+/* Attention in waves of tokens.  Each token's visible range is cut into
+ * splits of ATTN_SPLIT positions; a task is (token, KV head, split) and
+ * leaves a partial online-softmax state, and the splits of each (token, KV
+ * head) are merged in order.  The split size does not depend on the thread
+ * count or the batch, so results do not either; long contexts still give
+ * every core work when only one token is decoded (flash-decoding). */
+
 typedef struct attn_job {
     const tk_model *m;
     const tk_kv_pool *kv;
     tk_kv_seq *const *seqs;
     const tk_batch *batch;
+    tk_forward_ws *ws;
     int layer;
-    int window; /* > 0: sliding-window layer */
-    const float *q;
-    float *out;
-    float *scratch;
-    size_t scratch_stride;
+    int n_tasks;
 } attn_job;
 
-/* One task = one token x one KV head: all query heads sharing that KV head
- * are processed together, so each K/V vector is loaded once per group.
- * Online softmax over blocks: never more than one block of scores. */
 static void attn_task(void *ctx, int task, int thread) {
     const attn_job *j = ctx;
+    tk_forward_ws *ws = j->ws;
     const tk_hparams *hp = &j->m->hp;
-    const tk_kv_pool *kv = j->kv;
-    int hd = hp->head_dim, group = hp->n_heads / hp->n_kv_heads;
-    int t = task / hp->n_kv_heads, kvh = task % hp->n_kv_heads;
-    const tk_kv_seq *s = j->seqs[j->batch->seq[t]];
-    int n_ctx = j->batch->pos[t] + 1;
-    /* A sliding-window layer sees positions lo..pos only: blocks wholly
-     * before lo are skipped, and the first block visited is masked below lo. */
-    int lo = j->window > 0 && n_ctx > j->window ? n_ctx - j->window : 0;
-    float scale = j->m->attn_scale;
+    const tk_attn_task *at = &ws->att_tasks[task];
+    int group = ws->att_group, hd = ws->att_hd;
+    float *acc = ws->att_parts + (size_t)task * part_floats(ws);
+    float *mx = acc + (size_t)group * hd, *sum = mx + group;
+    tk_attn_init(group, hd, acc, mx, sum);
+    const float *q = ws->q + ((size_t)at->token * hp->n_heads + (size_t)at->kv_head * group) * hd;
+    tk_attn_range(j->kv, j->seqs[j->batch->seq[at->token]], j->layer, at->kv_head, q, group, j->m->attn_scale,
+                  at->lo, at->hi, acc, mx, sum, ws->att_scratch + (size_t)thread * ws->att_scratch_stride);
+}
 
-    float *acc = j->scratch + (size_t)thread * j->scratch_stride; /* group * hd */
-    float *run_max = acc + (size_t)group * hd;
-    float *run_sum = run_max + group;
-    float *scores = run_sum + group; /* block_size */
-    memset(acc, 0, (size_t)group * hd * sizeof(float));
-    for (int g = 0; g < group; g++) {
-        run_max[g] = -FLT_MAX;
-        run_sum[g] = 0;
+/* Merges the splits of one (token, KV head) into the output. */
+static void attn_merge_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const attn_job *j = ctx;
+    tk_forward_ws *ws = j->ws;
+    const tk_hparams *hp = &j->m->hp;
+    int first = ws->att_first[task], last = ws->att_first[task + 1];
+    int group = ws->att_group, hd = ws->att_hd;
+    float *acc = ws->att_parts + (size_t)first * part_floats(ws);
+    float *mx = acc + (size_t)group * hd, *sum = mx + group;
+    for (int p = first + 1; p < last; p++) {
+        const float *b = ws->att_parts + (size_t)p * part_floats(ws);
+        tk_attn_merge(group, hd, acc, mx, sum, b, b + (size_t)group * hd, b + (size_t)group * hd + group);
     }
-    int bs = kv->block_size;
-    for (int start = lo / bs * bs; start < n_ctx; start += bs) {
-        int n = n_ctx - start < bs ? n_ctx - start : bs;
-        int i0 = lo > start ? lo - start : 0; /* masked: positions before the window */
-        const float *kb = tk_kv_k(kv, s, j->layer, kvh, start);
-        const float *vb = tk_kv_v(kv, s, j->layer, kvh, start);
-        for (int g = 0; g < group; g++) {
-            int h = kvh * group + g;
-            const float *qh = j->q + ((size_t)t * hp->n_heads + h) * hd;
-            float bmax = -FLT_MAX;
-            for (int i = i0; i < n; i++) {
-                scores[i] = tk_dot_f32(qh, kb + (size_t)i * hd, hd) * scale;
-                if (scores[i] > bmax) bmax = scores[i];
-            }
-            float *a = acc + (size_t)g * hd;
-            if (bmax > run_max[g]) {
-                float r = expf(run_max[g] - bmax);
-                run_sum[g] *= r;
-                for (int d = 0; d < hd; d++) a[d] *= r;
-                run_max[g] = bmax;
-            }
-            for (int i = i0; i < n; i++) {
-                float p = expf(scores[i] - run_max[g]);
-                run_sum[g] += p;
-                const float *vv = vb + (size_t)i * hd;
-                for (int d = 0; d < hd; d++) a[d] += p * vv[d];
+    const tk_attn_task *at = &ws->att_tasks[first];
+    tk_attn_output(group, hd, acc, sum, ws->att + ((size_t)at->token * hp->n_heads + (size_t)at->kv_head * group) * hd);
+}
+
+static void attention(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *const *seqs, const tk_batch *batch,
+                      int layer, int window, tk_forward_ws *ws, tk_pool *pool) {
+    const tk_hparams *hp = &m->hp;
+    int T = batch->n_tokens;
+    for (int t0 = 0; t0 < T;) {
+        int n_tasks = 0, n_groups = 0, t1 = t0;
+        for (; t1 < T; t1++) {
+            int hi = batch->pos[t1] + 1, lo = window > 0 && hi > window ? hi - window : 0;
+            int splits = (hi - lo + ATTN_SPLIT - 1) / ATTN_SPLIT;
+            if (t1 > t0 && n_tasks + splits * hp->n_kv_heads > ws->att_parts_cap) break;
+            for (int h = 0; h < hp->n_kv_heads; h++) {
+                ws->att_first[n_groups++] = n_tasks;
+                for (int sp = 0; sp < splits; sp++) {
+                    tk_attn_task *at = &ws->att_tasks[n_tasks++];
+                    at->token = t1;
+                    at->kv_head = h;
+                    at->lo = lo + sp * ATTN_SPLIT;
+                    at->hi = at->lo + ATTN_SPLIT < hi ? at->lo + ATTN_SPLIT : hi;
+                }
             }
         }
-    }
-    for (int g = 0; g < group; g++) {
-        int h = kvh * group + g;
-        float *o = j->out + ((size_t)t * hp->n_heads + h) * hd;
-        float inv = 1.0f / run_sum[g];
-        for (int d = 0; d < hd; d++) o[d] = acc[(size_t)g * hd + d] * inv;
+        ws->att_first[n_groups] = n_tasks;
+        attn_job j = {m, kv, seqs, batch, ws, layer, n_tasks};
+        tk_pool_run(pool, n_tasks, attn_task, &j);
+        tk_pool_run(pool, n_groups, attn_merge_task, &j);
+        t0 = t1;
     }
 }
 
@@ -168,7 +194,8 @@ static int validate_batch(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *co
     if (b->n_tokens <= 0) return tk_err_set(err, "empty batch");
     if (b->n_tokens > ws->max_tokens)
         return tk_err_set(err, "batch of %d tokens exceeds the capacity %d", b->n_tokens, ws->max_tokens);
-    if (kv->block_size > 1024) return tk_err_set(err, "KV block size %d too large", kv->block_size);
+    if (kv->block_size * (2 * (size_t)kv->head_dim + 1) > ws->att_scratch_stride)
+        return tk_err_set(err, "KV block size %d is larger than the workspace was sized for", kv->block_size);
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->token[i] < 0 || b->token[i] >= m->hp.n_vocab)
             return tk_err_set(err, "token id %d out of range [0, %d)", b->token[i], m->hp.n_vocab);
@@ -230,9 +257,12 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             ws->observe(ws->observe_ctx, l, L->wk, ws->xn, T, D);
             ws->observe(ws->observe_ctx, l, L->wv, ws->xn, T, D);
         }
-        tk_matmul(pool, L->wq, ws->xn, D, T, ws->q, q_dim, ws->scratch);
-        tk_matmul(pool, L->wk, ws->xn, D, T, ws->k, kv_dim, ws->scratch);
-        tk_matmul(pool, L->wv, ws->xn, D, T, ws->v, kv_dim, ws->scratch);
+        {
+            const tk_tensor *w[3] = {L->wq, L->wk, L->wv};
+            float *y[3] = {ws->q, ws->k, ws->v};
+            int64_t ld[3] = {q_dim, kv_dim, kv_dim};
+            tk_matmul_n(pool, &ws->mm, 3, w, ws->xn, D, T, y, ld);
+        }
         for (int t = 0; t < T; t++) {
             const float *c = rcos + (size_t)t * half, *s = rsin + (size_t)t * half;
             for (int h = 0; h < hp->n_heads; h++) {
@@ -245,16 +275,18 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
                 float *k = ws->k + (size_t)t * kv_dim + (size_t)h * hd;
                 if (a->qk_norm) tk_rmsnorm(k, k, L->attn_k_norm, hd, hp->norm_eps);
                 rope_apply(k, hd, hp->rope_style, c, s);
-                memcpy(tk_kv_k(kv, seq, l, h, batch->pos[t]), k, (size_t)hd * sizeof(float));
-                memcpy(tk_kv_v(kv, seq, l, h, batch->pos[t]), ws->v + (size_t)t * kv_dim + (size_t)h * hd,
-                       (size_t)hd * sizeof(float));
+                tk_kv_store(kv, k, tk_kv_k(kv, seq, l, h, batch->pos[t]));
+                tk_kv_store(kv, ws->v + (size_t)t * kv_dim + (size_t)h * hd, tk_kv_v(kv, seq, l, h, batch->pos[t]));
             }
         }
-        attn_job aj = {m, kv, seqs, batch, l, L->swa ? m->swa_window : 0, ws->q, ws->att, ws->att_scratch,
-                       (size_t)(hp->n_heads / hp->n_kv_heads) * (hd + 2) + 1024};
-        tk_pool_run(pool, T * hp->n_kv_heads, attn_task, &aj);
+        /* Sliding layers see the last swa_window positions.  Their older
+         * KV blocks cannot be freed: the global layers of the same model
+         * keep reading them (blocks hold every layer).  A model whose layers
+         * all slide (Mistral-style) could release blocks that fall out of
+         * the window. */
+        attention(m, kv, seqs, batch, l, L->swa ? m->swa_window : 0, ws, pool);
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->wo, ws->att, T, q_dim);
-        tk_matmul(pool, L->wo, ws->att, q_dim, T, ws->xn, D, ws->scratch);
+        tk_matmul(pool, &ws->mm, L->wo, ws->att, q_dim, T, ws->xn, D);
         if (a->post_norms)
             for (int t = 0; t < T; t++)
                 tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, L->attn_post_norm, D, hp->norm_eps);
@@ -266,14 +298,18 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             ws->observe(ws->observe_ctx, l, L->w_gate, ws->xn, T, D);
             ws->observe(ws->observe_ctx, l, L->w_up, ws->xn, T, D);
         }
-        tk_matmul(pool, L->w_gate, ws->xn, D, T, ws->h1, F, ws->scratch);
-        tk_matmul(pool, L->w_up, ws->xn, D, T, ws->h2, F, ws->scratch);
+        {
+            const tk_tensor *w[2] = {L->w_gate, L->w_up};
+            float *y[2] = {ws->h1, ws->h2};
+            int64_t ld[2] = {F, F};
+            tk_matmul_n(pool, &ws->mm, 2, w, ws->xn, D, T, y, ld);
+        }
         if (a->ffn_act == TK_ACT_GELU_TANH)
             for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_gelu_tanh(ws->h1[i]) * ws->h2[i];
         else
             for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_silu(ws->h1[i]) * ws->h2[i];
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->w_down, ws->h1, T, F);
-        tk_matmul(pool, L->w_down, ws->h1, F, T, ws->xn, D, ws->scratch);
+        tk_matmul(pool, &ws->mm, L->w_down, ws->h1, F, T, ws->xn, D);
         if (a->post_norms)
             for (int t = 0; t < T; t++)
                 tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, L->ffn_post_norm, D, hp->norm_eps);
@@ -289,7 +325,7 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         if (batch->logits[t])
             tk_rmsnorm(ws->logits_in + (size_t)n_out++ * D, ws->x + (size_t)t * D, m->w.output_norm, D,
                        hp->norm_eps);
-    if (n_out) tk_matmul(pool, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab, ws->scratch);
+    if (n_out) tk_matmul(pool, &ws->mm, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab);
     if (n_out && hp->final_softcap > 0) {
         float c = hp->final_softcap;
         for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] = c * tanhf(logits[i] / c);

@@ -130,6 +130,7 @@ static int init_layer_options(tk_model *m, tk_err *err) {
         double theta = hp->rope_theta_swa > 0 ? hp->rope_theta_swa
                        : a->rope_theta_swa > 0 ? a->rope_theta_swa
                                                : hp->rope_theta;
+        m->rope_theta_swa = (float)theta;
         m->rope_inv_freq_swa = malloc((size_t)hp->head_dim / 2 * sizeof(float));
         if (!m->rope_inv_freq_swa) return tk_err_set(err, "out of memory");
         init_rope(hp, theta, false, m->rope_inv_freq_swa);

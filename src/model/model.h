@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "../formats/source.h"
+#include "../kernels/matmul.h"
 #include "../kernels/threadpool.h"
 #include "../kv/kv.h"
 #include "arch.h"
@@ -40,12 +41,17 @@ typedef struct tk_model {
     int swa_window;
     int n_swa_layers;
     float *rope_inv_freq_swa;
-    float attn_scale;     /* multiplies q.k */
+    float rope_theta_swa;
+    float attn_scale;     /* multiplies q.k: 1/sqrt(head_dim) or the architecture's rule */
     float embd_scale;     /* multiplies token embeddings (1 or sqrt(dim)) */
     float *vectors;       /* storage for all float32 vectors */
     size_t weight_bytes;  /* bytes of all bound tensors */
 } tk_model;
 
+
+typedef struct tk_attn_task {
+    int token, kv_head, lo, hi;
+} tk_attn_task;
 
 /* Scratch for one forward pass of up to max_tokens tokens; allocated once. */
 typedef struct tk_forward_ws {
@@ -54,9 +60,14 @@ typedef struct tk_forward_ws {
     float *x, *xn, *q, *k, *v, *att, *h1, *h2, *logits_in;
     float *rope_cos, *rope_sin; /* [max_tokens][head_dim/2] */
     float *rope_cos_swa, *rope_sin_swa; /* the same for sliding layers (when the model has them) */
-    float *scratch;             /* per-thread dequant rows */
-    size_t scratch_stride;
-    float *att_scratch;         /* per-thread attention accumulators */
+    tk_matmul_ws mm;            /* packed activations, dequant rows */
+    float *att_scratch;         /* per-thread block scratch (converted K/V, scores) */
+    size_t att_scratch_stride;
+    int att_group, att_hd;
+    float *att_parts;           /* partial softmax states, one per task of a wave */
+    struct tk_attn_task *att_tasks;
+    int *att_first;             /* first task of each (token, KV head) */
+    int att_parts_cap;
     int n_threads;
     /* Optional: called with the input of every weight matmul (calibration
      * for GPTQ/AWQ).  x holds n_tok rows of `dim` floats. */
@@ -69,14 +80,16 @@ int tk_model_load(const char *path, tk_model *m, tk_err *err);
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err);
 void tk_model_free(tk_model *m);
 
-int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int n_threads, tk_err *err);
+int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int ctx_len, int kv_block_size,
+                       int n_threads, bool reference, tk_err *err);
 void tk_forward_ws_free(tk_forward_ws *ws);
 
 /* Runs the batch.  Every token's sequence must already have KV blocks
  * reserved up to its position (tk_kv_seq_reserve).  K/V are written at each
  * token's position; attention for a token covers positions 0..pos of its
- * sequence (pos-window+1..pos in sliding-window layers).  Logits rows (n_vocab floats each) are written to `logits` in
- * batch order for the tokens that asked for them.  seqs[i]->len is raised to
+ * sequence (pos-window+1..pos in sliding-window layers).  Logits rows
+ * (n_vocab floats each) are written to `logits` in batch order for the
+ * tokens that asked for them.  seqs[i]->len is raised to
  * cover the written positions. */
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
                float *logits, tk_forward_ws *ws, tk_pool *pool, tk_err *err);

@@ -433,9 +433,15 @@ static void sample_token(tk_engine *e, tk_sample_state *ss, const float *logits,
         return;
     }
     ss->tokens[ss->n_tokens++] = tok;
-    char text[512], *out;
-    int n = e->tok ? tk_detok_push(&ss->detok, tok, text, sizeof text) : 0, out_len;
+    char buf[512], *text = buf, *out;
+    int n = e->tok ? tk_detok_push(&ss->detok, tok, text, sizeof buf) : 0, out_len;
+    if (n < 0) {
+        /* a very long piece: nothing was consumed, retry with room for it */
+        text = malloc((size_t)-n);
+        n = text ? tk_detok_push(&ss->detok, tok, text, -n) : 0;
+    }
     bool stopped = push_text(ss, text, n, &out, &out_len);
+    if (text != buf) free(text);
     emit(r, ss, out, out_len, tok, lp, k, top_ids, top_lp, NULL);
     if (stopped) {
         ss->n_held = 0;

@@ -1,0 +1,160 @@
+/* Micro-benchmark of the qgemm kernels on TinyLlama-like shapes, 1 thread.
+ *
+ *   bench_qgemm                 all types, all shapes, scalar vs best ISA
+ *   TK_BENCH_TYPES=Q4_0,F16     only these types
+ *   TK_BENCH_ISAS=avx2,avx512   only these ISAs (default: scalar + every
+ *                               supported SIMD level)
+ *   TK_BENCH_SHAPES=0,3         only these shapes (indices into the list)
+ *   TK_BENCH_MODE=decode        only decode (or prefill)
+ *   TK_BENCH_HOT=1              decode re-reads one copy (cache-resident
+ *                               when small: compute speed, not DRAM)
+ *   TK_BENCH_CPUTIME=1          time with this thread's CPU time instead of
+ *                               wall time (steadier on a busy machine)
+ *   TK_BENCH_POOL_MB=1024       decode streams the weights from a pool of
+ *                               copies this large, so they come from DRAM
+ *                               rather than cache (as in a real model)
+ *
+ * Decode (n_tok = 1) reports GB/s of weight bytes read; prefill (n_tok =
+ * 128) reports GFLOP/s (2 * out * in * n_tok).  Times are the best of a few
+ * runs and exclude activation packing.  Slow scalar prefill runs are timed
+ * on a subset of rows (the rate does not depend on the row count). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "formats/dtype.h"
+#include "kernels/cpu.h"
+#include "kernels/qgemm.h"
+
+static int use_cputime;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(use_cputime ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rs = 88172645463325252ull;
+static uint64_t xr(void) {
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return rs;
+}
+
+/* Random bytes, then sane values where the format has scales / floats. */
+static void fill(tk_dtype t, uint8_t *p, size_t bytes) {
+    uint64_t *q = (uint64_t *)p;
+    for (size_t i = 0; i < bytes / 8; i++) q[i] = xr();
+    if (t == TK_F16) { /* clear the top exponent bit: |v| < 2, no inf/NaN */
+        for (size_t i = 0; i < bytes / 8; i++) q[i] &= 0xBFFFBFFFBFFFBFFFull;
+        return;
+    }
+    if (t == TK_BF16 || t == TK_F32) {
+        for (size_t i = 0; i < bytes / 8; i++) q[i] &= t == TK_BF16 ? 0xBF7FBF7FBF7FBF7Full : 0xBF7FFFFFBF7FFFFFull;
+        return;
+    }
+    const tk_dtype_info *info = tk_dtype_get(t);
+    int d_off = 0, m_off = -1;
+    if (t == TK_Q4_1 || t == TK_Q5_1 || t == TK_Q4_K || t == TK_Q5_K) m_off = 2;
+    if (t == TK_Q2_K) d_off = 80, m_off = 82;
+    if (t == TK_Q3_K) d_off = 108;
+    if (t == TK_Q6_K) d_off = 208;
+    const uint16_t h = tk_f32_to_f16(0.01f);
+    for (size_t b = 0; b + (size_t)info->block_bytes <= bytes; b += (size_t)info->block_bytes) {
+        memcpy(p + b + d_off, &h, 2);
+        if (m_off >= 0) memcpy(p + b + m_off, &h, 2);
+    }
+}
+
+static int listed(const char *list, const char *name) {
+    if (!list) return 1;
+    const size_t n = strlen(name);
+    for (const char *s = list; (s = strstr(s, name)); s += n)
+        if ((s == list || s[-1] == ',') && (s[n] == ',' || s[n] == 0)) return 1;
+    return 0;
+}
+
+int main(void) {
+    static const tk_dtype types[] = {TK_Q4_0, TK_Q8_0, TK_Q4_K, TK_Q6_K, TK_F16};
+    static const struct { int64_t out, in; } shapes[] = {{2048, 2048}, {5632, 2048}, {2048, 5632}, {32000, 2048}};
+    const char *tlist = getenv("TK_BENCH_TYPES"), *ilist = getenv("TK_BENCH_ISAS");
+    const char *slist = getenv("TK_BENCH_SHAPES"), *mode = getenv("TK_BENCH_MODE");
+    const int do_dec = !mode || !strcmp(mode, "decode"), do_pre = !mode || !strcmp(mode, "prefill");
+    size_t pool_bytes = (size_t)(getenv("TK_BENCH_POOL_MB") ? atol(getenv("TK_BENCH_POOL_MB")) : 1024) << 20;
+    if (pool_bytes < ((size_t)140 << 20)) pool_bytes = (size_t)140 << 20; /* the largest matrix */
+    const int hot = getenv("TK_BENCH_HOT") && atoi(getenv("TK_BENCH_HOT"));
+    const int prefill_tok = 128;
+    use_cputime = getenv("TK_BENCH_CPUTIME") && atoi(getenv("TK_BENCH_CPUTIME"));
+
+    tk_isa isas[TK_ISA_COUNT];
+    int n_isa = 0;
+    for (int i = 0; i < TK_ISA_COUNT; i++)
+        if (tk_isa_supported((tk_isa)i) && listed(ilist, tk_isa_name((tk_isa)i))) isas[n_isa++] = (tk_isa)i;
+    printf("best isa: %s; pool %zu MiB; decode = n_tok 1 (GB/s of weights), prefill = n_tok %d (GFLOP/s)\n",
+           tk_isa_name(tk_cpu_best_isa()), pool_bytes >> 20, prefill_tok);
+
+    uint8_t *pool = malloc(pool_bytes);
+    float *x = malloc(sizeof(float) * 5632 * prefill_tok);
+    float *y = malloc(sizeof(float) * 32000 * prefill_tok);
+    void *act = malloc((size_t)5632 * 4 * prefill_tok);
+    for (int i = 0; i < 5632 * prefill_tok; i++) x[i] = (float)((int)(xr() % 2001) - 1000) * 1e-3f;
+    if (!pool || !x || !y || !act) return 1;
+
+    printf("%-6s %-11s %-7s %12s %14s\n", "type", "shape", "isa", "decode GB/s", "prefill GF/s");
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const tk_dtype t = types[ti];
+        if (!listed(tlist, tk_dtype_get(t)->name)) continue;
+        fill(t, pool, pool_bytes);
+        for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            char sidx[8];
+            snprintf(sidx, sizeof sidx, "%zu", si);
+            if (!listed(slist, sidx)) continue;
+            const int64_t out = shapes[si].out, in = shapes[si].in;
+            const size_t wrb = tk_dtype_row_bytes(t, in), mbytes = wrb * (size_t)out;
+            const size_t copies = hot ? 1 : pool_bytes / mbytes;
+            for (int ii = 0; ii < n_isa; ii++) {
+                const tk_qkernel *k = tk_qkernel_get(t, isas[ii]);
+                if (!k || (ii > 0 && k->isa != isas[ii])) continue; /* no kernel of its own */
+                const size_t arb = k->act_row_bytes(in);
+                for (int tok = 0; tok < prefill_tok; tok++) k->quantize_act(x + tok * in, (uint8_t *)act + tok * arb, in);
+                /* decode: stream through the pool copies */
+                double best = 1e30;
+                size_t c = 0;
+                const double tend = now() + (k->isa == TK_ISA_SCALAR ? 0.6 : 0.4);
+                int reps = do_dec ? 0 : 1 << 30;
+                while (reps < 3 || (do_dec && now() < tend)) {
+                    const double t0 = now();
+                    k->gemm(pool + c * mbytes, wrb, in, 0, out, act, arb, 1, y, out);
+                    const double dt = now() - t0;
+                    if (dt < best) best = dt;
+                    c = (c + 1) % copies;
+                    reps++;
+                }
+                const double gbs = (double)mbytes / best * 1e-9;
+                /* prefill: hot weights (one copy), maybe fewer rows */
+                int64_t rows = out;
+                if (k->isa == TK_ISA_SCALAR && rows > 256) rows = 256;
+                best = 1e30;
+                for (int rep = 0; rep < (do_pre ? 3 : 0); rep++) {
+                    const double t0 = now();
+                    k->gemm(pool, wrb, in, 0, rows, act, arb, prefill_tok, y, out);
+                    const double dt = now() - t0;
+                    if (dt < best) best = dt;
+                }
+                const double gfs = 2.0 * (double)rows * (double)in * prefill_tok / best * 1e-9;
+                char shape[32];
+                snprintf(shape, sizeof shape, "%lldx%lld", (long long)out, (long long)in);
+                printf("%-6s %-11s %-7s %12.2f %14.2f\n", tk_dtype_get(t)->name, shape, tk_isa_name(k->isa), gbs, gfs);
+                fflush(stdout);
+            }
+        }
+    }
+    free(pool);
+    free(x);
+    free(y);
+    free(act);
+    return 0;
+}

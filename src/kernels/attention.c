@@ -1,0 +1,87 @@
+#include "attention.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "ops.h"
+
+void tk_attn_init(int group, int hd, float *acc, float *mx, float *sum) {
+    memset(acc, 0, sizeof(float) * (size_t)group * hd);
+    for (int g = 0; g < group; g++) {
+        mx[g] = -FLT_MAX;
+        sum[g] = 0;
+    }
+}
+
+size_t tk_attn_scratch_floats(const tk_kv_pool *kv, int group) {
+    /* converted K and V rows of one block, and one block of scores */
+    (void)group;
+    return (size_t)kv->block_size * (2 * (size_t)kv->head_dim + 1);
+}
+
+void tk_attn_range(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const float *q, int group,
+                   float scale, int lo, int hi, float *acc, float *mx, float *sum, float *scratch) {
+    const int hd = kv->head_dim, bs = kv->block_size;
+    float *kf = scratch, *vf = scratch + (size_t)bs * hd, *scores = vf + (size_t)bs * hd;
+    for (int start = lo; start < hi;) {
+        /* the part of this block inside [start, hi) */
+        int block_end = (start / bs + 1) * bs;
+        int n = (hi < block_end ? hi : block_end) - start;
+        const unsigned char *krows = tk_kv_k(kv, s, layer, kv_head, start);
+        const unsigned char *vrows = tk_kv_v(kv, s, layer, kv_head, start);
+        const float *kb, *vb;
+        if (kv->type == TK_KV_F32) {
+            kb = (const float *)krows;
+            vb = (const float *)vrows;
+        } else {
+            tk_kv_load(kv, krows, n, kf);
+            tk_kv_load(kv, vrows, n, vf);
+            kb = kf;
+            vb = vf;
+        }
+        for (int g = 0; g < group; g++) {
+            const float *qh = q + (size_t)g * hd;
+            float bmax = -FLT_MAX;
+            for (int i = 0; i < n; i++) {
+                scores[i] = tk_dot_f32(qh, kb + (size_t)i * hd, hd) * scale;
+                if (scores[i] > bmax) bmax = scores[i];
+            }
+            float *a = acc + (size_t)g * hd;
+            if (bmax > mx[g]) {
+                float r = expf(mx[g] - bmax);
+                sum[g] *= r;
+                for (int d = 0; d < hd; d++) a[d] *= r;
+                mx[g] = bmax;
+            }
+            for (int i = 0; i < n; i++) {
+                float p = expf(scores[i] - mx[g]);
+                sum[g] += p;
+                const float *vv = vb + (size_t)i * hd;
+                for (int d = 0; d < hd; d++) a[d] += p * vv[d];
+            }
+        }
+        start += n;
+    }
+}
+
+void tk_attn_merge(int group, int hd, float *acc, float *mx, float *sum, const float *acc_b, const float *mx_b,
+                   const float *sum_b) {
+    for (int g = 0; g < group; g++) {
+        if (sum_b[g] == 0) continue;
+        float m = mx[g] > mx_b[g] ? mx[g] : mx_b[g];
+        float ra = sum[g] == 0 ? 0 : expf(mx[g] - m), rb = expf(mx_b[g] - m);
+        float *a = acc + (size_t)g * hd;
+        const float *b = acc_b + (size_t)g * hd;
+        for (int d = 0; d < hd; d++) a[d] = a[d] * ra + b[d] * rb;
+        sum[g] = sum[g] * ra + sum_b[g] * rb;
+        mx[g] = m;
+    }
+}
+
+void tk_attn_output(int group, int hd, const float *acc, const float *sum, float *out) {
+    for (int g = 0; g < group; g++) {
+        float inv = sum[g] > 0 ? 1.0f / sum[g] : 0;
+        for (int d = 0; d < hd; d++) out[(size_t)g * hd + d] = acc[(size_t)g * hd + d] * inv;
+    }
+}

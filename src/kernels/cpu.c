@@ -1,0 +1,124 @@
+#include "cpu.h"
+
+#include <stdlib.h>
+#include <strings.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define TK_X86 1
+#elif defined(__aarch64__)
+#define TK_ARM64 1
+#if defined(__linux__)
+#include <sys/auxv.h>
+#endif
+#endif
+
+#ifdef TK_X86
+static unsigned long long read_xcr0(void) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return (unsigned long long)hi << 32 | lo;
+}
+#endif
+
+tk_cpu_features tk_cpu_features_get(void) {
+    tk_cpu_features f = {0};
+#ifdef TK_X86
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return f;
+    const unsigned max_leaf = a;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+    const bool osxsave = c & (1u << 27);
+    const bool cpu_avx = c & (1u << 28);
+    const bool cpu_fma = c & (1u << 12);
+    const bool cpu_f16c = c & (1u << 29);
+    if (!osxsave || !cpu_avx) return f;
+    const unsigned long long xcr0 = read_xcr0();
+    const bool os_ymm = (xcr0 & 0x6) == 0x6;          /* SSE + AVX state */
+    const bool os_zmm = os_ymm && (xcr0 & 0xE0) == 0xE0; /* opmask, ZMM_Hi256, Hi16_ZMM */
+    if (!os_ymm) return f;
+    f.avx = true;
+    f.fma = cpu_fma;
+    f.f16c = cpu_f16c;
+    if (max_leaf < 7) return f;
+    __cpuid_count(7, 0, a, b, c, d);
+    const unsigned l7b = b, l7c = c;
+    __cpuid_count(7, 1, a, b, c, d);
+    const unsigned l71a = a;
+    f.avx2 = l7b & (1u << 5);
+    f.avxvnni = l71a & (1u << 4);
+    if (os_zmm) {
+        f.avx512f = l7b & (1u << 16);
+        f.avx512dq = l7b & (1u << 17);
+        f.avx512bw = l7b & (1u << 30);
+        f.avx512vl = l7b & (1u << 31);
+        f.avx512vnni = l7c & (1u << 11);
+        f.avx512bf16 = l71a & (1u << 5);
+    }
+#elif defined(TK_ARM64)
+    f.neon = true; /* Advanced SIMD is mandatory on AArch64 */
+#if defined(__linux__)
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+    f.dotprod = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__APPLE__)
+    f.dotprod = true; /* every Apple arm64 core has it */
+#endif
+#endif
+    return f;
+}
+
+static bool supported(const tk_cpu_features *f, tk_isa isa) {
+    switch (isa) {
+    case TK_ISA_SCALAR: return true;
+    case TK_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+    case TK_ISA_AVX512:
+        return supported(f, TK_ISA_AVX2) && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq &&
+               f->avx512vnni;
+    case TK_ISA_NEON: return f->neon;
+    default: return false;
+    }
+}
+
+bool tk_isa_supported(tk_isa isa) {
+    const tk_cpu_features f = tk_cpu_features_get();
+    return supported(&f, isa);
+}
+
+static tk_isa best_of(const tk_cpu_features *f) {
+    if (supported(f, TK_ISA_AVX512)) return TK_ISA_AVX512;
+    if (supported(f, TK_ISA_AVX2)) return TK_ISA_AVX2;
+    if (supported(f, TK_ISA_NEON)) return TK_ISA_NEON;
+    return TK_ISA_SCALAR;
+}
+
+tk_isa tk_cpu_best_isa(void) {
+    const tk_cpu_features f = tk_cpu_features_get();
+    return best_of(&f);
+}
+
+tk_isa tk_cpu_isa(void) {
+    const tk_cpu_features f = tk_cpu_features_get();
+    const tk_isa best = best_of(&f);
+    const char *env = getenv("TK_ISA");
+    if (!env || !*env) return best;
+    const int want = tk_isa_from_name(env);
+    if (want < 0 || !supported(&f, (tk_isa)want)) return best;
+    /* Only lower: on x86 the supported levels nest, so a supported request is
+     * never above best; NEON and the x86 levels never coexist. */
+    return (tk_isa)want;
+}
+
+static const char *const isa_names[TK_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon"};
+
+const char *tk_isa_name(tk_isa isa) {
+    return (unsigned)isa < TK_ISA_COUNT ? isa_names[isa] : "?";
+}
+
+int tk_isa_from_name(const char *name) {
+    if (!name) return -1;
+    for (int i = 0; i < TK_ISA_COUNT; i++)
+        if (!strcasecmp(name, isa_names[i])) return i;
+    return -1;
+}

@@ -1,0 +1,50 @@
+/* CPU feature detection and the instruction-set level the kernels may use.
+ *
+ * Nothing here keeps global state: tk_cpu_features() reads cpuid/xgetbv (or
+ * the auxiliary vector on arm64) on every call, which costs well under a
+ * microsecond; callers that need the answer often store it themselves. */
+#ifndef TK_CPU_H
+#define TK_CPU_H
+
+#include <stdbool.h>
+
+/* Kernel levels.  On x86-64 they are ordered: SCALAR < AVX2 < AVX512, and a
+ * level implies every lower one.  NEON is the arm64 level (above SCALAR). */
+typedef enum tk_isa {
+    TK_ISA_SCALAR = 0,
+    TK_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
+    TK_ISA_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + AVX512-VNNI (Ice Lake, Zen 4 and later) */
+    TK_ISA_NEON = 3,   /* arm64 Advanced SIMD (+ dotprod when present) */
+    TK_ISA_COUNT
+} tk_isa;
+
+typedef struct tk_cpu_features {
+    /* x86-64: each flag is set only when the OS also saves the register
+     * state (xgetbv), i.e. when the instructions may actually be used. */
+    bool avx, avx2, fma, f16c;
+    bool avx512f, avx512bw, avx512vl, avx512dq;
+    bool avx512vnni, avx512bf16, avxvnni;
+    /* arm64 */
+    bool neon, dotprod;
+} tk_cpu_features;
+
+tk_cpu_features tk_cpu_features_get(void);
+
+/* True if this CPU can run kernels of the given level. */
+bool tk_isa_supported(tk_isa isa);
+
+/* The best level this CPU supports, lowered by the environment variable
+ * TK_ISA=scalar|avx2|avx512|neon if set.  A request above what the CPU has
+ * (or for another architecture) is ignored in favour of the best available;
+ * an unknown value is ignored. */
+tk_isa tk_cpu_isa(void);
+
+/* The best level the CPU supports, ignoring TK_ISA. */
+tk_isa tk_cpu_best_isa(void);
+
+/* "scalar", "avx2", "avx512", "neon". */
+const char *tk_isa_name(tk_isa isa);
+/* Inverse of tk_isa_name (case-insensitive); -1 if unknown. */
+int tk_isa_from_name(const char *name);
+
+#endif

@@ -1,0 +1,139 @@
+#include "matmul.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../formats/dtype.h"
+#include "ops.h"
+#include "qgemm.h"
+
+int tk_matmul_ws_init(tk_matmul_ws *mw, tk_isa isa, bool reference, int max_tokens, int64_t max_in, int n_threads,
+                      tk_err *err) {
+    memset(mw, 0, sizeof *mw);
+    mw->isa = isa;
+    mw->reference = reference;
+    mw->max_tokens = max_tokens;
+    mw->max_in = max_in;
+    mw->n_threads = n_threads;
+    /* The largest packed row is float32 (4 bytes per element); int8 formats
+     * take about 1.1 bytes. */
+    mw->act_cap = (size_t)max_tokens * ((size_t)max_in * 4 + 64);
+    mw->act[0] = malloc(mw->act_cap);
+    mw->act[1] = malloc(mw->act_cap);
+    mw->scratch_stride = (size_t)max_in;
+    mw->scratch = malloc(sizeof(float) * mw->scratch_stride * (size_t)n_threads);
+    if (!mw->act[0] || !mw->act[1] || !mw->scratch) {
+        tk_matmul_ws_free(mw);
+        return tk_err_set(err, "out of memory for matmul buffers");
+    }
+    return 0;
+}
+
+void tk_matmul_ws_free(tk_matmul_ws *mw) {
+    free(mw->act[0]);
+    free(mw->act[1]);
+    free(mw->scratch);
+    memset(mw, 0, sizeof *mw);
+}
+
+typedef struct mm_job {
+    tk_matmul_ws *mw;
+    int n_w;
+    const tk_tensor *const *W;
+    const tk_qkernel *k[TK_MATMUL_MAX_W];
+    const void *act[TK_MATMUL_MAX_W];
+    size_t act_row[TK_MATMUL_MAX_W];
+    float *const *Y;
+    const int64_t *ldy;
+    const float *X;
+    int64_t ldx;
+    int n_tok;
+    int64_t rows_per_task[TK_MATMUL_MAX_W];
+    int first_task[TK_MATMUL_MAX_W + 1];
+    /* packing */
+    const tk_qkernel *pack_k;
+    unsigned char *pack_out;
+    size_t pack_row;
+} mm_job;
+
+static void pack_task(void *ctx, int task, int thread) {
+    (void)thread;
+    mm_job *j = ctx;
+    j->pack_k->quantize_act(j->X + (size_t)task * j->ldx, j->pack_out + (size_t)task * j->pack_row,
+                            j->W[0]->ne[0]);
+}
+
+static void gemm_task(void *ctx, int task, int thread) {
+    mm_job *j = ctx;
+    int i = 0;
+    while (task >= j->first_task[i + 1]) i++;
+    const tk_tensor *W = j->W[i];
+    int64_t in = W->ne[0], out = W->ne[1];
+    int64_t r0 = (int64_t)(task - j->first_task[i]) * j->rows_per_task[i], r1 = r0 + j->rows_per_task[i];
+    if (r1 > out) r1 = out;
+    size_t row_bytes = tk_dtype_row_bytes(W->type, in);
+    if (j->k[i]) {
+        j->k[i]->gemm(W->data, row_bytes, in, r0, r1, j->act[i], j->act_row[i], j->n_tok, j->Y[i], j->ldy[i]);
+        return;
+    }
+    /* portable path: dequantize each row, float dot with every token */
+    float *row = j->mw->scratch + (size_t)thread * j->mw->scratch_stride;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *w;
+        if (W->type == TK_F32) {
+            w = (const float *)W->data + r * in;
+        } else {
+            tk_dequant_row(W->type, (const unsigned char *)W->data + (size_t)r * row_bytes, row, in);
+            w = row;
+        }
+        for (int t = 0; t < j->n_tok; t++) j->Y[i][t * j->ldy[i] + r] = tk_dot_f32(w, j->X + t * j->ldx, in);
+    }
+}
+
+void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X, int64_t ldx,
+                 int n_tok, float *const *Y, const int64_t *ldy) {
+    mm_job j = {.mw = mw, .n_w = n_w, .W = W, .Y = Y, .ldy = ldy, .X = X, .ldx = ldx, .n_tok = n_tok};
+    int64_t in = W[0]->ne[0];
+    /* Pack the input once per distinct activation format. */
+    tk_dtype packed_as[2];
+    int n_packed = 0;
+    for (int i = 0; i < n_w; i++) {
+        const tk_qkernel *k = mw->reference ? NULL : tk_qkernel_get(W[i]->type, mw->isa);
+        j.k[i] = k;
+        if (!k) continue;
+        if (k->act_type == TK_F32 && ldx == in) {
+            j.act[i] = X; /* float input is used as it is */
+            j.act_row[i] = (size_t)in * sizeof(float);
+            continue;
+        }
+        int slot = 0;
+        while (slot < n_packed && packed_as[slot] != k->act_type) slot++;
+        if (slot == n_packed) {
+            if (n_packed == 2 || k->act_row_bytes(in) > mw->act_cap / (size_t)n_tok) {
+                j.k[i] = NULL; /* no room: portable path */
+                continue;
+            }
+            packed_as[n_packed++] = k->act_type;
+            j.pack_k = k;
+            j.pack_out = mw->act[slot];
+            j.pack_row = k->act_row_bytes(in);
+            tk_pool_run(pool, n_tok, pack_task, &j);
+        }
+        j.act[i] = mw->act[slot];
+        j.act_row[i] = k->act_row_bytes(in);
+    }
+    /* Deal out rows: enough tasks for balance, in multiples of 16 rows so
+     * kernels can use their row tiles. */
+    int n_threads = tk_pool_size(pool);
+    int64_t total_rows = 0;
+    for (int i = 0; i < n_w; i++) total_rows += W[i]->ne[1];
+    int64_t target = total_rows / ((int64_t)n_threads * 8);
+    if (target < 16) target = 16;
+    target = (target + 15) / 16 * 16;
+    j.first_task[0] = 0;
+    for (int i = 0; i < n_w; i++) {
+        j.rows_per_task[i] = target;
+        j.first_task[i + 1] = j.first_task[i] + (int)((W[i]->ne[1] + target - 1) / target);
+    }
+    tk_pool_run(pool, j.first_task[n_w], gemm_task, &j);
+}

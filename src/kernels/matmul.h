@@ -1,0 +1,49 @@
+/* Weight matmuls of the forward pass: Y = X Wᵀ for one or several weight
+ * matrices sharing one input, split over the thread pool.  Activations are
+ * packed once per distinct kernel input format (int8 blocks for quantized
+ * weights) and every matrix's rows are dealt out as tasks of one pool
+ * dispatch.  Weights without a SIMD/integer kernel are dequantized row by
+ * row (the portable path). */
+#ifndef TK_MATMUL_H
+#define TK_MATMUL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../formats/tensor.h"
+#include "../util/err.h"
+#include "cpu.h"
+#include "threadpool.h"
+
+#define TK_MATMUL_MAX_W 4
+
+typedef struct tk_matmul_ws {
+    tk_isa isa;
+    bool reference;        /* no integer kernels: dequantize and multiply in float32 */
+    int max_tokens;
+    int64_t max_in;
+    unsigned char *act[2]; /* packed activations, one buffer per input format */
+    size_t act_cap;
+    float *scratch;        /* per-thread dequantized rows (portable path) */
+    size_t scratch_stride;
+    int n_threads;
+} tk_matmul_ws;
+
+/* reference: use the float32 dequantize path everywhere (the numerical
+ * reference the golden tests compare at 1e-4). */
+int tk_matmul_ws_init(tk_matmul_ws *mw, tk_isa isa, bool reference, int max_tokens, int64_t max_in, int n_threads,
+                      tk_err *err);
+void tk_matmul_ws_free(tk_matmul_ws *mw);
+
+/* Y_i[t * ldy_i + r] = sum_c W_i[r][c] * X[t * ldx + c] for each of the
+ * n_w matrices (all with ne[0] = in), t < n_tok, r < W_i->ne[1]. */
+void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X, int64_t ldx,
+                 int n_tok, float *const *Y, const int64_t *ldy);
+
+static inline void tk_matmul(tk_pool *pool, tk_matmul_ws *mw, const tk_tensor *W, const float *X, int64_t ldx,
+                             int n_tok, float *Y, int64_t ldy) {
+    tk_matmul_n(pool, mw, 1, &W, X, ldx, n_tok, &Y, &ldy);
+}
+
+#endif

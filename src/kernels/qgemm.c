@@ -1,0 +1,19 @@
+#include "qgemm_impl.h"
+
+const tk_qkernel *tk_qkernel_get(tk_dtype wtype, tk_isa isa) {
+    if (!tk_isa_supported(isa)) return NULL;
+    const tk_qkernel *k = NULL;
+    switch (isa) {
+    case TK_ISA_AVX512:
+        k = tk_qk_avx512(wtype);
+        if (k) return k;
+        __attribute__((fallthrough)); /* AVX-512 CPUs run the AVX2 kernels */
+    case TK_ISA_AVX2:
+        k = tk_qk_avx2(wtype);
+        if (k) return k;
+        break;
+    default:
+        break;
+    }
+    return tk_qk_scalar(wtype);
+}

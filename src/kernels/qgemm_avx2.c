@@ -1,0 +1,637 @@
+/* AVX2 + FMA + F16C kernels (compiled with those flags only; reached only
+ * through tk_qkernel_get after a CPU check).
+ *
+ * Integer products use _mm256_maddubs_epi16 (unsigned x signed bytes ->
+ * int16 pairs).  Weights with a signed range go through the sign trick:
+ * maddubs(|w|, sign(a, w)); activation quants lie in [-127, 127], so the
+ * negation never overflows and no pair sum saturates (2*128*127 < 32768).
+ * Unsigned-coded weights (Q4_1, Q5_1, the k-quants) feed maddubs directly,
+ * and a zero-point is removed with the activation block sums.
+ *
+ * Tiling: a micro-kernel computes MR rows x NT tokens at once, so each
+ * weight block is unpacked once per NT tokens and each activation block is
+ * loaded once per MR rows.  Every (row, token) accumulator goes through the
+ * same instruction sequence whatever the tile shape, so results do not
+ * depend on how rows or tokens are split; ragged row tiles repeat the last
+ * row (results discarded) instead of using a different code path. */
+#include "qgemm_impl.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+typedef const uint8_t *bptr;
+
+AI __m256i ldu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+AI __m128i ldu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+AI float ldf(const void *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+AI uint32_t ldu32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+AI float ldh(const void *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* Fixed-order horizontal sum: ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)). */
+AI float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 16 bytes of packed nibbles -> 32 bytes: low nibbles first, then high. */
+AI __m256i nib32(const void *p) {
+    const __m128i x = ldu128(p);
+    const __m256i v = _mm256_set_m128i(_mm_srli_epi16(x, 4), x);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+/* Byte j = 0xFF if bit j of bits is set, else 0. */
+AI __m256i bits32(uint32_t bits) {
+    const __m256i shuf = _mm256_setr_epi64x(0, 0x0101010101010101LL, 0x0202020202020202LL, 0x0303030303030303LL);
+    const __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), shuf);
+    const __m256i bm = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, bm), bm);
+}
+
+AI __m256i madd1(__m256i p16) { return _mm256_madd_epi16(p16, _mm256_set1_epi16(1)); }
+
+/* ================= activation packing ================= */
+
+/* 32 floats -> 32 int8 (x * id, round to nearest even), in order. */
+AI __m256i quant32(const float *x, __m256 id) {
+    const __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x), id));
+    const __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
+    const __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id));
+    const __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id));
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    return _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+}
+
+AI __m256 absmax8(const float *x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int j = 0; j < n; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    return m;
+}
+
+AI float hmax8(__m256 v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
+AI float scale_of(float amax, float *id) {
+    const float d = amax / 127.0f;
+    *id = d != 0.0f ? 1.0f / d : 0.0f;
+    return d;
+}
+
+static void quant_q8_0(const float *x, void *out, int64_t n) {
+    uint8_t *o = out;
+    for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_0)) {
+        float id;
+        const float d = scale_of(hmax8(absmax8(x, 32)), &id);
+        const uint16_t dh = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        memcpy(o, &dh, 2);
+        _mm256_storeu_si256((__m256i *)(o + 2), quant32(x, _mm256_set1_ps(id)));
+    }
+}
+
+AI int sum_i8x32(__m256i q) {
+    /* sum of 32 signed bytes: bias to unsigned, sum with sad, unbias */
+    const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+    const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    return (int)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1)) - 32 * 128;
+}
+
+static void quant_q8_1(const float *x, void *out, int64_t n) {
+    uint8_t *o = out;
+    for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_1)) {
+        float id;
+        const float d = scale_of(hmax8(absmax8(x, 32)), &id);
+        const __m256i q = quant32(x, _mm256_set1_ps(id));
+        const uint16_t dh = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
+        const uint16_t sh = _cvtss_sh(d * (float)sum_i8x32(q), _MM_FROUND_TO_NEAREST_INT);
+        memcpy(o, &dh, 2);
+        memcpy(o + 2, &sh, 2);
+        _mm256_storeu_si256((__m256i *)(o + 4), q);
+    }
+}
+
+static void quant_q8_K(const float *x, void *out, int64_t n) {
+    uint8_t *o = out;
+    for (int64_t i = 0; i < n / 256; i++, x += 256, o += sizeof(tk_block_q8_K)) {
+        float id;
+        const float d = scale_of(hmax8(absmax8(x, 256)), &id);
+        memcpy(o, &d, 4);
+        const __m256 idv = _mm256_set1_ps(id);
+        int16_t bs[16];
+        for (int j = 0; j < 8; j++) {
+            const __m256i q = quant32(x + 32 * j, idv);
+            _mm256_storeu_si256((__m256i *)(o + 4 + 32 * j), q);
+            /* sums of 16: pair sums of bytes, then of the two 8-lane halves */
+            const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+            /* s = 8 sums of 4: lanes 0..3 -> first 16 elements (lane 0 of
+             * the 128-bit half), 4..7 -> next 16 */
+            const __m128i h = _mm_hadd_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+            const __m128i h2 = _mm_hadd_epi32(h, h);
+            bs[2 * j] = (int16_t)_mm_cvtsi128_si32(h2);
+            bs[2 * j + 1] = (int16_t)_mm_extract_epi32(h2, 1);
+        }
+        memcpy(o + 4 + 256, bs, sizeof bs);
+    }
+}
+
+/* ================= gemm driver ================= */
+
+/* A micro-kernel: rows w[0..MR), tokens a[0..NT), full depth; writes
+ * out[i * 4 + j] for row i, token j.  If pf is not 0, the kernel
+ * prefetches the weights pf bytes ahead of those it reads (the next row
+ * tile), which the hardware prefetchers alone do not reach in time when the
+ * weights stream from DRAM once (decode). */
+typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, size_t pf, float *out);
+
+/* Prefetches bytes [off, off + len) of each row, pf bytes ahead. */
+AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
+    if (!pf) return;
+    for (size_t k = 0; k < len; k += 64)
+        for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(wp[i] + off + pf + k), _MM_HINT_T0);
+}
+
+/* Rows in tiles of mr (the last tile repeats its last row), tokens in
+ * tiles of NT = 1..4 (kernels mk[nt - 1]); tokens grouped in chunks whose
+ * activations stay in L2 while all row tiles pass over them. */
+static void gemm_tiles(const mk_fn mk[4], int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
+                       int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
+    const uint8_t *W = w, *A = act;
+    /* weights streamed once: prefetch the next row tile */
+    const size_t pf = n_tok <= nt_max ? (size_t)mr * wrb : 0;
+    int64_t chunk = (int64_t)(256 * 1024) / (int64_t)(arb ? arb : 1);
+    chunk = chunk / nt_max * nt_max;
+    if (chunk < nt_max) chunk = nt_max;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+        for (int64_t r = r0; r < r1; r += mr) {
+            bptr wp[8];
+            for (int i = 0; i < mr; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+            for (int64_t t = t0; t < t1;) {
+                const int nt = t1 - t >= nt_max ? nt_max : (int)(t1 - t);
+                bptr ap[4];
+                for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
+                float out[8 * 4];
+                mk[nt - 1](wp, ap, n, pf, out);
+                for (int i = 0; i < mr && r + i < r1; i++)
+                    for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * 4 + j];
+                t += nt;
+            }
+        }
+    }
+}
+
+/* ================= legacy 32-blocks: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL ================= */
+
+enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1, L_Q8_0, L_IQ4_NL };
+
+AI size_t lbytes(int T) {
+    return T == L_Q4_0 ? 18 : T == L_Q4_1 ? 20 : T == L_Q5_0 ? 22 : T == L_Q5_1 ? 24 : T == L_Q8_0 ? 34 : 18;
+}
+AI int lsigned(int T) { return T == L_Q4_0 || T == L_Q5_0 || T == L_Q8_0 || T == L_IQ4_NL; }
+AI int lmin(int T) { return T == L_Q4_1 || T == L_Q5_1; }
+
+/* Unpacks the quants of one block: signed values, or with U (unsigned
+ * form) the raw codes, value + loffset(T) (Q4_0, Q5_0; the _1 types are
+ * always unsigned). */
+AI int loffset(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : 0; }
+
+AI __m256i lunpack(int T, int U, bptr b) {
+    switch (T) {
+    case L_Q4_0: return U ? nib32(b + 2) : _mm256_sub_epi8(nib32(b + 2), _mm256_set1_epi8(8));
+    case L_Q4_1: return nib32(b + 4);
+    case L_Q5_0: /* (nib | bit << 4) - 16 == bit ? nib : nib | 0xF0 */
+        if (U) return _mm256_or_si256(nib32(b + 6), _mm256_and_si256(bits32(ldu32(b + 2)), _mm256_set1_epi8(0x10)));
+        return _mm256_or_si256(nib32(b + 6), _mm256_andnot_si256(bits32(ldu32(b + 2)), _mm256_set1_epi8((char)0xF0)));
+    case L_Q5_1: return _mm256_or_si256(nib32(b + 8), _mm256_and_si256(bits32(ldu32(b + 4)), _mm256_set1_epi8(0x10)));
+    case L_Q8_0: return ldu(b + 2);
+    default: { /* IQ4_NL */
+        const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
+        return _mm256_shuffle_epi8(kv, nib32(b + 2));
+    }
+    }
+}
+
+/* Four half floats at p0..p3 (unaligned) -> 4 floats; p[k] for k >= cnt
+ * may be anything readable (their lanes are unused). */
+AI __m128 ld4h(bptr p0, bptr p1, bptr p2, bptr p3) {
+    uint16_t h0, h1, h2, h3;
+    memcpy(&h0, p0, 2);
+    memcpy(&h1, p1, 2);
+    memcpy(&h2, p2, 2);
+    memcpy(&h3, p3, 2);
+    const uint64_t v = (uint64_t)h0 | (uint64_t)h1 << 16 | (uint64_t)h2 << 32 | (uint64_t)h3 << 48;
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
+}
+
+/* Legacy micro-kernel, MR <= 4 rows, NT <= 4 tokens.  Per block and
+ * (row, token): isum = integer dot (exact), acc += float(isum) * (dw * da)
+ * (one fma per lane), where the 8 lanes hold partial sums of the int32
+ * pair sums.  The integer dot is computed with the sign trick, or - for
+ * Q4_0 / Q5_0 with few tokens - on the unsigned codes minus offset * (lane
+ * sums of a), which is cheaper when each activation block meets fewer
+ * weight blocks; both give the same integers. */
+AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+    const int64_t nb = n / 32;
+    const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
+    const int off = loffset(T) && NT <= 2; /* offset method */
+    const int sgn = lsigned(T) && !off;    /* sign trick */
+    __m256 acc[4][4];
+    float macc[4][4];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
+            acc[i][j] = _mm256_setzero_ps();
+            macc[i][j] = 0.0f;
+        }
+    for (int64_t b = 0; b < nb; b++) {
+        /* scale products s[j][i] = dw_i * da_j, broadcast from memory */
+        float daf[4], s[4][4];
+        const __m128 da4 = ld4h(ap[0] + b * ab, ap[NT > 1] + b * ab, ap[NT > 2 ? 2 : 0] + b * ab, ap[NT > 3 ? 3 : 0] + b * ab);
+        const __m128 dw4 = ld4h(wp[0] + b * wb, wp[MR > 1] + b * wb, wp[MR > 2 ? 2 : 0] + b * wb, wp[MR > 3 ? 3 : 0] + b * wb);
+        _mm_storeu_ps(daf, da4);
+        UNROLL for (int j = 0; j < NT; j++) _mm_storeu_ps(s[j], _mm_mul_ps(dw4, _mm_broadcast_ss(&daf[j])));
+        __m256i corr[4];
+        float sa[4];
+        UNROLL for (int j = 0; j < NT; j++) {
+            if (lmin(T)) sa[j] = ldh(ap[j] + b * ab + 2);
+            if (off) /* offset * sums of a over each lane's 4 bytes */
+                corr[j] = madd1(_mm256_maddubs_epi16(_mm256_set1_epi8((char)loffset(T)), ldu(ap[j] + b * ab + aq)));
+        }
+        pfetch(MR, wp, b * wb, 1, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const __m256i q = lunpack(T, off, wp[i] + b * wb);
+            const __m256i aq_ = sgn ? _mm256_sign_epi8(q, q) : q;
+            float m = 0.0f;
+            if (lmin(T)) m = ldh(wp[i] + b * wb + 2);
+            UNROLL for (int j = 0; j < NT; j++) {
+                const __m256i a = ldu(ap[j] + b * ab + aq);
+                __m256i d32;
+                if (sgn) d32 = madd1(_mm256_maddubs_epi16(aq_, _mm256_sign_epi8(a, q)));
+                else d32 = madd1(_mm256_maddubs_epi16(aq_, a));
+                if (off) d32 = _mm256_sub_epi32(d32, corr[j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d32), _mm256_broadcast_ss(&s[j][i]), acc[i][j]);
+                if (lmin(T)) macc[i][j] += m * sa[j];
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] =
+        lmin(T) ? hsum8(acc[i][j]) + macc[i][j] : hsum8(acc[i][j]);
+}
+
+/* ================= k-quants (Q8_K activations) ================= */
+
+#define QK_A 292 /* sizeof(tk_block_q8_K): d at 0, qs at 4, bsums at 260 */
+
+/* int16 vector with the 16-bit scale at byte offset 2k of v (both lanes). */
+AI __m256i bcast16(__m256i v, int k) { return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k))); }
+
+/* Q4_K: d dmin scales[12] qs[128]; Q5_K adds qh[32] before qs. */
+AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+    const int64_t nb = n / 256;
+    const size_t wb = Q5 ? 176 : 144, qoff = Q5 ? 48 : 16;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256 acc[8][4];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        float da[4];
+        UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * wb, wb, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * wb;
+            const float d = ldh(x), dmin = ldh(x + 2);
+            uint64_t sc64, mn64;
+            tk_qk_k4_scales64(x + 4, &sc64, &mn64);
+            const __m128i smv = _mm_set_epi64x((long long)mn64, (long long)sc64);
+            const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
+            const __m128i m8 = _mm_srli_si128(smv, 8);
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+            __m256i isum[4];
+            UNROLL for (int j = 0; j < NT; j++) isum[j] = _mm256_setzero_si256();
+            __m256i qh = Q5 ? ldu(x + 16) : _mm256_setzero_si256();
+            UNROLL for (int c = 0; c < 4; c++) {
+                const __m256i q = ldu(x + qoff + 32 * c);
+                __m256i lo = _mm256_and_si256(q, m4);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (Q5) {
+                    const __m256i b4 = _mm256_set1_epi8(0x10);
+                    lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(qh, 4), b4));
+                    hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(qh, 3), b4));
+                    qh = _mm256_srli_epi16(qh, 2);
+                }
+                const __m256i slo = bcast16(sc, 2 * c), shi = bcast16(sc, 2 * c + 1);
+                UNROLL for (int j = 0; j < NT; j++) {
+                    const bptr a = ap[j] + b * QK_A + 4 + 64 * c;
+                    const __m256i p0 = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ldu(a)), slo);
+                    const __m256i p1 = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ldu(a + 32)), shi);
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(p0, p1));
+                }
+            }
+            UNROLL for (int j = 0; j < NT; j++) {
+                const __m256i ms = _mm256_madd_epi16(mins, ldu(ap[j] + b * QK_A + 260));
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(d * da[j]), acc[i][j]);
+                acc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms), _mm256_set1_ps(dmin * da[j]), acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+}
+
+/* Scale vector for the 32 elements of sub-blocks k, k+1 (16 each): int16,
+ * low lane sc[k], high lane sc[k+1]; sc8 holds 16 signed bytes. */
+AI __m256i pair_scales(__m128i sc8, int k) {
+    const __m128i idx = _mm_setr_epi8(k, k, k, k, k, k, k, k, k + 1, k + 1, k + 1, k + 1, k + 1, k + 1, k + 1, k + 1);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, idx));
+}
+
+/* The 16-element sub-block family: Q2_K, Q3_K, Q6_K.  Element 128h + 32g + l
+ * of a super-block is quant group g of half h; it belongs to sub-block
+ * 8h + 2g + l/16. */
+enum { K_Q2, K_Q3, K_Q6 };
+
+AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+    const int64_t nb = n / 256;
+    const size_t wb = T == K_Q2 ? 84 : T == K_Q3 ? 110 : 210;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    __m256 acc[8][4];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        float da[4];
+        UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * wb, wb, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * wb;
+            float d, dmin = 0.0f;
+            __m128i sc8;
+            __m256i mins = _mm256_setzero_si256(); /* Q2_K: 16 int16 mins */
+            if (T == K_Q2) {
+                const __m128i s = ldu128(x);
+                sc8 = _mm_and_si128(s, _mm_set1_epi8(0x0F));
+                mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s, 4), _mm_set1_epi8(0x0F)));
+                d = ldh(x + 80);
+                dmin = ldh(x + 82);
+            } else if (T == K_Q3) {
+                uint64_t lo8, hi8;
+                tk_qk_k3_scales64(x + 96, &lo8, &hi8);
+                sc8 = _mm_sub_epi8(_mm_set_epi64x((long long)hi8, (long long)lo8), _mm_set1_epi8(32));
+                d = ldh(x + 108);
+            } else {
+                sc8 = ldu128(x + 192);
+                d = ldh(x + 208);
+            }
+            __m256i isum[4];
+            UNROLL for (int j = 0; j < NT; j++) isum[j] = _mm256_setzero_si256();
+            const __m256i hm = T == K_Q3 ? ldu(x) : _mm256_setzero_si256();
+            UNROLL for (int h = 0; h < 2; h++) {
+                __m256i q[4];
+                if (T == K_Q6) {
+                    const __m256i l0 = ldu(x + 64 * h), l1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
+                    const __m256i m30 = _mm256_set1_epi8(0x30);
+                    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+                    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+                } else {
+                    const __m256i qv = ldu(x + (T == K_Q2 ? 16 : 32) + 32 * h);
+                    q[0] = _mm256_and_si256(qv, m3);
+                    q[1] = _mm256_and_si256(_mm256_srli_epi16(qv, 2), m3);
+                    q[2] = _mm256_and_si256(_mm256_srli_epi16(qv, 4), m3);
+                    q[3] = _mm256_and_si256(_mm256_srli_epi16(qv, 6), m3);
+                    if (T == K_Q3) { /* + 4 where the hmask bit 4h+g is set: bit -> bit 2 */
+                        const __m256i b2 = _mm256_set1_epi8(4);
+                        UNROLL for (int g = 0; g < 4; g++) {
+                            const int s = 4 * h + g;
+                            const __m256i hb = s >= 2 ? _mm256_srli_epi16(hm, s - 2) : _mm256_slli_epi16(hm, 2 - s);
+                            q[g] = _mm256_or_si256(q[g], _mm256_and_si256(hb, b2));
+                        }
+                    }
+                }
+                UNROLL for (int g = 0; g < 4; g++) {
+                    const __m256i sv = pair_scales(sc8, 8 * h + 2 * g);
+                    UNROLL for (int j = 0; j < NT; j++) {
+                        const __m256i a = ldu(ap[j] + b * QK_A + 4 + 128 * h + 32 * g);
+                        isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(_mm256_maddubs_epi16(q[g], a), sv));
+                    }
+                }
+            }
+            const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+            UNROLL for (int j = 0; j < NT; j++) {
+                const __m256i bsums = ldu(ap[j] + b * QK_A + 260);
+                if (T == K_Q6) /* quants were stored + 32 */
+                    isum[j] = _mm256_sub_epi32(isum[j], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums), 5));
+                if (T == K_Q3) /* quants were stored + 4 */
+                    isum[j] = _mm256_sub_epi32(isum[j], _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums), 2));
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(d * da[j]), acc[i][j]);
+                if (T == K_Q2)
+                    acc[i][j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(mins, bsums)),
+                                                 _mm256_set1_ps(dmin * da[j]), acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+}
+
+/* IQ4_XS: d scales_h scales_l[4] qs[128]; 8 sub-blocks of 32. */
+AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+    const int64_t nb = n / 256;
+    const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
+    __m256 acc[8][4];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        float da[4];
+        UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * 136, 136, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * 136;
+            const __m256i scv = _mm256_broadcastsi128_si256(_mm_sub_epi16(
+                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)tk_qk_iq4xs_scales64(x + 2, x + 4))), _mm_set1_epi16(32)));
+            __m256i isum[4];
+            UNROLL for (int j = 0; j < NT; j++) isum[j] = _mm256_setzero_si256();
+            UNROLL for (int s = 0; s < 8; s++) {
+                const __m256i q = _mm256_shuffle_epi8(kv, nib32(x + 8 + 16 * s));
+                const __m256i aq = _mm256_sign_epi8(q, q);
+                const __m256i sv = bcast16(scv, s);
+                UNROLL for (int j = 0; j < NT; j++) {
+                    const __m256i a = ldu(ap[j] + b * QK_A + 4 + 32 * s);
+                    const __m256i p = _mm256_maddubs_epi16(aq, _mm256_sign_epi8(a, q));
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(p, sv));
+                }
+            }
+            const float d = ldh(x);
+            UNROLL for (int j = 0; j < NT; j++)
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(d * da[j]), acc[i][j]);
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+}
+
+/* ================= float weights: F32 F16 BF16 ================= */
+
+enum { F_F32, F_F16, F_BF16 };
+
+AI __m256 fload(int T, bptr p) {
+    if (T == F_F32) return _mm256_loadu_ps((const float *)p);
+    if (T == F_F16) return _mm256_cvtph_ps(ldu128(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(ldu128(p)), 16));
+}
+
+AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+    const size_t es = T == F_F32 ? 4 : 2;
+    __m256 acc[8][4];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        if ((k * (int64_t)es) % 64 == 0) pfetch(MR, wp, (int64_t)es * k, 1, pf);
+        __m256 a[4];
+        UNROLL for (int j = 0; j < NT; j++) a[j] = _mm256_loadu_ps((const float *)(ap[j] + 4 * k));
+        UNROLL for (int i = 0; i < MR; i++) {
+            const __m256 wv = fload(T, wp[i] + es * k);
+            UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv, a[j], acc[i][j]);
+        }
+    }
+    if (k < n) { /* tail: zero-padded copies, same lane assignment */
+        const int rem = (int)(n - k);
+        __m256 a[4];
+        UNROLL for (int j = 0; j < NT; j++) {
+            float buf[8] = {0};
+            memcpy(buf, ap[j] + 4 * k, 4 * (size_t)rem);
+            a[j] = _mm256_loadu_ps(buf);
+        }
+        UNROLL for (int i = 0; i < MR; i++) {
+            uint8_t buf[32] = {0};
+            memcpy(buf, wp[i] + es * k, es * (size_t)rem);
+            const __m256 wv = fload(T, buf);
+            UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv, a[j], acc[i][j]);
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+}
+
+/* ================= instantiation ================= */
+
+#define MK4(NAME, MR, CALL)                                                                      \
+    static void NAME##_1(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 1, w, a, n, pf, o); } \
+    static void NAME##_2(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 2, w, a, n, pf, o); } \
+    static void NAME##_3(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 3, w, a, n, pf, o); } \
+    static void NAME##_4(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 4, w, a, n, pf, o); } \
+    static const mk_fn NAME##_mk[4] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4};
+
+#define GEMM(NAME, MR, NTMAX)                                                                           \
+    static void NAME##_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, \
+                            size_t arb, int n_tok, float *y, int64_t ldy) {                             \
+        gemm_tiles(NAME##_mk, MR, NTMAX, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                    \
+    }
+
+#define DEF(NAME, MR, NTMAX, CALL) MK4(NAME, MR, CALL) GEMM(NAME, MR, NTMAX)
+
+#define C_Q4_0(MR, NT, ...) mk_legacy(L_Q4_0, MR, NT, __VA_ARGS__)
+#define C_Q4_1(MR, NT, ...) mk_legacy(L_Q4_1, MR, NT, __VA_ARGS__)
+#define C_Q5_0(MR, NT, ...) mk_legacy(L_Q5_0, MR, NT, __VA_ARGS__)
+#define C_Q5_1(MR, NT, ...) mk_legacy(L_Q5_1, MR, NT, __VA_ARGS__)
+#define C_Q8_0(MR, NT, ...) mk_legacy(L_Q8_0, MR, NT, __VA_ARGS__)
+#define C_IQ4_NL(MR, NT, ...) mk_legacy(L_IQ4_NL, MR, NT, __VA_ARGS__)
+#define C_Q4_K(MR, NT, ...) mk_q45k(0, MR, NT, __VA_ARGS__)
+#define C_Q5_K(MR, NT, ...) mk_q45k(1, MR, NT, __VA_ARGS__)
+#define C_Q2_K(MR, NT, ...) mk_k16(K_Q2, MR, NT, __VA_ARGS__)
+#define C_Q3_K(MR, NT, ...) mk_k16(K_Q3, MR, NT, __VA_ARGS__)
+#define C_Q6_K(MR, NT, ...) mk_k16(K_Q6, MR, NT, __VA_ARGS__)
+#define C_IQ4_XS(MR, NT, ...) mk_iq4xs(MR, NT, __VA_ARGS__)
+#define C_F32(MR, NT, ...) mk_float(F_F32, MR, NT, __VA_ARGS__)
+#define C_F16(MR, NT, ...) mk_float(F_F16, MR, NT, __VA_ARGS__)
+#define C_BF16(MR, NT, ...) mk_float(F_BF16, MR, NT, __VA_ARGS__)
+
+/* Tile shapes (rows x tokens), tuned with bench_qgemm for 16 ymm
+ * registers (the file is built without AVX-512, so EVEX ymm16-31 are never
+ * used and this code is the one a Zen 3 runs). */
+#ifndef MR_L
+#define MR_L 3
+#endif
+#ifndef NT_L
+#define NT_L 4
+#endif
+#ifndef MR_K
+#define MR_K 3
+#endif
+#ifndef NT_K
+#define NT_K 4
+#endif
+#ifndef MR_F
+#define MR_F 4
+#endif
+#ifndef NT_F
+#define NT_F 3
+#endif
+
+DEF(q4_0, MR_L, NT_L, C_Q4_0)
+DEF(q4_1, MR_L, NT_L, C_Q4_1)
+DEF(q5_0, MR_L, NT_L, C_Q5_0)
+DEF(q5_1, MR_L, NT_L, C_Q5_1)
+DEF(q8_0, MR_L, NT_L, C_Q8_0)
+DEF(iq4_nl, MR_L, NT_L, C_IQ4_NL)
+DEF(q4_K, MR_K, NT_K, C_Q4_K)
+DEF(q5_K, MR_K, NT_K, C_Q5_K)
+DEF(q2_K, MR_K, NT_K, C_Q2_K)
+DEF(q3_K, MR_K, NT_K, C_Q3_K)
+DEF(q6_K, MR_K, NT_K, C_Q6_K)
+DEF(iq4_xs, MR_K, NT_K, C_IQ4_XS)
+DEF(f32, MR_F, NT_F, C_F32)
+DEF(f16, MR_F, NT_F, C_F16)
+DEF(bf16, MR_F, NT_F, C_BF16)
+
+#define KQ8_0 tk_qk_act_bytes_q8_0, quant_q8_0
+#define KQ8_1 tk_qk_act_bytes_q8_1, quant_q8_1
+#define KQ8_K tk_qk_act_bytes_q8_K, quant_q8_K
+#define KF32 tk_qk_act_bytes_f32, tk_qk_quant_f32
+#define K(WT, AT, NAME, G) [WT] = {WT, TK_##AT, TK_ISA_AVX2, NAME "/avx2", K##AT, G##_gemm}
+
+static const tk_qkernel avx2_kernels[TK_DTYPE_LIMIT] = {
+    K(TK_F32, F32, "F32", f32),
+    K(TK_F16, F32, "F16", f16),
+    K(TK_BF16, F32, "BF16", bf16),
+    K(TK_Q4_0, Q8_0, "Q4_0", q4_0),
+    K(TK_Q4_1, Q8_1, "Q4_1", q4_1),
+    K(TK_Q5_0, Q8_0, "Q5_0", q5_0),
+    K(TK_Q5_1, Q8_1, "Q5_1", q5_1),
+    K(TK_Q8_0, Q8_0, "Q8_0", q8_0),
+    K(TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl),
+    K(TK_Q2_K, Q8_K, "Q2_K", q2_K),
+    K(TK_Q3_K, Q8_K, "Q3_K", q3_K),
+    K(TK_Q4_K, Q8_K, "Q4_K", q4_K),
+    K(TK_Q5_K, Q8_K, "Q5_K", q5_K),
+    K(TK_Q6_K, Q8_K, "Q6_K", q6_K),
+    K(TK_IQ4_XS, Q8_K, "IQ4_XS", iq4_xs),
+};
+
+const tk_qkernel *tk_qk_avx2(tk_dtype wtype) {
+    if ((unsigned)wtype >= TK_DTYPE_LIMIT || !avx2_kernels[wtype].gemm) return NULL;
+    return &avx2_kernels[wtype];
+}
+
+#else /* not built with AVX2 */
+
+const tk_qkernel *tk_qk_avx2(tk_dtype wtype) {
+    (void)wtype;
+    return NULL;
+}
+
+#endif

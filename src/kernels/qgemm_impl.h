@@ -1,0 +1,108 @@
+/* Internal to the qgemm kernels: per-ISA kernel tables and helpers shared by
+ * the implementation files.  Not part of the engine API. */
+#ifndef TK_QGEMM_IMPL_H
+#define TK_QGEMM_IMPL_H
+
+#include <string.h>
+
+#include "../formats/quant_blocks.h"
+#include "qgemm.h"
+
+/* Each returns the ISA's kernel for a weight type, or NULL if it has none. */
+const tk_qkernel *tk_qk_scalar(tk_dtype wtype);
+const tk_qkernel *tk_qk_avx2(tk_dtype wtype);
+const tk_qkernel *tk_qk_avx512(tk_dtype wtype);
+
+/* Packed activation row sizes. */
+size_t tk_qk_act_bytes_q8_0(int64_t n);
+size_t tk_qk_act_bytes_q8_1(int64_t n);
+size_t tk_qk_act_bytes_q8_K(int64_t n);
+size_t tk_qk_act_bytes_f32(int64_t n);
+
+/* Scalar activation quantizers (the definition of the packed formats; the
+ * SIMD ones must produce identical bytes). */
+void tk_qk_quant_q8_0(const float *x, void *out, int64_t n);
+void tk_qk_quant_q8_1(const float *x, void *out, int64_t n);
+void tk_qk_quant_q8_K(const float *x, void *out, int64_t n);
+void tk_qk_quant_f32(const float *x, void *out, int64_t n);
+
+/* Q4_K / Q5_K: the 12 packed scale bytes to 8 scales (out[0..7]) and 8 mins
+ * (out[8..15]), 6 bits each. */
+static inline void tk_qk_k4_scales(const uint8_t *s, uint8_t out[16]) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const uint32_t sc_lo = u0 & lo6;                                   /* sc 0..3 */
+    const uint32_t m_lo = u1 & lo6;                                    /* m 0..3 */
+    const uint32_t sc_hi = (u2 & lo4) | (((u0 >> 6) & lo2) << 4);      /* sc 4..7 */
+    const uint32_t m_hi = ((u2 >> 4) & lo4) | (((u1 >> 6) & lo2) << 4); /* m 4..7 */
+    memcpy(out, &sc_lo, 4);
+    memcpy(out + 4, &sc_hi, 4);
+    memcpy(out + 8, &m_lo, 4);
+    memcpy(out + 12, &m_hi, 4);
+}
+
+/* The same as two 64-bit words (scales, mins), for building vectors
+ * without a store / reload. */
+static inline void tk_qk_k4_scales64(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    const uint32_t lo6 = 0x3f3f3f3fu, lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    *sc = (uint64_t)(u0 & lo6) | (uint64_t)((u2 & lo4) | (((u0 >> 6) & lo2) << 4)) << 32;
+    *mn = (uint64_t)(u1 & lo6) | (uint64_t)(((u2 >> 4) & lo4) | (((u1 >> 6) & lo2) << 4)) << 32;
+}
+
+/* Q3_K: the 12 packed bytes to sixteen 6-bit scales (add -32 for their
+ * value) as two 64-bit words: scales 0..7 and 8..15, one per byte.  Scale s
+ * = low nibble (bytes 0..7: s < 8 low nibble of byte s, s >= 8 high nibble
+ * of byte s - 8) | 2 bits from byte 8 + s%4 at bit pair s/4. */
+static inline void tk_qk_k3_scales64(const uint8_t *s, uint64_t *lo8, uint64_t *hi8) {
+    uint32_t a0, a1, hi;
+    memcpy(&a0, s, 4);
+    memcpy(&a1, s + 4, 4);
+    memcpy(&hi, s + 8, 4);
+    const uint32_t lo4 = 0x0f0f0f0fu, lo2 = 0x03030303u;
+    const uint32_t v0 = (a0 & lo4) | ((hi & lo2) << 4);                 /* scales 0..3 */
+    const uint32_t v1 = (a1 & lo4) | (((hi >> 2) & lo2) << 4);          /* 4..7 */
+    const uint32_t v2 = ((a0 >> 4) & lo4) | (((hi >> 4) & lo2) << 4);   /* 8..11 */
+    const uint32_t v3 = ((a1 >> 4) & lo4) | (((hi >> 6) & lo2) << 4);   /* 12..15 */
+    *lo8 = (uint64_t)v0 | (uint64_t)v1 << 32;
+    *hi8 = (uint64_t)v2 | (uint64_t)v3 << 32;
+}
+
+static inline void tk_qk_k3_scales(const uint8_t *s, int8_t out[16]) {
+    uint64_t w[2];
+    tk_qk_k3_scales64(s, &w[0], &w[1]);
+    uint8_t u[16];
+    memcpy(u, w, 16);
+    for (int i = 0; i < 16; i++) out[i] = (int8_t)(u[i] - 32);
+}
+
+/* IQ4_XS: the eight 6-bit sub-block scales (add -32 for their value), one
+ * per byte: low nibble j = bits 4j.. of scales_l, high 2 bits = bits 2j..
+ * of scales_h. */
+static inline uint64_t tk_qk_iq4xs_scales64(const uint8_t *scales_h, const uint8_t *scales_l) {
+    uint32_t l32;
+    uint16_t h16;
+    memcpy(&l32, scales_l, 4);
+    memcpy(&h16, scales_h, 2);
+    uint64_t l = l32, h = h16;
+    l = (l | l << 16) & 0x0000FFFF0000FFFFull; /* nibble j -> byte j */
+    l = (l | l << 8) & 0x00FF00FF00FF00FFull;
+    l = (l | l << 4) & 0x0F0F0F0F0F0F0F0Full;
+    h = (h | h << 24) & 0x000000FF000000FFull; /* 2-bit field j -> byte j */
+    h = (h | h << 12) & 0x000F000F000F000Full;
+    h = (h | h << 6) & 0x0303030303030303ull;
+    return l | h << 4;
+}
+
+/* IQ4_XS: sub-block scale j (0..7), minus 32. */
+static inline int tk_qk_iq4xs_scale(const tk_block_iq4_xs *b, int j) {
+    return (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
+}
+
+#endif

@@ -1,0 +1,398 @@
+/* Quantized gemm kernels: every weight type x every ISA this CPU has.
+ *
+ * Tolerances (u = 2^-24, the float32 unit roundoff):
+ *
+ *  - SIMD and scalar kernels compute identical integer block dots; they only
+ *    differ in how the float accumulation is split over lanes.  Both are
+ *    compared with y64, the float64 sum of dequantized weight times
+ *    dequantized activation (i.e. the exact result of the quantized
+ *    problem).  A chain of k float roundings over terms whose magnitudes add
+ *    up to S errs by at most k*u*S; here k <= (blocks per row) + 16 (scale
+ *    products, int->float conversion, the lane reduction and the
+ *    dequantizer's own roundings), and we allow twice that:
+ *        |y - y64| <= tol = 2 * (n / block + 16) * u * S,
+ *    S = sum_c |w_c * xq_c| (for types with a min/offset term, the scale
+ *    and min parts are counted separately: S = sum (|w - mu| + |mu|) |xq|).
+ *    Hence |y_simd - y_scalar| <= 2 * tol, checked too; for the shapes here
+ *    tol/S stays below 1e-5.
+ *  - Against the float activations x:  |y - sum w_c x_c| <= tol + E, with
+ *    E = sum |w_c| |x_c - xq_c| the activation quantization error, itself
+ *    checked against the a priori bound |x - xq| <= (0.5 + 1e-4) d + 127 |d - d16|
+ *    per element (d = amax/127 of the block, d16 its stored half-precision
+ *    copy; Q8_K keeps d in float).  Q8_1's stored s = d*sum(q) is half
+ *    precision too; its rounding, times |m|, is added to E.
+ *  - Exact (bitwise) checks: SIMD activation packing == scalar packing;
+ *    results do not depend on how rows are split into [r0, r1) ranges, nor
+ *    on how many tokens are in the batch; nothing outside the requested
+ *    rows is written. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "formats/dtype.h"
+#include "formats/quant_blocks.h"
+#include "kernels/cpu.h"
+#include "kernels/qgemm.h"
+#include "tk_test.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint64_t rnd(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static float rndf(void) { return (float)(rnd() >> 40) * 0x1p-24f * 2.0f - 1.0f; } /* [-1, 1) */
+static int rndi(int n) { return (int)(rnd() % (uint64_t)n); }
+
+static void put_f16(uint8_t *p, float v) {
+    const uint16_t h = tk_f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
+/* Offsets of the half-precision scale fields in a block: d, and dmin/m
+ * (-1 if none). */
+static void scale_fields(tk_dtype t, int *d_off, int *m_off) {
+    *m_off = -1;
+    switch (t) {
+    case TK_Q4_1: case TK_Q5_1: *d_off = 0; *m_off = 2; break;
+    case TK_Q4_K: case TK_Q5_K: *d_off = 0; *m_off = 2; break;
+    case TK_Q2_K: *d_off = 80; *m_off = 82; break;
+    case TK_Q3_K: *d_off = 108; break;
+    case TK_Q6_K: *d_off = 208; break;
+    default: *d_off = 0; break;
+    }
+}
+
+/* mode 0: random bytes with sane scales; mode 1: every quant byte 0xFF
+ * (extreme values, to catch overflow); mode 2: Q8_0 weights of -128. */
+static void make_weights(tk_dtype t, uint8_t *w, int64_t rows, int64_t n, int mode) {
+    const tk_dtype_info *info = tk_dtype_get(t);
+    const size_t rb = tk_dtype_row_bytes(t, n);
+    if (t == TK_F32 || t == TK_F16 || t == TK_BF16) {
+        for (int64_t i = 0; i < rows * n; i++) {
+            const float v = mode ? 1.0f : rndf() * (rndi(8) ? 1.0f : 8.0f);
+            if (t == TK_F32) memcpy(w + 4 * i, &v, 4);
+            else if (t == TK_F16) put_f16(w + 2 * i, v);
+            else {
+                const uint16_t h = tk_f32_to_bf16(v);
+                memcpy(w + 2 * i, &h, 2);
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = mode == 1 ? 0xFF : mode == 2 ? 0x80 : (uint8_t)rnd();
+    const int64_t nblk = (int64_t)(rb * (size_t)rows) / info->block_bytes;
+    int d_off, m_off;
+    scale_fields(t, &d_off, &m_off);
+    const int kq = info->block_elems == 256;
+    for (int64_t b = 0; b < nblk; b++) {
+        uint8_t *blk = w + b * info->block_bytes;
+        const float mag = kq ? 1e-3f : 1e-2f;
+        put_f16(blk + d_off, mode ? mag : rndf() * mag * (rndi(4) ? 1.0f : 10.0f));
+        if (m_off >= 0) put_f16(blk + m_off, mode ? mag : rndf() * mag);
+    }
+}
+
+/* The min / offset part of each dequantized weight (zero the quants,
+ * dequantize), for types with a separate min term; NULL otherwise. */
+static float *min_parts(tk_dtype t, const uint8_t *w, int64_t rows, int64_t n) {
+    int lo, hi; /* byte range of the quant fields inside a block */
+    switch (t) {
+    case TK_Q4_1: lo = 4; hi = 20; break;
+    case TK_Q5_1: lo = 4; hi = 24; break;
+    case TK_Q4_K: lo = 16; hi = 144; break;
+    case TK_Q5_K: lo = 16; hi = 176; break;
+    case TK_Q2_K: lo = 16; hi = 80; break;
+    default: return NULL;
+    }
+    const tk_dtype_info *info = tk_dtype_get(t);
+    const size_t rb = tk_dtype_row_bytes(t, n);
+    uint8_t *z = malloc(rb * (size_t)rows);
+    memcpy(z, w, rb * (size_t)rows);
+    for (size_t b = 0; b < rb * (size_t)rows / (size_t)info->block_bytes; b++)
+        memset(z + b * (size_t)info->block_bytes + lo, 0, (size_t)(hi - lo));
+    float *mu = malloc(sizeof(float) * (size_t)(rows * n));
+    for (int64_t r = 0; r < rows; r++) tk_dequant_row(t, z + (size_t)r * rb, mu + r * n, n);
+    free(z);
+    return mu;
+}
+
+static void make_acts(float *x, int n_tok, int64_t n, int mode) {
+    for (int t = 0; t < n_tok; t++)
+        for (int64_t c = 0; c < n; c += 32) {
+            const int kind = mode ? 1 : rndi(10);
+            const float scale = kind == 0 ? 0.0f : kind == 1 ? 1.0f : kind == 2 ? 1e-4f : 3.0f;
+            for (int64_t k = c; k < c + 32 && k < n; k++)
+                x[t * n + k] = mode ? 1.0f : rndf() * scale;
+        }
+}
+
+static const char *isa_tag(tk_isa isa) { return tk_isa_name(isa); }
+
+/* Checks the packed activation against the a priori quantization bound and
+ * returns xq (dequantized activations) and, for Q8_1, the per-block error
+ * of the stored sum s (|s - d*sum(q)|, one per block). */
+static void act_dequant(tk_dtype at, const uint8_t *packed, const float *x, int64_t n, float *xq, double *s_err) {
+    if (at == TK_F32) {
+        memcpy(xq, packed, sizeof(float) * (size_t)n);
+        return;
+    }
+    tk_dequant_row(at, packed, xq, n);
+    const int bs = at == TK_Q8_K ? 256 : 32;
+    const size_t bb = at == TK_Q8_K ? sizeof(tk_block_q8_K) : at == TK_Q8_1 ? sizeof(tk_block_q8_1) : sizeof(tk_block_q8_0);
+    for (int64_t b = 0; b < n / bs; b++) {
+        float amax = 0;
+        for (int k = 0; k < bs; k++) amax = fmaxf(amax, fabsf(x[b * bs + k]));
+        const double d = amax / 127.0f;
+        double dstored;
+        if (at == TK_Q8_K) {
+            float f;
+            memcpy(&f, packed + b * bb, 4);
+            dstored = f;
+        } else {
+            uint16_t h;
+            memcpy(&h, packed + b * bb, 2);
+            dstored = tk_f16_to_f32(h);
+        }
+        const double bound = (0.5 + 1e-4) * d + 127.0 * fabs(d - dstored) + 1e-30;
+        double worst = 0;
+        for (int k = 0; k < bs; k++) worst = fmax(worst, fabs((double)x[b * bs + k] - xq[b * bs + k]));
+        CHECK(worst <= bound, "act quant error %g > bound %g", worst, bound);
+        if (at == TK_Q8_1) {
+            tk_block_q8_1 blk;
+            memcpy(&blk, packed + b * bb, sizeof blk);
+            int sum = 0;
+            for (int k = 0; k < 32; k++) sum += blk.qs[k];
+            s_err[b] = fabs((double)tk_f16_to_f32(blk.s) - (double)tk_f16_to_f32(blk.d) * sum);
+        }
+    }
+}
+
+static double max_rel_simd, max_rel_ref;
+
+/* One weight type, one shape, all ISAs. */
+static void run_case(tk_dtype wt, int64_t rows, int64_t n, int n_tok, int mode) {
+    const tk_dtype_info *info = tk_dtype_get(wt);
+    const size_t wrb = tk_dtype_row_bytes(wt, n);
+    uint8_t *w = malloc(wrb * (size_t)rows);
+    make_weights(wt, w, rows, n, mode);
+    float *wd = malloc(sizeof(float) * (size_t)(rows * n));
+    for (int64_t r = 0; r < rows; r++) tk_dequant_row(wt, w + (size_t)r * wrb, wd + r * n, n);
+    float *mu = min_parts(wt, w, rows, n);
+    float *x = malloc(sizeof(float) * (size_t)(n_tok * n));
+    make_acts(x, n_tok, n, mode);
+
+    const tk_qkernel *ref = tk_qkernel_get(wt, TK_ISA_SCALAR);
+    CHECK(ref != NULL, "no scalar kernel for %s", info->name);
+    if (!ref) goto out;
+    const size_t arb = ref->act_row_bytes(n);
+    uint8_t *act_ref = malloc(arb * (size_t)n_tok + 1);
+    for (int t = 0; t < n_tok; t++) ref->quantize_act(x + t * n, act_ref + (size_t)t * arb, n);
+
+    /* dequantized activations, the per-(row, token) exact value y64, the
+     * magnitude S, and the activation-quantization error E */
+    float *xq = malloc(sizeof(float) * (size_t)(n_tok * n));
+    double *s_err = calloc((size_t)(n / 32 + 1), sizeof(double));
+    const int64_t ldy = rows + 3;
+    double *y64 = malloc(sizeof(double) * (size_t)(n_tok * ldy));
+    double *yx = malloc(sizeof(double) * (size_t)(n_tok * ldy));
+    double *S = malloc(sizeof(double) * (size_t)(n_tok * ldy));
+    double *E = malloc(sizeof(double) * (size_t)(n_tok * ldy));
+    const int bs = info->block_elems == 1 ? 8 : info->block_elems;
+    const double tol_rel = 2.0 * ((double)n / bs + 16) * 0x1p-24;
+    for (int t = 0; t < n_tok; t++) {
+        act_dequant(ref->act_type, act_ref + (size_t)t * arb, x + t * n, n, xq + t * n, s_err);
+        for (int64_t r = 0; r < rows; r++) {
+            double a = 0, ax = 0, s = 0, e = 0;
+            for (int64_t c = 0; c < n; c++) {
+                const double wv = wd[r * n + c], m = mu ? mu[r * n + c] : 0.0;
+                a += wv * xq[t * n + c];
+                ax += wv * x[t * n + c];
+                s += (fabs(wv - m) + fabs(m)) * fabs(xq[t * n + c]);
+                e += fabs(wv) * fabs((double)x[t * n + c] - xq[t * n + c]);
+            }
+            if (ref->act_type == TK_Q8_1) {
+                /* the kernel's min term is m * s with the stored s, which
+                 * differs from m * sum(xq) by m * s_err: move it from y64
+                 * (exact for the packed data) into E */
+                const uint8_t *pa = act_ref + (size_t)t * arb;
+                for (int64_t b = 0; b < n / 32; b++) {
+                    const double mb = mu[r * n + b * 32];
+                    double bsum = 0;
+                    for (int k = 0; k < 32; k++) bsum += xq[t * n + b * 32 + k];
+                    uint16_t h;
+                    memcpy(&h, pa + b * sizeof(tk_block_q8_1) + 2, 2);
+                    a += mb * ((double)tk_f16_to_f32(h) - bsum);
+                    e += fabs(mb) * s_err[b];
+                }
+            }
+            y64[t * ldy + r] = a;
+            yx[t * ldy + r] = ax;
+            S[t * ldy + r] = s;
+            E[t * ldy + r] = e;
+        }
+    }
+
+    float *y = malloc(sizeof(float) * (size_t)(n_tok * ldy));
+    float *y2 = malloc(sizeof(float) * (size_t)(n_tok * ldy));
+    float *yref = malloc(sizeof(float) * (size_t)(n_tok * ldy));
+    const float sentinel = 12345.0f;
+    for (int64_t i = 0; i < n_tok * ldy; i++) yref[i] = sentinel;
+    ref->gemm(w, wrb, n, 0, rows, act_ref, arb, n_tok, yref, ldy);
+
+    for (int isa = 0; isa < TK_ISA_COUNT; isa++) {
+        if (!tk_isa_supported((tk_isa)isa)) continue;
+        const tk_qkernel *k = tk_qkernel_get(wt, (tk_isa)isa);
+        CHECK(k != NULL, "no kernel %s/%s", info->name, isa_tag((tk_isa)isa));
+        if (!k) continue;
+        CHECK(k->wtype == wt && k->act_type == ref->act_type && k->act_row_bytes(n) == arb, "%s descriptor", k->name);
+        CHECK(k->isa <= (tk_isa)isa && tk_isa_supported(k->isa), "%s isa", k->name);
+        uint8_t *act = malloc(arb * (size_t)n_tok + 1);
+        for (int t = 0; t < n_tok; t++) k->quantize_act(x + t * n, act + (size_t)t * arb, n);
+        CHECK(memcmp(act, act_ref, arb * (size_t)n_tok) == 0, "%s: packed activations differ from scalar", k->name);
+
+        for (int64_t i = 0; i < n_tok * ldy; i++) y[i] = y2[i] = sentinel;
+        k->gemm(w, wrb, n, 0, rows, act, arb, n_tok, y, ldy);
+        int bad = 0;
+        for (int t = 0; t < n_tok && bad < 3; t++) {
+            for (int64_t r = 0; r < rows && bad < 3; r++) {
+                const int64_t i = t * ldy + r;
+                const double tol = tol_rel * S[i] + 1e-35;
+                const double e64 = fabs(y[i] - y64[i]);
+                const double eref = fabs((double)y[i] - yref[i]);
+                const double ex = fabs(y[i] - yx[i]);
+                if (S[i] > 0) {
+                    if (k->isa != TK_ISA_SCALAR && eref / S[i] > max_rel_simd) max_rel_simd = eref / S[i];
+                    if (e64 / S[i] > max_rel_ref) max_rel_ref = e64 / S[i];
+                }
+                if (!(e64 <= tol) || !(eref <= 2 * tol) || !(ex <= tol + E[i] * (1 + 1e-6))) {
+                    bad++;
+                    CHECK(0, "%s rows=%lld n=%lld ntok=%d mode=%d r=%lld t=%d: y=%.9g y64=%.9g ref=%.9g yx=%.9g "
+                          "tol=%.3g E=%.3g S=%.3g", k->name, (long long)rows, (long long)n, n_tok, mode, (long long)r,
+                          t, y[i], y64[i], yref[i], yx[i], tol, E[i], S[i]);
+                }
+            }
+            for (int64_t r = rows; r < ldy; r++)
+                if (y[t * ldy + r] != sentinel) {
+                    bad++;
+                    CHECK(0, "%s wrote outside rows", k->name);
+                }
+        }
+        if (!bad) tk_test_pass++;
+
+        /* split rows into ragged ranges, tokens one at a time: bitwise equal */
+        int64_t cut1 = rows > 1 ? 1 + rndi((int)rows - 1) : rows, cut2 = cut1 + (rows - cut1) / 2;
+        const int64_t cuts[4] = {0, cut1, cut2, rows};
+        for (int p = 0; p < 3; p++)
+            for (int t = 0; t < n_tok; t++)
+                k->gemm(w, wrb, n, cuts[p], cuts[p + 1], act + (size_t)t * arb, arb, 1, y2 + t * ldy, ldy);
+        CHECK(memcmp(y, y2, sizeof(float) * (size_t)(n_tok * ldy)) == 0,
+              "%s rows=%lld n=%lld ntok=%d: result depends on the row split / batch", k->name, (long long)rows,
+              (long long)n, n_tok);
+        /* a sub-range, all tokens: only those rows written */
+        if (rows >= 3) {
+            for (int64_t i = 0; i < n_tok * ldy; i++) y2[i] = sentinel;
+            k->gemm(w, wrb, n, 1, rows - 1, act, arb, n_tok, y2, ldy);
+            int ok = 1;
+            for (int t = 0; t < n_tok; t++)
+                for (int64_t r = 0; r < ldy; r++) {
+                    const int64_t i = t * ldy + r;
+                    ok &= (r >= 1 && r < rows - 1) ? y2[i] == y[i] : y2[i] == sentinel;
+                }
+            CHECK(ok, "%s: sub-range [1, rows-1) wrong or wrote outside", k->name);
+        }
+        free(act);
+    }
+    free(y);
+    free(y2);
+    free(yref);
+    free(xq);
+    free(s_err);
+    free(y64);
+    free(yx);
+    free(S);
+    free(E);
+    free(act_ref);
+out:
+    free(w);
+    free(wd);
+    free(mu);
+    free(x);
+}
+
+static void test_isa_selection(void) {
+    const tk_isa best = tk_cpu_best_isa();
+    CHECK(tk_isa_supported(best), "best isa %s unsupported", tk_isa_name(best));
+    CHECK(tk_isa_supported(TK_ISA_SCALAR), "scalar always supported");
+#if defined(__x86_64__)
+    const tk_cpu_features f = tk_cpu_features_get();
+    __builtin_cpu_init();
+    CHECK(f.avx2 == !!__builtin_cpu_supports("avx2"), "avx2 flag");
+    CHECK(f.fma == !!__builtin_cpu_supports("fma"), "fma flag");
+    CHECK(f.avx512f == !!__builtin_cpu_supports("avx512f"), "avx512f flag");
+    CHECK(f.avx512bw == !!__builtin_cpu_supports("avx512bw"), "avx512bw flag");
+    CHECK(f.avx512vl == !!__builtin_cpu_supports("avx512vl"), "avx512vl flag");
+    CHECK(f.avx512vnni == !!__builtin_cpu_supports("avx512vnni"), "avx512vnni flag");
+    CHECK(!tk_isa_supported(TK_ISA_NEON), "no neon on x86");
+    if (tk_isa_supported(TK_ISA_AVX512)) CHECK(tk_isa_supported(TK_ISA_AVX2), "levels nest");
+#endif
+    printf("cpu: best isa %s\n", tk_isa_name(best));
+    const char *saved = getenv("TK_ISA");
+    char *saved_copy = saved ? strdup(saved) : NULL;
+    unsetenv("TK_ISA");
+    CHECK(tk_cpu_isa() == best, "no TK_ISA -> best");
+    setenv("TK_ISA", "scalar", 1);
+    CHECK(tk_cpu_isa() == TK_ISA_SCALAR, "TK_ISA=scalar");
+    setenv("TK_ISA", "bogus", 1);
+    CHECK(tk_cpu_isa() == best, "unknown TK_ISA ignored");
+    for (int i = 0; i < TK_ISA_COUNT; i++) {
+        setenv("TK_ISA", tk_isa_name((tk_isa)i), 1);
+        const tk_isa got = tk_cpu_isa();
+        CHECK(tk_isa_supported(got), "TK_ISA=%s gave unsupported %s", tk_isa_name((tk_isa)i), tk_isa_name(got));
+        CHECK(got == (tk_isa_supported((tk_isa)i) ? (tk_isa)i : best), "TK_ISA=%s -> %s", tk_isa_name((tk_isa)i),
+              tk_isa_name(got));
+        for (int t = 0; t < TK_DTYPE_LIMIT; t++) {
+            if (!tk_dtype_get(t)) continue;
+            const tk_qkernel *k = tk_qkernel_get((tk_dtype)t, (tk_isa)i);
+            if (!tk_isa_supported((tk_isa)i)) CHECK(k == NULL, "kernel for unsupported isa %s", tk_isa_name((tk_isa)i));
+            else if (k) CHECK(k->isa <= (tk_isa)i && tk_isa_supported(k->isa), "%s for %s", k->name, tk_isa_name((tk_isa)i));
+        }
+    }
+    if (saved_copy) setenv("TK_ISA", saved_copy, 1);
+    else unsetenv("TK_ISA");
+    free(saved_copy);
+    CHECK(tk_qkernel_get(TK_Q8_K, TK_ISA_SCALAR) == NULL, "Q8_K is not a weight type");
+}
+
+int main(void) {
+    const char *seed = getenv("TK_TEST_SEED");
+    if (seed) rng_state = strtoull(seed, NULL, 0);
+    test_isa_selection();
+
+    const tk_dtype types[] = {TK_F32, TK_F16, TK_BF16, TK_Q4_0, TK_Q4_1, TK_Q5_0, TK_Q5_1, TK_Q8_0,
+                              TK_IQ4_NL, TK_Q2_K, TK_Q3_K, TK_Q4_K, TK_Q5_K, TK_Q6_K, TK_IQ4_XS};
+    const int ntoks[] = {1, 2, 3, 7, 16, 33};
+    const int64_t rows_list[] = {1, 2, 3, 5, 7, 13, 33};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const tk_dtype wt = types[ti];
+        const int be = tk_dtype_get(wt)->block_elems;
+        const int64_t ns_q[] = {32, 64, 96, 256, 544};
+        const int64_t ns_k[] = {256, 512, 1280};
+        const int64_t ns_f[] = {1, 5, 8, 13, 64, 100, 257};
+        const int64_t *ns = be == 256 ? ns_k : be == 32 ? ns_q : ns_f;
+        const int nn = be == 256 ? 3 : be == 32 ? 5 : 7;
+        for (int ni = 0; ni < nn; ni++)
+            for (size_t ri = 0; ri < sizeof rows_list / sizeof rows_list[0]; ri++) {
+                const int nt = ntoks[(ni + ri) % 6];
+                run_case(wt, rows_list[ri], ns[ni], nt, 0);
+            }
+        for (size_t k = 0; k < 6; k++) run_case(wt, 9, be == 256 ? 512 : 64, ntoks[k], 0);
+        run_case(wt, 5, be == 256 ? 512 : 96, 3, 1);
+        if (wt == TK_Q8_0) run_case(wt, 5, 96, 3, 2);
+    }
+    printf("max |simd - scalar| / S = %.3g, max |y - y64| / S = %.3g\n", max_rel_simd, max_rel_ref);
+    TK_TEST_END();
+}
