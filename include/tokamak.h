@@ -96,6 +96,9 @@ typedef struct tk_model_summary {
     const char *rope_style;
     const char *rope_scaling;
     bool tied_output;
+    int swa_window;          /* sliding-window layers see this many positions; 0: none */
+    int n_swa_layers;        /* how many layers slide (the others attend globally) */
+    float rope_theta_swa;    /* RoPE base of the sliding layers */
     int64_t n_params;
     size_t weight_bytes;
     size_t embedding_bytes; /* token_embd */

@@ -219,6 +219,9 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     static const char *scalings[] = {"none", "linear", "llama3"};
     o->rope_scaling = scalings[hp->rope_scaling];
     o->tied_output = hp->tied_output;
+    o->swa_window = m->swa_window;
+    o->n_swa_layers = m->n_swa_layers;
+    o->rope_theta_swa = m->rope_theta_swa;
     for (int i = 0; i < m->src.n_tensors; i++) {
         const tk_tensor *t = &m->src.tensors[i];
         o->n_params += tk_tensor_nelems(t);
