@@ -58,7 +58,9 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
         goto fail;
     }
     const tk_hparams *hp = &e->model.hp;
-    e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? hp->ctx_len : 2048;
+    /* Default: the trained context, capped at 4096 like llama.cpp, so a
+     * 128K-context model does not reserve gigabytes of KV by default. */
+    e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? (hp->ctx_len < 4096 ? hp->ctx_len : 4096) : 2048;
     e->max_seqs = cfg->max_seqs > 0 ? cfg->max_seqs : 1;
     int block = cfg->kv_block_size > 0 ? cfg->kv_block_size : 16;
     if (block > 1024) {
