@@ -1,11 +1,12 @@
 /* Micro-benchmark of the qgemm kernels on TinyLlama-like shapes, 1 thread.
  *
  *   bench_qgemm                 all types, all shapes, scalar vs best ISA
- *   TK_BENCH_TYPES=Q4_0,F16     only these types
+ *   TK_BENCH_TYPES=Q4_0,Q3_K    these types (default Q4_0 Q8_0 Q4_K Q6_K F16)
  *   TK_BENCH_ISAS=avx2,avx512   only these ISAs (default: scalar + every
  *                               supported SIMD level)
  *   TK_BENCH_SHAPES=0,3         only these shapes (indices into the list)
  *   TK_BENCH_MODE=decode        only decode (or prefill)
+ *   TK_BENCH_NTOK=16            tokens of the "prefill" column (default 128)
  *   TK_BENCH_HOT=1              decode re-reads one copy (cache-resident
  *                               when small: compute speed, not DRAM)
  *   TK_BENCH_CPUTIME=1          time with this thread's CPU time instead of
@@ -15,8 +16,8 @@
  *                               rather than cache (as in a real model)
  *
  * Decode (n_tok = 1) reports GB/s of weight bytes read; prefill (n_tok =
- * 128) reports GFLOP/s (2 * out * in * n_tok).  Times are the best of a few
- * runs and exclude activation packing.  Slow scalar prefill runs are timed
+ * 128) reports GFLOP/s (2 * out * in * n_tok).  Decode times are medians,
+ * prefill times the best of three; both exclude activation packing.  Slow scalar prefill runs are timed
  * on a subset of rows (the rate does not depend on the row count). */
 #include <stdint.h>
 #include <stdio.h>
@@ -52,8 +53,10 @@ static void fill(tk_dtype t, uint8_t *p, size_t bytes) {
         for (size_t i = 0; i < bytes / 8; i++) q[i] &= 0xBFFFBFFFBFFFBFFFull;
         return;
     }
-    if (t == TK_BF16 || t == TK_F32) {
-        for (size_t i = 0; i < bytes / 8; i++) q[i] &= t == TK_BF16 ? 0xBF7FBF7FBF7FBF7Full : 0xBF7FFFFFBF7FFFFFull;
+    if (t == TK_BF16 || t == TK_F32) { /* sign, mantissa random; exponent of [0.5, 1) */
+        const uint64_t keep = t == TK_BF16 ? 0x807F807F807F807Full : 0x807FFFFF807FFFFFull;
+        const uint64_t expo = t == TK_BF16 ? 0x3F003F003F003F00ull : 0x3F0000003F000000ull;
+        for (size_t i = 0; i < bytes / 8; i++) q[i] = (q[i] & keep) | expo;
         return;
     }
     const tk_dtype_info *info = tk_dtype_get(t);
@@ -67,6 +70,11 @@ static void fill(tk_dtype t, uint8_t *p, size_t bytes) {
         memcpy(p + b + d_off, &h, 2);
         if (m_off >= 0) memcpy(p + b + m_off, &h, 2);
     }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 static int listed(const char *list, const char *name) {
@@ -86,7 +94,7 @@ int main(void) {
     size_t pool_bytes = (size_t)(getenv("TK_BENCH_POOL_MB") ? atol(getenv("TK_BENCH_POOL_MB")) : 1024) << 20;
     if (pool_bytes < ((size_t)140 << 20)) pool_bytes = (size_t)140 << 20; /* the largest matrix */
     const int hot = getenv("TK_BENCH_HOT") && atoi(getenv("TK_BENCH_HOT"));
-    const int prefill_tok = 128;
+    const int prefill_tok = getenv("TK_BENCH_NTOK") && atoi(getenv("TK_BENCH_NTOK")) > 0 ? atoi(getenv("TK_BENCH_NTOK")) : 128;
     use_cputime = getenv("TK_BENCH_CPUTIME") && atoi(getenv("TK_BENCH_CPUTIME"));
 
     tk_isa isas[TK_ISA_COUNT];
@@ -104,9 +112,17 @@ int main(void) {
     if (!pool || !x || !y || !act) return 1;
 
     printf("%-6s %-11s %-7s %12s %14s\n", "type", "shape", "isa", "decode GB/s", "prefill GF/s");
-    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
-        const tk_dtype t = types[ti];
-        if (!listed(tlist, tk_dtype_get(t)->name)) continue;
+    /* default: the five types above; TK_BENCH_TYPES may name any type */
+    tk_dtype order[TK_DTYPE_LIMIT];
+    size_t n_types = 0;
+    if (!tlist)
+        for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) order[n_types++] = types[ti];
+    else
+        for (int t = 0; t < TK_DTYPE_LIMIT; t++)
+            if (tk_dtype_get(t) && tk_qkernel_get((tk_dtype)t, TK_ISA_SCALAR) && listed(tlist, tk_dtype_get(t)->name))
+                order[n_types++] = (tk_dtype)t;
+    for (size_t ti = 0; ti < n_types; ti++) {
+        const tk_dtype t = order[ti];
         fill(t, pool, pool_bytes);
         for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
             char sidx[8];
@@ -120,20 +136,21 @@ int main(void) {
                 if (!k || (ii > 0 && k->isa != isas[ii])) continue; /* no kernel of its own */
                 const size_t arb = k->act_row_bytes(in);
                 for (int tok = 0; tok < prefill_tok; tok++) k->quantize_act(x + tok * in, (uint8_t *)act + tok * arb, in);
-                /* decode: stream through the pool copies */
-                double best = 1e30;
+                /* decode: stream through the pool copies; median time */
+                enum { MAXR = 4096 };
+                static double times[MAXR];
+                int reps = 0;
                 size_t c = 0;
                 const double tend = now() + (k->isa == TK_ISA_SCALAR ? 0.6 : 0.4);
-                int reps = do_dec ? 0 : 1 << 30;
-                while (reps < 3 || (do_dec && now() < tend)) {
+                while (do_dec && reps < MAXR && (reps < 3 || now() < tend)) {
                     const double t0 = now();
                     k->gemm(pool + c * mbytes, wrb, in, 0, out, act, arb, 1, y, out);
-                    const double dt = now() - t0;
-                    if (dt < best) best = dt;
+                    times[reps++] = now() - t0;
                     c = (c + 1) % copies;
-                    reps++;
                 }
-                const double gbs = (double)mbytes / best * 1e-9;
+                qsort(times, (size_t)reps, sizeof times[0], cmp_double);
+                const double gbs = reps ? (double)mbytes / times[reps / 2] * 1e-9 : 0.0;
+                double best;
                 /* prefill: hot weights (one copy), maybe fewer rows */
                 int64_t rows = out;
                 if (k->isa == TK_ISA_SCALAR && rows > 256) rows = 256;

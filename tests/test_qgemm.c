@@ -292,6 +292,18 @@ static void run_case(tk_dtype wt, int64_t rows, int64_t n, int n_tok, int mode) 
         CHECK(memcmp(y, y2, sizeof(float) * (size_t)(n_tok * ldy)) == 0,
               "%s rows=%lld n=%lld ntok=%d: result depends on the row split / batch", k->name, (long long)rows,
               (long long)n, n_tok);
+        /* misaligned weights and activations: same bits */
+        {
+            uint8_t *wm = malloc(wrb * (size_t)rows + 1), *am = malloc(arb * (size_t)n_tok + 3);
+            memcpy(wm + 1, w, wrb * (size_t)rows);
+            memcpy(am + 3, act, arb * (size_t)n_tok);
+            for (int64_t i = 0; i < n_tok * ldy; i++) y2[i] = sentinel;
+            k->gemm(wm + 1, wrb, n, 0, rows, am + 3, arb, n_tok, y2, ldy);
+            CHECK(memcmp(y, y2, sizeof(float) * (size_t)(n_tok * ldy)) == 0, "%s: misaligned inputs change the result",
+                  k->name);
+            free(wm);
+            free(am);
+        }
         /* a sub-range, all tokens: only those rows written */
         if (rows >= 3) {
             for (int64_t i = 0; i < n_tok * ldy; i++) y2[i] = sentinel;
@@ -365,6 +377,14 @@ static void test_isa_selection(void) {
     else unsetenv("TK_ISA");
     free(saved_copy);
     CHECK(tk_qkernel_get(TK_Q8_K, TK_ISA_SCALAR) == NULL, "Q8_K is not a weight type");
+    /* which kernel each (type, supported ISA) gets */
+    for (int t = 0; t < TK_DTYPE_LIMIT; t++) {
+        if (!tk_qkernel_get((tk_dtype)t, TK_ISA_SCALAR)) continue;
+        printf("%-7s", tk_dtype_get(t)->name);
+        for (int i = 0; i < TK_ISA_COUNT; i++)
+            if (tk_isa_supported((tk_isa)i)) printf(" %s->%s", tk_isa_name((tk_isa)i), tk_isa_name(tk_qkernel_get((tk_dtype)t, (tk_isa)i)->isa));
+        printf("\n");
+    }
 }
 
 int main(void) {

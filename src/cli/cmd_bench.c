@@ -11,6 +11,7 @@
 #include <tokamak.h>
 
 #include "args.h"
+#include "bench_spec.h"
 #include "commands.h"
 
 static double now_seconds(void) {
@@ -96,24 +97,26 @@ static double measure_bandwidth(int threads) {
     return best;
 }
 
-/* Feeds n tokens of one sequence starting at pos, in chunks; only the last
- * token asks for logits. */
-static int feed(tk_engine *e, int seq, const int32_t *tok, int n, int pos, int chunk, float *logits, tk_err *err) {
-    int32_t *p = malloc(sizeof(int32_t) * (size_t)chunk), *s = malloc(sizeof(int32_t) * (size_t)chunk);
-    uint8_t *f = malloc((size_t)chunk);
+/* Batch arrays allocated once, so the timed loops do not allocate. */
+typedef struct feeder {
+    int32_t *pos, *seq;
+    uint8_t *flag;
+    int cap;
+} feeder;
+
+/* Feeds n tokens of one sequence starting at pos, in chunks of at most
+ * f->cap; only the last token asks for logits. */
+static int feed(tk_engine *e, feeder *f, int seq, const int32_t *tok, int n, int pos, float *logits, tk_err *err) {
     int rc = 0;
-    for (int done = 0; done < n && rc == 0; done += chunk) {
-        int m = n - done < chunk ? n - done : chunk;
+    for (int done = 0; done < n && rc == 0; done += f->cap) {
+        int m = n - done < f->cap ? n - done : f->cap;
         for (int i = 0; i < m; i++) {
-            p[i] = pos + done + i;
-            s[i] = seq;
-            f[i] = done + i == n - 1;
+            f->pos[i] = pos + done + i;
+            f->seq[i] = seq;
+            f->flag[i] = done + i == n - 1;
         }
-        rc = tk_engine_decode(e, &(tk_batch){m, (int32_t *)tok + done, p, s, f}, logits, err);
+        rc = tk_engine_decode(e, &(tk_batch){m, (int32_t *)tok + done, f->pos, f->seq, f->flag}, logits, err);
     }
-    free(p);
-    free(s);
-    free(f);
     return rc;
 }
 
@@ -126,13 +129,25 @@ static void usage(FILE *f) {
                "  --no-bandwidth   skip the memory bandwidth measurement\n"
                "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
                "                   context (prefill t/s, decode ms/token), with the peak RSS\n"
-               "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n");
+               "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n"
+               "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,residual\n"
+               "  --verify-cost    time a pass over k + 1 tokens relative to one token, k = 1..8 (at\n"
+               "                   context -p), and nothing else\n"
+               "speculative decoding (decodes real prompts plainly and speculatively, alternating):\n"
+               "  --draft-model PATH   draft model (same vocabulary)   --spec ngram|draft\n"
+               "  --draft-max N  --draft-min N   bounds of the adaptive draft length (8, 0)\n"
+               "  -f FILE        text to cut prompts from (required)\n"
+               "  --prompt-chars N   characters per prompt (default 600; 0: the whole file, one prompt)\n"
+               "  --n-prompts N  prompts (default 4)   -n N tokens each   -r N repetitions\n"
+               "  --temp T       temperature (default 0)   --seed S\n");
 }
 
 int tk_cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *cmd = "bench";
-    int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1;
-    const char *contexts = NULL, *kv_type = NULL;
+    const char *model = NULL, *cmd = "bench", *draft = NULL;
+    int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1, verify_cost = 0;
+    tk_bench_spec_opts so = {.prompt_chars = 600, .n_prompts = 4, .seed = 1};
+    bool tg_given = false, reps_given = false;
+    const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int rc = 0;
@@ -141,14 +156,25 @@ int tk_cmd_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &model);
         else if (!strcmp(a, "-p")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &pp);
-        else if (!strcmp(a, "-n")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &tg);
-        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 64, &reps);
+        else if (!strcmp(a, "-n")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &tg), tg_given = true;
+        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 64, &reps), reps_given = true;
+        else if (!strcmp(a, "--verify-cost")) verify_cost = 1;
+        else if (!strcmp(a, "--draft-model")) rc = tk_arg_str(cmd, argc, argv, &i, &draft);
+        else if (!strcmp(a, "--spec")) rc = tk_arg_spec_mode(cmd, argc, argv, &i, &so.spec_mode);
+        else if (!strcmp(a, "--draft-max")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 32, &so.draft_max);
+        else if (!strcmp(a, "--draft-min")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 32, &so.draft_min);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) rc = tk_arg_str(cmd, argc, argv, &i, &so.prompt_file);
+        else if (!strcmp(a, "--prompt-chars")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 24, &so.prompt_chars);
+        else if (!strcmp(a, "--n-prompts")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &so.n_prompts);
+        else if (!strcmp(a, "--temp")) rc = tk_arg_float(cmd, argc, argv, &i, 0, 100, &so.temperature);
+        else if (!strcmp(a, "--seed")) rc = tk_arg_u64(cmd, argc, argv, &i, &so.seed);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &threads);
         else if (!strcmp(a, "-b")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1024, &batch);
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--no-bandwidth")) bandwidth = 0;
         else if (!strcmp(a, "--context")) rc = tk_arg_str(cmd, argc, argv, &i, &contexts);
         else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_type);
+        else if (!strcmp(a, "--fuse")) rc = tk_arg_str(cmd, argc, argv, &i, &fusions);
         else {
             fprintf(stderr, "tokamak bench: unknown option '%s'\n", a);
             usage(stderr);
@@ -159,6 +185,31 @@ int tk_cmd_bench(int argc, char **argv) {
     if (!model) {
         usage(stderr);
         return 2;
+    }
+    if (draft || (so.spec_mode && so.spec_mode != TK_SPEC_OFF)) {
+        if (!so.prompt_file) {
+            fprintf(stderr, "tokamak bench: speculative decoding is measured on real text: give -f FILE\n");
+            return 2;
+        }
+        so.n_gen = tg_given ? tg : 128;
+        so.reps = reps_given ? reps : 1;
+        if (so.n_gen < 2) {
+            fprintf(stderr, "tokamak bench: -n must be at least 2 for speculative decoding\n");
+            return 2;
+        }
+        tk_engine_config sc = {.model_path = model, .n_threads = threads, .draft_model_path = draft,
+                               .spec_mode = so.spec_mode, .no_prefix_cache = true, .require_tokenizer = true,
+                               .draft_max = so.draft_max, .draft_min = so.draft_min, .kv_type = kv_type,
+                               .fusions = fusions};
+        tk_engine *se;
+        tk_err serr;
+        if (tk_engine_open(&sc, &se, &serr)) {
+            fprintf(stderr, "tokamak bench: %s\n", serr.msg);
+            return 1;
+        }
+        int rc = tk_bench_spec(se, &so);
+        tk_engine_close(se);
+        return rc;
     }
     int ctx_list[8], n_ctx_list = 0;
     for (const char *c = contexts; c && *c && n_ctx_list < 8;) {
@@ -178,7 +229,7 @@ int tk_cmd_bench(int argc, char **argv) {
     int max_seqs = batch > 1 ? batch : 1;
     tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
                             .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
-                            .no_prefix_cache = true, .kv_type = kv_type};
+                            .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions};
     if (cfg.max_batch_tokens < 1) cfg.max_batch_tokens = 1;
     tk_engine *e;
     tk_err err;
@@ -188,6 +239,11 @@ int tk_cmd_bench(int argc, char **argv) {
     }
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
+    if (verify_cost) {
+        int rc = tk_bench_verify_cost(e, pp > 0 ? pp : 1, 15);
+        tk_engine_close(e);
+        return rc;
+    }
     int nv = tk_engine_n_vocab(e);
     int n_tok = ctx;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_tok);
@@ -198,16 +254,18 @@ int tk_cmd_bench(int argc, char **argv) {
         tokens[i] = (int32_t)((x >> 33) % (uint64_t)nv);
     }
     stat_acc pp_acc = {0}, tg_acc = {0}, b_acc = {0};
+    feeder fd = {malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens), malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens),
+                 malloc((size_t)cfg.max_batch_tokens), cfg.max_batch_tokens};
     int rc = 0;
     /* warm-up: touch the weights once */
     int seq = tk_engine_seq_new(e, &err);
-    rc |= feed(e, seq, tokens, 4, 0, cfg.max_batch_tokens, logits, &err);
+    rc |= feed(e, &fd, seq, tokens, 4, 0, logits, &err);
     tk_engine_seq_free(e, seq);
     for (int r = 0; r < reps && rc == 0; r++) {
         if (pp > 0) {
             seq = tk_engine_seq_new(e, &err);
             double t0 = now_seconds();
-            rc |= feed(e, seq, tokens, pp, 0, cfg.max_batch_tokens, logits, &err);
+            rc |= feed(e, &fd, seq, tokens, pp, 0, logits, &err);
             acc_add(&pp_acc, pp / (now_seconds() - t0));
             tk_engine_seq_free(e, seq);
         }
@@ -215,7 +273,7 @@ int tk_cmd_bench(int argc, char **argv) {
             /* decode from an empty context, one token per pass, as llama-bench's tgN */
             seq = tk_engine_seq_new(e, &err);
             double t0 = now_seconds();
-            for (int i = 0; i < tg && rc == 0; i++) rc |= feed(e, seq, tokens + i, 1, i, 1, logits, &err);
+            for (int i = 0; i < tg && rc == 0; i++) rc |= feed(e, &fd, seq, tokens + i, 1, i, logits, &err);
             acc_add(&tg_acc, tg / (now_seconds() - t0));
             tk_engine_seq_free(e, seq);
         }
@@ -225,7 +283,7 @@ int tk_cmd_bench(int argc, char **argv) {
             uint8_t bf[1024];
             for (int s = 0; s < batch; s++) {
                 seqs[s] = tk_engine_seq_new(e, &err);
-                rc |= feed(e, seqs[s], tokens + s, 8, 0, cfg.max_batch_tokens, logits, &err);
+                rc |= feed(e, &fd, seqs[s], tokens + s, 8, 0, logits, &err);
             }
             double t0 = now_seconds();
             for (int i = 0; i < tg && rc == 0; i++) {
@@ -247,12 +305,12 @@ int tk_cmd_bench(int argc, char **argv) {
     for (int c = 0; c < n_ctx_list && rc == 0; c++) {
         seq = tk_engine_seq_new(e, &err);
         double t0 = now_seconds();
-        rc |= feed(e, seq, tokens, ctx_list[c], 0, cfg.max_batch_tokens, logits, &err);
+        rc |= feed(e, &fd, seq, tokens, ctx_list[c], 0, logits, &err);
         ctx_pp[c] = ctx_list[c] / (now_seconds() - t0);
         int n_dec = tg > 0 ? tg : 16;
         t0 = now_seconds();
         for (int i = 0; i < n_dec && rc == 0; i++)
-            rc |= feed(e, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, 1, logits, &err);
+            rc |= feed(e, &fd, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
         ctx_tg_ms[c] = 1e3 * (now_seconds() - t0) / n_dec;
         ctx_rss[c] = tk_peak_rss();
         tk_engine_seq_free(e, seq);
@@ -261,6 +319,9 @@ int tk_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "tokamak bench: %s\n", err.msg);
         free(tokens);
         free(logits);
+        free(fd.pos);
+        free(fd.seq);
+        free(fd.flag);
         tk_engine_close(e);
         return 1;
     }
@@ -313,6 +374,9 @@ int tk_cmd_bench(int argc, char **argv) {
     }
     free(tokens);
     free(logits);
+    free(fd.pos);
+    free(fd.seq);
+    free(fd.flag);
     tk_engine_close(e);
     return 0;
 }

@@ -15,7 +15,28 @@
 #include "engine_internal.h"
 
 
-int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
+/* "all", "none" or a comma-separated list of fusion names. */
+static int parse_fusions(const char *spec, unsigned *out, tk_err *err) {
+    static const struct { const char *name; unsigned bit; } names[] = {
+        {"norm-quant", TK_FUSE_NORM_QUANT}, {"glu", TK_FUSE_GLU}, {"rope-kv", TK_FUSE_ROPE_KV},
+        {"residual", TK_FUSE_RESIDUAL}, {"all", TK_FUSE_ALL}, {"none", 0}};
+    unsigned bits = 0;
+    for (const char *p = spec; *p;) {
+        size_t n = strcspn(p, ",");
+        size_t k = 0, count = sizeof names / sizeof names[0];
+        while (k < count && !(strlen(names[k].name) == n && !strncmp(names[k].name, p, n))) k++;
+        if (k == count) return tk_err_set(err, "unknown fusion '%.*s' (norm-quant, glu, rope-kv, residual, all, none)",
+                                          (int)n, p);
+        bits |= names[k].bit;
+        p += n;
+        if (*p == ',') p++;
+    }
+    *out = bits;
+    return 0;
+}
+
+/* Opens an engine; a draft engine passes its target's thread pool. */
+static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_engine **out, tk_err *err) {
     *out = NULL;
     tk_engine *e = calloc(1, sizeof *e);
     if (!e) return tk_err_set(err, "out of memory");
@@ -37,7 +58,9 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         goto fail;
     }
     const tk_hparams *hp = &e->model.hp;
-    e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? hp->ctx_len : 2048;
+    /* Default: the trained context, capped at 4096 like llama.cpp, so a
+     * 128K-context model does not reserve gigabytes of KV by default. */
+    e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? (hp->ctx_len < 4096 ? hp->ctx_len : 4096) : 2048;
     e->max_seqs = cfg->max_seqs > 0 ? cfg->max_seqs : 1;
     int block = cfg->kv_block_size > 0 ? cfg->kv_block_size : 16;
     if (block > 1024) {
@@ -68,7 +91,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     if (tk_kv_pool_init(&e->kv, hp->n_layers, hp->n_kv_heads, hp->head_dim, block, (int)n_blocks,
                         (tk_kv_type)kv_type, !cfg->no_prefix_cache, err))
         goto fail;
-    e->pool = tk_pool_new(n_threads);
+    e->owns_pool = !shared_pool;
+    e->pool = shared_pool ? shared_pool : tk_pool_new(n_threads);
     e->seqs = calloc((size_t)e->max_seqs, sizeof *e->seqs);
     e->seq_ptrs = calloc((size_t)e->max_seqs, sizeof *e->seq_ptrs);
     e->saved_blocks = calloc((size_t)e->max_seqs, sizeof *e->saved_blocks);
@@ -80,6 +104,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
     if (tk_forward_ws_init(&e->ws, &e->model, max_batch, e->ctx_len, block, tk_pool_size(e->pool), reference, err))
         goto fail;
+    const char *fuse = cfg->fusions ? cfg->fusions : getenv("TK_FUSE");
+    if (fuse && parse_fusions(fuse, &e->ws.fuse, err)) goto fail;
     if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, err)) goto fail;
     *out = e;
     return 0;
@@ -88,8 +114,73 @@ fail:
     return -1;
 }
 
+int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
+    if (cfg->spec_mode < TK_SPEC_DEFAULT || cfg->spec_mode > TK_SPEC_DRAFT)
+        return tk_err_set(err, "unknown speculative mode %d", cfg->spec_mode);
+    if (cfg->spec_mode == TK_SPEC_DRAFT && !cfg->draft_model_path)
+        return tk_err_set(err, "speculative decoding with a draft model needs a draft model path");
+    if (!(cfg->draft_cost >= 0 && cfg->draft_cost <= 100) || !(cfg->verify_slope >= 0 && cfg->verify_slope <= 100))
+        return tk_err_set(err, "invalid speculative cost priors");
+    if (cfg->draft_max < 0 || cfg->draft_max > TK_SPEC_MAX_DRAFT || cfg->draft_min < 0 ||
+        (cfg->draft_max > 0 && cfg->draft_min > cfg->draft_max))
+        return tk_err_set(err, "draft lengths: need 0 <= draft_min <= draft_max <= %d (got %d, %d)",
+                          TK_SPEC_MAX_DRAFT, cfg->draft_min, cfg->draft_max);
+    tk_engine *e;
+    if (engine_open(cfg, NULL, &e, err)) return -1;
+    e->draft_max = cfg->draft_max > 0 ? cfg->draft_max : 8;
+    e->draft_min = cfg->draft_min;
+    if (e->draft_min > e->draft_max) e->draft_min = e->draft_max;
+    e->spec_mode = cfg->spec_mode != TK_SPEC_DEFAULT ? cfg->spec_mode
+                   : cfg->draft_model_path       ? TK_SPEC_DRAFT
+                                                 : TK_SPEC_OFF;
+    /* Priors until passes are timed: a draft pass costs what its weights
+     * weigh relative to the target's; each extra verified token 10 %. */
+    double c_prior = 0;
+    if (cfg->draft_model_path) {
+        tk_engine_config dc = {
+            .model_path = cfg->draft_model_path, .tokenizer_path = cfg->draft_tokenizer_path,
+            .ctx_len = e->ctx_len, .max_seqs = e->max_seqs, .max_batch_tokens = e->ws.max_tokens,
+            .kv_block_size = e->kv.block_size, .no_prefix_cache = true, .max_waiting = 1,
+            .fusions = cfg->fusions, .reference_kernels = cfg->reference_kernels,
+        };
+        if (engine_open(&dc, e->pool, &e->draft, err)) {
+            tk_err_wrap(err, "draft model %s", cfg->draft_model_path);
+            tk_engine_close(e);
+            return -1;
+        }
+        if (tk_spec_check_vocab(e, e->draft, err)) {
+            tk_engine_close(e);
+            return -1;
+        }
+        c_prior = (double)e->draft->model.weight_bytes / (double)e->model.weight_bytes;
+    }
+    if (cfg->draft_cost > 0) c_prior = cfg->draft_cost;
+    tk_spec_cost_init(&e->cost, c_prior, cfg->verify_slope > 0 ? cfg->verify_slope : 0.1);
+    e->cost_pub = e->cost;
+    *out = e;
+    return 0;
+}
+
+tk_engine *tk_engine_draft(tk_engine *e) { return e->draft; }
+
+void tk_engine_spec_info(tk_engine *e, tk_spec_info *o) {
+    memset(o, 0, sizeof *o);
+    o->has_draft_model = e->draft != NULL;
+    o->spec_mode = e->spec_mode;
+    o->draft_max = e->draft_max;
+    o->draft_min = e->draft_min;
+    pthread_mutex_lock(&e->sched.mu);
+    int measured = tk_spec_cost_estimate(&e->cost_pub, &o->draft_cost, &o->verify_slope);
+    o->draft_cost_measured = measured & 1;
+    o->draft_cost_prior = e->cost_pub.c_prior;
+    o->verify_slope_prior = e->cost_pub.v_prior;
+    o->verify_measured = measured & 2;
+    pthread_mutex_unlock(&e->sched.mu);
+}
+
 void tk_engine_close(tk_engine *e) {
     if (!e) return;
+    tk_engine_close(e->draft);
     tk_sched_free(e);
     if (e->seqs)
         for (int i = 0; i < e->max_seqs; i++) tk_kv_seq_release(&e->kv, &e->seqs[i]);
@@ -97,7 +188,7 @@ void tk_engine_close(tk_engine *e) {
     free(e->seq_ptrs);
     free(e->saved_blocks);
     tk_forward_ws_free(&e->ws);
-    tk_pool_free(e->pool);
+    if (e->owns_pool) tk_pool_free(e->pool);
     tk_kv_pool_free(&e->kv);
     tk_tokenizer_free(e->tok);
     tk_model_free(&e->model);

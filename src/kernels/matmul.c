@@ -1,5 +1,6 @@
 #include "matmul.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +51,8 @@ typedef struct mm_job {
     int n_tok;
     int64_t rows_per_task[TK_MATMUL_MAX_W];
     int first_task[TK_MATMUL_MAX_W + 1];
+    tk_mm_epilogue epi;
+    float *residual;
     /* packing */
     const tk_qkernel *pack_k;
     unsigned char *pack_out;
@@ -63,14 +66,10 @@ static void pack_task(void *ctx, int task, int thread) {
                             j->W[0]->ne[0]);
 }
 
-static void gemm_task(void *ctx, int task, int thread) {
-    mm_job *j = ctx;
-    int i = 0;
-    while (task >= j->first_task[i + 1]) i++;
+/* Rows [r0, r1) of matrix i for every token. */
+static void gemm_rows(mm_job *j, int i, int64_t r0, int64_t r1, int thread) {
     const tk_tensor *W = j->W[i];
-    int64_t in = W->ne[0], out = W->ne[1];
-    int64_t r0 = (int64_t)(task - j->first_task[i]) * j->rows_per_task[i], r1 = r0 + j->rows_per_task[i];
-    if (r1 > out) r1 = out;
+    int64_t in = W->ne[0];
     size_t row_bytes = tk_dtype_row_bytes(W->type, in);
     if (j->k[i]) {
         j->k[i]->gemm(W->data, row_bytes, in, r0, r1, j->act[i], j->act_row[i], j->n_tok, j->Y[i], j->ldy[i]);
@@ -90,9 +89,43 @@ static void gemm_task(void *ctx, int task, int thread) {
     }
 }
 
+static void gemm_task(void *ctx, int task, int thread) {
+    mm_job *j = ctx;
+    bool glu = j->epi == TK_MM_GLU_SILU || j->epi == TK_MM_GLU_GELU;
+    int i = 0;
+    while (!glu && task >= j->first_task[i + 1]) i++;
+    int64_t out = j->W[i]->ne[1];
+    int64_t r0 = (int64_t)(task - j->first_task[i]) * j->rows_per_task[i], r1 = r0 + j->rows_per_task[i];
+    if (r1 > out) r1 = out;
+    gemm_rows(j, i, r0, r1, thread);
+    if (glu) {
+        gemm_rows(j, 1, r0, r1, thread);
+        for (int t = 0; t < j->n_tok; t++) {
+            float *g = j->Y[0] + t * j->ldy[0], *u = j->Y[1] + t * j->ldy[1];
+            if (j->epi == TK_MM_GLU_SILU)
+                for (int64_t r = r0; r < r1; r++) g[r] = tk_silu(g[r]) * u[r];
+            else
+                for (int64_t r = r0; r < r1; r++) g[r] = tk_gelu_tanh(g[r]) * u[r];
+        }
+    } else if (j->epi == TK_MM_RESIDUAL) {
+        for (int t = 0; t < j->n_tok; t++) {
+            const float *y = j->Y[0] + t * j->ldy[0];
+            float *x = j->residual + t * j->ldy[0];
+            for (int64_t r = r0; r < r1; r++) x[r] += y[r];
+        }
+    }
+}
+
 void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X, int64_t ldx,
                  int n_tok, float *const *Y, const int64_t *ldy) {
-    mm_job j = {.mw = mw, .n_w = n_w, .W = W, .Y = Y, .ldy = ldy, .X = X, .ldx = ldx, .n_tok = n_tok};
+    tk_matmul_fused(pool, mw, n_w, W, X, ldx, n_tok, Y, ldy, TK_MM_STORE, NULL);
+}
+
+void tk_matmul_fused(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+                     int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
+                     float *residual) {
+    mm_job j = {.mw = mw, .n_w = n_w, .W = W, .Y = Y, .ldy = ldy, .X = X, .ldx = ldx, .n_tok = n_tok, .epi = epi,
+                .residual = residual};
     int64_t in = W[0]->ne[0];
     /* Pack the input once per distinct activation format. */
     tk_dtype packed_as[2];
@@ -106,20 +139,31 @@ void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *cons
             j.act_row[i] = (size_t)in * sizeof(float);
             continue;
         }
+        if (mw->prepacked_x == X && mw->prepacked_n_tok == n_tok) {
+            int p = 0;
+            while (p < mw->n_prepacked && mw->prepacked_as[p] != k->act_type) p++;
+            if (p < mw->n_prepacked) {
+                j.act[i] = mw->act[p];
+                j.act_row[i] = k->act_row_bytes(in);
+                continue;
+            }
+        }
+        /* buffers holding prepacked rows of this input are not reused */
+        int base = mw->prepacked_x == X ? mw->n_prepacked : 0;
         int slot = 0;
         while (slot < n_packed && packed_as[slot] != k->act_type) slot++;
         if (slot == n_packed) {
-            if (n_packed == 2 || k->act_row_bytes(in) > mw->act_cap / (size_t)n_tok) {
+            if (base + n_packed == 2 || k->act_row_bytes(in) > mw->act_cap / (size_t)n_tok) {
                 j.k[i] = NULL; /* no room: portable path */
                 continue;
             }
             packed_as[n_packed++] = k->act_type;
             j.pack_k = k;
-            j.pack_out = mw->act[slot];
+            j.pack_out = mw->act[base + slot];
             j.pack_row = k->act_row_bytes(in);
             tk_pool_run(pool, n_tok, pack_task, &j);
         }
-        j.act[i] = mw->act[slot];
+        j.act[i] = mw->act[base + slot];
         j.act_row[i] = k->act_row_bytes(in);
     }
     /* Deal out rows: enough tasks for balance, in multiples of 16 rows so
@@ -135,5 +179,62 @@ void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *cons
         j.rows_per_task[i] = target;
         j.first_task[i + 1] = j.first_task[i] + (int)((W[i]->ne[1] + target - 1) / target);
     }
-    tk_pool_run(pool, j.first_task[n_w], gemm_task, &j);
+    /* GLU: tasks cover the gate's rows; each also computes the same up rows */
+    int n_tasks = epi == TK_MM_GLU_SILU || epi == TK_MM_GLU_GELU ? j.first_task[1] : j.first_task[n_w];
+    tk_pool_run(pool, n_tasks, gemm_task, &j);
+}
+
+typedef struct norm_pack_job {
+    tk_matmul_ws *mw;
+    const tk_qkernel *k[2];
+    int n_k;
+    const float *x, *w;
+    float eps;
+    int64_t dim;
+    float *xn;
+} norm_pack_job;
+
+static void norm_pack_task(void *ctx, int t, int thread) {
+    (void)thread;
+    const norm_pack_job *j = ctx;
+    const float *x = j->x + (size_t)t * j->dim;
+    float *xn = j->xn + (size_t)t * j->dim;
+    double ss = 0;
+    for (int64_t i = 0; i < j->dim; i++) ss += (double)x[i] * x[i];
+    float scale = 1.0f / sqrtf((float)(ss / j->dim) + j->eps);
+    /* chunks of 256: a whole number of every activation format's blocks */
+    for (int64_t c = 0; c < j->dim; c += 256) {
+        for (int64_t i = c; i < c + 256; i++) xn[i] = x[i] * scale * j->w[i];
+        for (int p = 0; p < j->n_k; p++) {
+            size_t chunk = j->k[p]->act_row_bytes(256);
+            j->k[p]->quantize_act(xn + c, j->mw->act[p] + (size_t)t * j->k[p]->act_row_bytes(j->dim) +
+                                             (size_t)(c / 256) * chunk, 256);
+        }
+    }
+}
+
+void tk_rmsnorm_pack(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *x,
+                     const float *norm_w, float eps, int n_tok, int64_t dim, float *xn) {
+    norm_pack_job j = {.mw = mw, .x = x, .w = norm_w, .eps = eps, .dim = dim, .xn = xn};
+    mw->prepacked_x = NULL;
+    mw->n_prepacked = 0;
+    if (dim % 256 == 0 && !mw->reference) {
+        for (int i = 0; i < n_w && j.n_k < 2; i++) {
+            const tk_qkernel *k = tk_qkernel_get(W[i]->type, mw->isa);
+            if (!k || k->act_type == TK_F32) continue;
+            int p = 0;
+            while (p < j.n_k && j.k[p]->act_type != k->act_type) p++;
+            if (p == j.n_k) j.k[j.n_k++] = k;
+        }
+    }
+    if (j.n_k == 0) {
+        /* nothing to pack (float kernels or an odd row length): plain norm */
+        for (int t = 0; t < n_tok; t++) tk_rmsnorm(xn + (size_t)t * dim, x + (size_t)t * dim, norm_w, (int)dim, eps);
+        return;
+    }
+    tk_pool_run(pool, n_tok, norm_pack_task, &j);
+    mw->prepacked_x = xn;
+    mw->prepacked_n_tok = n_tok;
+    mw->n_prepacked = j.n_k;
+    for (int p = 0; p < j.n_k; p++) mw->prepacked_as[p] = j.k[p]->act_type;
 }

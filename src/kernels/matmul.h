@@ -25,6 +25,13 @@ typedef struct tk_matmul_ws {
     int64_t max_in;
     unsigned char *act[2]; /* packed activations, one buffer per input format */
     size_t act_cap;
+    /* Activations already packed by tk_rmsnorm_pack for input `prepacked_x`
+     * (n_tok rows) in the formats listed; the next matmul on that input
+     * skips packing.  Cleared by tk_matmul_ws_forget. */
+    const float *prepacked_x;
+    int prepacked_n_tok;
+    tk_dtype prepacked_as[2];
+    int n_prepacked;
     float *scratch;        /* per-thread dequantized rows (portable path) */
     size_t scratch_stride;
     int n_threads;
@@ -41,9 +48,33 @@ void tk_matmul_ws_free(tk_matmul_ws *mw);
 void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X, int64_t ldx,
                  int n_tok, float *const *Y, const int64_t *ldy);
 
+/* What happens to each output row range right after a task computes it,
+ * while it is still in cache (operator fusion). */
+typedef enum tk_mm_epilogue {
+    TK_MM_STORE = 0,  /* plain store */
+    TK_MM_RESIDUAL,   /* also residual[t * ld + r] += Y[t * ld + r] (1 matrix) */
+    TK_MM_GLU_SILU,   /* 2 matrices, gate and up: Y0 = silu(Y0) * Y1 */
+    TK_MM_GLU_GELU    /* 2 matrices, gate and up: Y0 = gelu_tanh(Y0) * Y1 */
+} tk_mm_epilogue;
+
+/* tk_matmul_n with an epilogue.  For the GLU forms, both matrices' rows
+ * [r0, r1) are computed by the same task, so the activation is applied to
+ * rows still in cache. */
+void tk_matmul_fused(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+                     int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
+                     float *residual);
+
 static inline void tk_matmul(tk_pool *pool, tk_matmul_ws *mw, const tk_tensor *W, const float *X, int64_t ldx,
                              int n_tok, float *Y, int64_t ldy) {
     tk_matmul_n(pool, mw, 1, &W, X, ldx, n_tok, &Y, &ldy);
 }
+
+/* Fused RMSNorm + activation packing: for each token row,
+ * xn = x / rms(x) * w is written (float, for paths that need it) and packed
+ * block by block into the activation formats the given matrices' kernels
+ * take, in one pass over the normalized row. */
+void tk_rmsnorm_pack(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *x,
+                     const float *norm_w, float eps, int n_tok, int64_t dim, float *xn);
+static inline void tk_matmul_ws_forget(tk_matmul_ws *mw) { mw->prepacked_x = NULL; }
 
 #endif

@@ -16,7 +16,7 @@
  * row (results discarded) instead of using a different code path. */
 #include "qgemm_impl.h"
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
 
@@ -100,7 +100,7 @@ AI float scale_of(float amax, float *id) {
     return d;
 }
 
-static void quant_q8_0(const float *x, void *out, int64_t n) {
+void tk_qk_avx2_quant_q8_0(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_0)) {
         float id;
@@ -118,7 +118,7 @@ AI int sum_i8x32(__m256i q) {
     return (int)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1)) - 32 * 128;
 }
 
-static void quant_q8_1(const float *x, void *out, int64_t n) {
+void tk_qk_avx2_quant_q8_1(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_1)) {
         float id;
@@ -132,7 +132,7 @@ static void quant_q8_1(const float *x, void *out, int64_t n) {
     }
 }
 
-static void quant_q8_K(const float *x, void *out, int64_t n) {
+void tk_qk_avx2_quant_q8_K(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 256; i++, x += 256, o += sizeof(tk_block_q8_K)) {
         float id;
@@ -178,8 +178,9 @@ AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
 static void gemm_tiles(const mk_fn mk[4], int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
                        int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const uint8_t *W = w, *A = act;
-    /* weights streamed once: prefetch the next row tile */
-    const size_t pf = n_tok <= nt_max ? (size_t)mr * wrb : 0;
+    /* the first token tile of each row tile prefetches the next row tile:
+     * its weights come from DRAM, while later token tiles find them in cache */
+    const size_t pf = (size_t)mr * wrb;
     int64_t chunk = (int64_t)(256 * 1024) / (int64_t)(arb ? arb : 1);
     chunk = chunk / nt_max * nt_max;
     if (chunk < nt_max) chunk = nt_max;
@@ -193,7 +194,7 @@ static void gemm_tiles(const mk_fn mk[4], int mr, int nt_max, const void *w, siz
                 bptr ap[4];
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 float out[8 * 4];
-                mk[nt - 1](wp, ap, n, pf, out);
+                mk[nt - 1](wp, ap, n, t == t0 ? pf : 0, out);
                 for (int i = 0; i < mr && r + i < r1; i++)
                     for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * 4 + j];
                 t += nt;
@@ -209,32 +210,10 @@ enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1, L_Q8_0, L_IQ4_NL };
 AI size_t lbytes(int T) {
     return T == L_Q4_0 ? 18 : T == L_Q4_1 ? 20 : T == L_Q5_0 ? 22 : T == L_Q5_1 ? 24 : T == L_Q8_0 ? 34 : 18;
 }
-AI int lsigned(int T) { return T == L_Q4_0 || T == L_Q5_0 || T == L_Q8_0 || T == L_IQ4_NL; }
 AI int lmin(int T) { return T == L_Q4_1 || T == L_Q5_1; }
-
-/* Unpacks the quants of one block: signed values, or with U (unsigned
- * form) the raw codes, value + loffset(T) (Q4_0, Q5_0; the _1 types are
- * always unsigned). */
 AI int loffset(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : 0; }
 
-AI __m256i lunpack(int T, int U, bptr b) {
-    switch (T) {
-    case L_Q4_0: return U ? nib32(b + 2) : _mm256_sub_epi8(nib32(b + 2), _mm256_set1_epi8(8));
-    case L_Q4_1: return nib32(b + 4);
-    case L_Q5_0: /* (nib | bit << 4) - 16 == bit ? nib : nib | 0xF0 */
-        if (U) return _mm256_or_si256(nib32(b + 6), _mm256_and_si256(bits32(ldu32(b + 2)), _mm256_set1_epi8(0x10)));
-        return _mm256_or_si256(nib32(b + 6), _mm256_andnot_si256(bits32(ldu32(b + 2)), _mm256_set1_epi8((char)0xF0)));
-    case L_Q5_1: return _mm256_or_si256(nib32(b + 8), _mm256_and_si256(bits32(ldu32(b + 4)), _mm256_set1_epi8(0x10)));
-    case L_Q8_0: return ldu(b + 2);
-    default: { /* IQ4_NL */
-        const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
-        return _mm256_shuffle_epi8(kv, nib32(b + 2));
-    }
-    }
-}
-
-/* Four half floats at p0..p3 (unaligned) -> 4 floats; p[k] for k >= cnt
- * may be anything readable (their lanes are unused). */
+/* Four half floats at p0..p3 (unaligned) -> 4 floats. */
 AI __m128 ld4h(bptr p0, bptr p1, bptr p2, bptr p3) {
     uint16_t h0, h1, h2, h3;
     memcpy(&h0, p0, 2);
@@ -245,57 +224,136 @@ AI __m128 ld4h(bptr p0, bptr p1, bptr p2, bptr p3) {
     return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)v));
 }
 
-/* Legacy micro-kernel, MR <= 4 rows, NT <= 4 tokens.  Per block and
- * (row, token): isum = integer dot (exact), acc += float(isum) * (dw * da)
- * (one fma per lane), where the 8 lanes hold partial sums of the int32
- * pair sums.  The integer dot is computed with the sign trick, or - for
- * Q4_0 / Q5_0 with few tokens - on the unsigned codes minus offset * (lane
- * sums of a), which is cheaper when each activation block meets fewer
- * weight blocks; both give the same integers. */
-AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+/* Q8_0 and IQ4_NL (signed 8-bit values, pair sums up to 2 * 128 * 127, so
+ * one block per vector).  Per block and (row, token): isum = integer dot
+ * with the sign trick, acc += float(isum) * (dw * da) with one fma per lane
+ * (the 8 lanes hold partial sums).  The scale products are computed four
+ * rows at a time and broadcast from memory, which keeps them off the
+ * shuffle and arithmetic ports. */
+AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                  float *out) {
     const int64_t nb = n / 32;
-    const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
-    const int off = loffset(T) && NT <= 2; /* offset method */
-    const int sgn = lsigned(T) && !off;    /* sign trick */
+    const size_t wb = lbytes(T), ab = 34;
     __m256 acc[4][4];
-    float macc[4][4];
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
-            acc[i][j] = _mm256_setzero_ps();
-            macc[i][j] = 0.0f;
-        }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        /* scale products s[j][i] = dw_i * da_j, broadcast from memory */
+        /* scale products s[j][i] = dw_i * da_j */
         float daf[4], s[4][4];
         const __m128 da4 = ld4h(ap[0] + b * ab, ap[NT > 1] + b * ab, ap[NT > 2 ? 2 : 0] + b * ab, ap[NT > 3 ? 3 : 0] + b * ab);
         const __m128 dw4 = ld4h(wp[0] + b * wb, wp[MR > 1] + b * wb, wp[MR > 2 ? 2 : 0] + b * wb, wp[MR > 3 ? 3 : 0] + b * wb);
         _mm_storeu_ps(daf, da4);
         UNROLL for (int j = 0; j < NT; j++) _mm_storeu_ps(s[j], _mm_mul_ps(dw4, _mm_broadcast_ss(&daf[j])));
-        __m256i corr[4];
-        float sa[4];
-        UNROLL for (int j = 0; j < NT; j++) {
-            if (lmin(T)) sa[j] = ldh(ap[j] + b * ab + 2);
-            if (off) /* offset * sums of a over each lane's 4 bytes */
-                corr[j] = madd1(_mm256_maddubs_epi16(_mm256_set1_epi8((char)loffset(T)), ldu(ap[j] + b * ab + aq)));
-        }
         pfetch(MR, wp, b * wb, 1, pf);
         UNROLL for (int i = 0; i < MR; i++) {
-            const __m256i q = lunpack(T, off, wp[i] + b * wb);
-            const __m256i aq_ = sgn ? _mm256_sign_epi8(q, q) : q;
-            float m = 0.0f;
-            if (lmin(T)) m = ldh(wp[i] + b * wb + 2);
+            __m256i q;
+            if (T == L_Q8_0) {
+                q = ldu(wp[i] + b * wb + 2);
+            } else {
+                const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
+                q = _mm256_shuffle_epi8(kv, nib32(wp[i] + b * wb + 2));
+            }
+            const __m256i aq = _mm256_sign_epi8(q, q);
             UNROLL for (int j = 0; j < NT; j++) {
-                const __m256i a = ldu(ap[j] + b * ab + aq);
-                __m256i d32;
-                if (sgn) d32 = madd1(_mm256_maddubs_epi16(aq_, _mm256_sign_epi8(a, q)));
-                else d32 = madd1(_mm256_maddubs_epi16(aq_, a));
-                if (off) d32 = _mm256_sub_epi32(d32, corr[j]);
+                const __m256i a = ldu(ap[j] + b * ab + 2);
+                const __m256i d32 = madd1(_mm256_maddubs_epi16(aq, _mm256_sign_epi8(a, q)));
                 acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d32), _mm256_broadcast_ss(&s[j][i]), acc[i][j]);
-                if (lmin(T)) macc[i][j] += m * sa[j];
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+}
+
+/* Q4_0 Q4_1 Q5_0 Q5_1, two blocks per step.  The unsigned codes of blocks
+ * b0, b1 are arranged as lo = [b0 elements 0..15 | b1 0..15] and hi =
+ * [b0 16..31 | b1 16..31], the activations likewise; the int16 pair sums
+ * of lo and hi are added (at most 2 * 2 * 31 * 127 < 32768), the offset
+ * (8 or 16) times the activation pair sums is subtracted, and one madd
+ * gives 8 int32 lanes, 4 per block.  Compared with one block per vector this
+ * halves the int->float conversions and fmas.  An odd last block is paired
+ * with zeros. */
+AI void nib2_unpack(int T, bptr p, size_t wb, int has1, __m256i *lo, __m256i *hi) {
+    const int qo = T == L_Q4_0 ? 2 : T == L_Q4_1 ? 4 : T == L_Q5_0 ? 6 : 8;
+    const __m128i x1 = has1 ? ldu128(p + wb + qo) : _mm_setzero_si128();
+    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(ldu128(p + qo)), x1, 1);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    *lo = _mm256_and_si256(y, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(y, 4), m4);
+    if (T == L_Q5_0 || T == L_Q5_1) {
+        const int ho = T == L_Q5_0 ? 2 : 4;
+        const uint32_t h0 = ldu32(p + ho), h1 = has1 ? ldu32(p + wb + ho) : 0;
+        const __m256i b4 = _mm256_set1_epi8(0x10);
+        *lo = _mm256_or_si256(*lo, _mm256_and_si256(bits32((h0 & 0xFFFF) | h1 << 16), b4));
+        *hi = _mm256_or_si256(*hi, _mm256_and_si256(bits32(h0 >> 16 | (h1 & 0xFFFF0000u)), b4));
+    }
+}
+
+/* Two half floats -> lanes 0, 1 (lane 1 = 0 without a second block; 2, 3 = 0). */
+AI __m128 h2(bptr d0, bptr d1, int has1) {
+    uint16_t h0, h1 = 0;
+    memcpy(&h0, d0, 2);
+    if (has1) memcpy(&h1, d1, 2);
+    return _mm_cvtph_ps(_mm_cvtsi32_si128((int)((uint32_t)h0 | (uint32_t)h1 << 16)));
+}
+
+/* Two half-float scales -> [d0 x4 | d1 x4]. */
+AI __m256 sc2(bptr d0, bptr d1, int has1) {
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(h2(d0, d1, has1)), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
+}
+
+AI float hsum4(__m128 v) {
+    const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+AI __m256i ins2(bptr p0, bptr p1, int has1) {
+    const __m128i x1 = has1 ? ldu128(p1) : _mm_setzero_si128();
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(ldu128(p0)), x1, 1);
+}
+
+AI void mk_nib2(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                float *out) {
+    const int64_t nb = n / 32;
+    const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
+    const int off = loffset(T);
+    __m256 acc[4][4];
+    __m128 macc[4][4]; /* min terms m * s of the _1 types (lanes 0, 1) */
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
+            acc[i][j] = _mm256_setzero_ps();
+            macc[i][j] = _mm_setzero_ps();
+        }
+    for (int64_t b = 0; b < nb; b += 2) {
+        const int has1 = b + 1 < nb;
+        __m256i alo[4], ahi[4], c16[4];
+        __m256 da[4];
+        __m128 sa[4];
+        UNROLL for (int j = 0; j < NT; j++) {
+            const bptr a0 = ap[j] + b * ab, a1 = a0 + ab;
+            alo[j] = ins2(a0 + aq, a1 + aq, has1);
+            ahi[j] = ins2(a0 + aq + 16, a1 + aq + 16, has1);
+            da[j] = sc2(a0, a1, has1);
+            if (off) {
+                const __m256i o = _mm256_set1_epi8((char)off);
+                c16[j] = _mm256_add_epi16(_mm256_maddubs_epi16(o, alo[j]), _mm256_maddubs_epi16(o, ahi[j]));
+            }
+            if (lmin(T)) sa[j] = h2(a0 + 2, a1 + 2, has1);
+        }
+        pfetch(MR, wp, b * wb, 2 * wb, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * wb;
+            __m256i lo, hi;
+            nib2_unpack(T, x, wb, has1, &lo, &hi);
+            const __m256 dw = sc2(x, x + wb, has1);
+            const __m128 m = lmin(T) ? h2(x + 2, x + wb + 2, has1) : _mm_setzero_ps();
+            UNROLL for (int j = 0; j < NT; j++) {
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[j]), _mm256_maddubs_epi16(hi, ahi[j]));
+                if (off) p = _mm256_sub_epi16(p, c16[j]);
+                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(madd1(p)), _mm256_mul_ps(dw, da[j]), acc[i][j]);
+                if (lmin(T)) macc[i][j] = _mm_fmadd_ps(m, sa[j], macc[i][j]);
             }
         }
     }
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] =
-        lmin(T) ? hsum8(acc[i][j]) + macc[i][j] : hsum8(acc[i][j]);
+        lmin(T) ? hsum8(acc[i][j]) + hsum4(macc[i][j]) : hsum8(acc[i][j]);
 }
 
 /* ================= k-quants (Q8_K activations) ================= */
@@ -544,10 +602,10 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 
 #define DEF(NAME, MR, NTMAX, CALL) MK4(NAME, MR, CALL) GEMM(NAME, MR, NTMAX)
 
-#define C_Q4_0(MR, NT, ...) mk_legacy(L_Q4_0, MR, NT, __VA_ARGS__)
-#define C_Q4_1(MR, NT, ...) mk_legacy(L_Q4_1, MR, NT, __VA_ARGS__)
-#define C_Q5_0(MR, NT, ...) mk_legacy(L_Q5_0, MR, NT, __VA_ARGS__)
-#define C_Q5_1(MR, NT, ...) mk_legacy(L_Q5_1, MR, NT, __VA_ARGS__)
+#define C_Q4_0(MR, NT, ...) mk_nib2(L_Q4_0, MR, NT, __VA_ARGS__)
+#define C_Q4_1(MR, NT, ...) mk_nib2(L_Q4_1, MR, NT, __VA_ARGS__)
+#define C_Q5_0(MR, NT, ...) mk_nib2(L_Q5_0, MR, NT, __VA_ARGS__)
+#define C_Q5_1(MR, NT, ...) mk_nib2(L_Q5_1, MR, NT, __VA_ARGS__)
 #define C_Q8_0(MR, NT, ...) mk_legacy(L_Q8_0, MR, NT, __VA_ARGS__)
 #define C_IQ4_NL(MR, NT, ...) mk_legacy(L_IQ4_NL, MR, NT, __VA_ARGS__)
 #define C_Q4_K(MR, NT, ...) mk_q45k(0, MR, NT, __VA_ARGS__)
@@ -598,9 +656,9 @@ DEF(f32, MR_F, NT_F, C_F32)
 DEF(f16, MR_F, NT_F, C_F16)
 DEF(bf16, MR_F, NT_F, C_BF16)
 
-#define KQ8_0 tk_qk_act_bytes_q8_0, quant_q8_0
-#define KQ8_1 tk_qk_act_bytes_q8_1, quant_q8_1
-#define KQ8_K tk_qk_act_bytes_q8_K, quant_q8_K
+#define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
+#define KQ8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
+#define KQ8_K tk_qk_act_bytes_q8_K, tk_qk_avx2_quant_q8_K
 #define KF32 tk_qk_act_bytes_f32, tk_qk_quant_f32
 #define K(WT, AT, NAME, G) [WT] = {WT, TK_##AT, TK_ISA_AVX2, NAME "/avx2", K##AT, G##_gemm}
 

@@ -1,6 +1,580 @@
+/* AVX-512 (F/BW/VL/DQ) + AVX512-VNNI kernels (Ice Lake, Sapphire Rapids,
+ * Zen 4 and later).  Compiled with those flags only, reached only through
+ * tk_qkernel_get after a CPU check.  Covers every weight type.
+ *
+ * Integer dots use vpdpbusd (u8 x s8 -> int32, no saturation) on the
+ * weights' unsigned codes: a signed weight w is stored as w + off (off = 8,
+ * 16 or 128), and off * (sum of the activation bytes of each 4-byte group)
+ * is subtracted by starting the accumulation from its negation.  The
+ * k-quants multiply int16 pair sums (vpmaddubsw) by their sub-block scales
+ * with vpdpwssd.  The legacy types advance four 32-element blocks at a time
+ * (missing blocks at the end of a row are zeros).
+ *
+ * Every (row, token) result goes through the same instruction sequence for
+ * every tile shape, so results do not depend on the row split or the batch;
+ * they differ from the AVX2 ones only by float rounding. */
 #include "qgemm_impl.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VNNI__)
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 8")
+
+typedef const uint8_t *bptr;
+
+AI __m512i ldz(const void *p) { return _mm512_loadu_si512(p); }
+AI __m256i ldy(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+AI __m128i ldx(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+AI float ldf(const void *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+AI uint32_t ld32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+AI uint32_t ld16(const void *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+    return v;
+}
+AI float ldh(const void *p) { return _cvtsh_ss((unsigned short)ld16(p)); }
+
+/* Fixed-order horizontal sum of 16 lanes. */
+AI float hsum16(__m512 v) {
+    const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ================= driver ================= */
+
+typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, size_t pf, float *out);
+
+AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
+    if (!pf) return;
+    for (size_t k = 0; k < len; k += 64)
+        for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(wp[i] + off + pf + k), _MM_HINT_T0);
+}
+
+/* As in the AVX2 file: row tiles of mr (the last repeats its last row),
+ * token tiles of up to nt_max (<= 8) with kernels mk[nt - 1], token chunks
+ * sized for L2, prefetch of the next row tile by the first token tile.
+ * out[i * 8 + j] is row i, token j. */
+static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
+                       int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
+    const uint8_t *W = w, *A = act;
+    /* the first token tile of each row tile prefetches the next row tile:
+     * its weights come from DRAM, while later token tiles find them in cache */
+    const size_t pf = (size_t)mr * wrb;
+    int64_t chunk = (int64_t)(512 * 1024) / (int64_t)(arb ? arb : 1);
+    chunk = chunk / nt_max * nt_max;
+    if (chunk < nt_max) chunk = nt_max;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+        for (int64_t r = r0; r < r1; r += mr) {
+            bptr wp[8];
+            for (int i = 0; i < mr; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+            for (int64_t t = t0; t < t1;) {
+                const int nt = t1 - t >= nt_max ? nt_max : (int)(t1 - t);
+                bptr ap[8];
+                for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
+                float out[8 * 8];
+                mk[nt - 1](wp, ap, n, t == t0 ? pf : 0, out);
+                for (int i = 0; i < mr && r + i < r1; i++)
+                    for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * 8 + j];
+                t += nt;
+            }
+        }
+    }
+}
+
+/* ================= legacy 32-blocks, four per step ================= */
+
+enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1, L_Q8_0, L_IQ4_NL };
+
+AI size_t lbytes(int T) {
+    return T == L_Q4_0 ? 18 : T == L_Q4_1 ? 20 : T == L_Q5_0 ? 22 : T == L_Q5_1 ? 24 : T == L_Q8_0 ? 34 : 18;
+}
+AI int lmin(int T) { return T == L_Q4_1 || T == L_Q5_1; }
+AI int loff(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : T == L_Q8_0 || T == L_IQ4_NL ? 128 : 0; }
+/* All legacy types, four blocks per step: lo holds elements 0..15 of blocks
+ * b..b+3 (one 128-bit lane each), hi elements 16..31; both dot into the
+ * same int32 lanes (4 per block), so one conversion and one fma serve four
+ * blocks.  Missing blocks at the end of a row are zeros. */
+AI __m512i ins4(bptr p, size_t stride, int cnt) {
+    __m512i z = _mm512_castsi128_si512(ldx(p));
+    if (cnt > 1) z = _mm512_inserti32x4(z, ldx(p + stride), 1);
+    else z = _mm512_inserti32x4(z, _mm_setzero_si128(), 1);
+    z = _mm512_inserti32x4(z, cnt > 2 ? ldx(p + 2 * stride) : _mm_setzero_si128(), 2);
+    z = _mm512_inserti32x4(z, cnt > 3 ? ldx(p + 3 * stride) : _mm_setzero_si128(), 3);
+    return z;
+}
+
+/* Four half floats at p + k * stride (0 for k >= cnt). */
+AI __m128 h4(bptr p, size_t stride, int cnt) {
+    uint64_t h = 0;
+    for (int k = 0; k < 4; k++)
+        if (k < cnt) h |= (uint64_t)ld16(p + k * stride) << (16 * k);
+    return _mm_cvtph_ps(_mm_cvtsi64_si128((long long)h));
+}
+
+/* Four half-float scales (0 for missing blocks) -> [d0 x4, d1 x4, d2 x4, d3 x4]. */
+AI __m512 sc4(bptr p, size_t stride, int cnt) {
+    return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+                                 _mm512_castps128_ps512(h4(p, stride, cnt)));
+}
+
+AI float hsum4(__m128 v) {
+    const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* One step of four blocks (cnt of them present) at block b. */
+AI void nib4_step(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t b, const int cnt,
+                  size_t pf, __m512 acc[8][8], __m128 macc[8][8]) {
+    const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
+    const int qo = T == L_Q4_0 || T == L_IQ4_NL ? 2 : T == L_Q4_1 ? 4 : T == L_Q5_0 ? 6 : 8;
+    const int off = loff(T);
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i alo[8], ahi[8], c[8];
+    __m512 da[8];
+    __m128 sa[8];
+    UNROLL for (int j = 0; j < NT; j++) {
+        const bptr a = ap[j] + b * ab;
+        alo[j] = ins4(a + aq, ab, cnt);
+        ahi[j] = ins4(a + aq + 16, ab, cnt);
+        da[j] = sc4(a, ab, cnt);
+        if (off) {
+            const __m512i o = _mm512_set1_epi8((char)off);
+            c[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), o, alo[j]), o, ahi[j]));
+        } else {
+            c[j] = _mm512_setzero_si512();
+        }
+        if (lmin(T)) sa[j] = h4(a + 2, ab, cnt); /* the blocks' d * sum(q) */
+    }
+    pfetch(MR, wp, b * wb, 4 * wb, pf);
+    UNROLL for (int i = 0; i < MR; i++) {
+        const bptr x = wp[i] + b * wb;
+        __m512i lo, hi;
+        if (T == L_Q8_0) { /* bytes 0..15 and 16..31, + 128 */
+            const __m512i s80 = _mm512_set1_epi8((char)0x80);
+            lo = _mm512_xor_si512(ins4(x + 2, wb, cnt), s80);
+            hi = _mm512_xor_si512(ins4(x + 18, wb, cnt), s80);
+        } else {
+            const __m512i y = ins4(x + qo, wb, cnt);
+            lo = _mm512_and_si512(y, m4);
+            hi = _mm512_and_si512(_mm512_srli_epi16(y, 4), m4);
+        }
+        if (T == L_Q5_0 || T == L_Q5_1) {
+            const int ho = T == L_Q5_0 ? 2 : 4;
+            uint64_t ml = 0, mh = 0;
+            UNROLL for (int k = 0; k < 4; k++)
+                if (k < cnt) {
+                    const uint64_t h = ld32(x + k * wb + ho);
+                    ml |= (h & 0xFFFF) << (16 * k);
+                    mh |= (h >> 16) << (16 * k);
+                }
+            const __m512i b4 = _mm512_set1_epi8(0x10);
+            lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(ml, b4));
+            hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(mh, b4));
+        }
+        if (T == L_IQ4_NL) { /* code book + 128 */
+            const __m512i kv = _mm512_broadcast_i32x4(_mm_xor_si128(ldx(tk_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
+            lo = _mm512_shuffle_epi8(kv, lo);
+            hi = _mm512_shuffle_epi8(kv, hi);
+        }
+        const __m512 dw = sc4(x, wb, cnt);
+        const __m128 m = lmin(T) ? h4(x + 2, wb, cnt) : _mm_setzero_ps();
+        UNROLL for (int j = 0; j < NT; j++) {
+            const __m512i d32 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c[j], lo, alo[j]), hi, ahi[j]);
+            acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d32), _mm512_mul_ps(dw, da[j]), acc[i][j]);
+            if (lmin(T)) macc[i][j] = _mm_fmadd_ps(m, sa[j], macc[i][j]);
+        }
+    }
+}
+
+AI void mk_nib4(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                float *out) {
+    const int64_t nb = n / 32;
+    __m512 acc[8][8];
+    __m128 macc[8][8]; /* min terms m * s of the _1 types */
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
+            acc[i][j] = _mm512_setzero_ps();
+            macc[i][j] = _mm_setzero_ps();
+        }
+    int64_t b = 0;
+    for (; b + 4 <= nb; b += 4) nib4_step(T, MR, NT, wp, ap, b, 4, pf, acc, macc);
+    switch (nb - b) {
+    case 1: nib4_step(T, MR, NT, wp, ap, b, 1, pf, acc, macc); break;
+    case 2: nib4_step(T, MR, NT, wp, ap, b, 2, pf, acc, macc); break;
+    case 3: nib4_step(T, MR, NT, wp, ap, b, 3, pf, acc, macc); break;
+    default: break;
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] =
+        lmin(T) ? hsum16(acc[i][j]) + hsum4(macc[i][j]) : hsum16(acc[i][j]);
+}
+
+/* ================= k-quants ================= */
+
+#define QK_A 292 /* sizeof(tk_block_q8_K): d at 0, qs at 4, bsums at 260 */
+
+/* vpshufb index picking the int16 at byte 2k in lanes 0-1 and 2k' in 2-3. */
+AI __m512i pick2(int k, int k2) {
+    const int a = (0x0100 + 0x0202 * k) * 0x10001, b = (0x0100 + 0x0202 * k2) * 0x10001;
+    return _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
+}
+
+/* Q4_K (Q5 = 0) and Q5_K.  Each zmm of weights holds elements 64k..64k+63
+ * (sub-blocks 2k and 2k+1, natural order). */
+AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                float *out) {
+    const int64_t nb = n / 256;
+    const size_t wb = Q5 ? 176 : 144, qoff = Q5 ? 48 : 16;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        float da[8];
+        UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * wb, wb, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * wb;
+            const float d = ldh(x), dmin = ldh(x + 2);
+            uint64_t sc64, mn64;
+            tk_qk_k4_scales64(x + 4, &sc64, &mn64);
+            const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
+            const __m128i mn = _mm_cvtsi64_si128((long long)mn64);
+            const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
+            __m512i q[4];
+            UNROLL for (int h = 0; h < 2; h++) {
+                const __m512i v = ldz(x + qoff + 64 * h);
+                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                q[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
+                q[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
+            }
+            if (Q5) {
+                const __m256i qh = ldy(x + 16);
+                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
+                const __m512i b4 = _mm512_set1_epi8(0x10);
+                q[0] = _mm512_or_si512(q[0], _mm512_and_si512(_mm512_slli_epi16(z, 4), b4));
+                q[1] = _mm512_or_si512(q[1], _mm512_and_si512(_mm512_slli_epi16(z, 2), b4));
+                q[2] = _mm512_or_si512(q[2], _mm512_and_si512(z, b4));
+                q[3] = _mm512_or_si512(q[3], _mm512_and_si512(_mm512_srli_epi16(z, 2), b4));
+            }
+            __m512i sv[4];
+            UNROLL for (int k = 0; k < 4; k++) sv[k] = _mm512_shuffle_epi8(sc, pick2(2 * k, 2 * k + 1));
+            UNROLL for (int j = 0; j < NT; j++) {
+                const bptr a = ap[j] + b * QK_A;
+                __m512i is = _mm512_setzero_si512();
+                UNROLL for (int k = 0; k < 4; k++)
+                    is = _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(q[k], ldz(a + 4 + 64 * k)), sv[k]);
+                const __m256i ms = _mm256_madd_epi16(mins, ldy(a + 260));
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * da[j]), acc[i][j]);
+                acc[i][j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(ms)), _mm512_set1_ps(dmin * da[j]),
+                                             acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+}
+
+/* The 16-element sub-block family.  Each zmm of weight codes holds elements
+ * 64k..64k+63 (sub-blocks 4k..4k+3, natural order); codes are unsigned:
+ *   Q2_K  q in [0, 3], minus the sub-block min term (dmin)
+ *   Q3_K  q + 4 in [0, 7], offset 4 removed with the activation sums
+ *   Q6_K  q + 32 in [0, 63], offset 32 likewise */
+enum { K_Q2, K_Q3, K_Q6 };
+
+AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+               float *out) {
+    const int64_t nb = n / 256;
+    const size_t wb = T == K_Q2 ? 84 : T == K_Q3 ? 110 : 210;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3 = _mm512_set1_epi8(3),
+                  b2 = _mm512_set1_epi8(4);
+    __m512 acc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        float da[8];
+        UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * wb, wb, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * wb;
+            float d, dmin = 0.0f;
+            __m256i sc16, mins = _mm256_setzero_si256();
+            __m512i q[4], sv[4];
+            if (T == K_Q2) {
+                const __m128i s8 = ldx(x);
+                sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(s8, _mm_set1_epi8(0x0F)));
+                mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(s8, 4), _mm_set1_epi8(0x0F)));
+                d = ldh(x + 80);
+                dmin = ldh(x + 82);
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m256i qs = ldy(x + 16 + 32 * h);
+                    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
+                    q[2 * h] = _mm512_and_si512(z, m3);
+                    q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m3);
+                }
+            } else if (T == K_Q3) {
+                uint64_t lo8, hi8;
+                tk_qk_k3_scales64(x + 96, &lo8, &hi8);
+                sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_set_epi64x((long long)hi8, (long long)lo8), _mm_set1_epi8(32)));
+                d = ldh(x + 108);
+                const __m256i hm = ldy(x);
+                const __m512i hz = _mm512_inserti64x4(_mm512_castsi256_si512(hm), _mm256_srli_epi16(hm, 1), 1);
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m256i qs = ldy(x + 32 + 32 * h);
+                    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qs), _mm256_srli_epi16(qs, 2), 1);
+                    /* hmask bit 4h + g (g = 0..3) -> bit 2 */
+                    const __m512i h01 = h ? _mm512_srli_epi16(hz, 2) : _mm512_slli_epi16(hz, 2);
+                    const __m512i h23 = h ? _mm512_srli_epi16(hz, 4) : hz;
+                    q[2 * h] = _mm512_or_si512(_mm512_and_si512(z, m3), _mm512_and_si512(h01, b2));
+                    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z, 4), m3), _mm512_and_si512(h23, b2));
+                }
+            } else {
+                sc16 = _mm256_cvtepi8_epi16(ldx(x + 192));
+                d = ldh(x + 208);
+                UNROLL for (int h = 0; h < 2; h++) {
+                    const __m512i v = ldz(x + 64 * h);
+                    const __m256i qh = ldy(x + 128 + 32 * h);
+                    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
+                    q[2 * h] = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_slli_epi16(z, 4), m30));
+                    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_and_si512(z, m30));
+                }
+            }
+            const __m512i scz = _mm512_castsi256_si512(sc16);
+            UNROLL for (int k = 0; k < 4; k++) {
+                /* int16 lanes 8s..8s+7 <- scale 4k + s */
+                const __m512i idx = _mm512_srli_epi16(
+                    _mm512_add_epi16(_mm512_set1_epi16((short)(32 * k)),
+                                     _mm512_setr_epi32(0x00010000, 0x00030002, 0x00050004, 0x00070006, 0x00090008,
+                                                       0x000B000A, 0x000D000C, 0x000F000E, 0x00110010, 0x00130012,
+                                                       0x00150014, 0x00170016, 0x00190018, 0x001B001A, 0x001D001C,
+                                                       0x001F001E)),
+                    3);
+                sv[k] = _mm512_permutexvar_epi16(idx, scz);
+            }
+            UNROLL for (int j = 0; j < NT; j++) {
+                const bptr a = ap[j] + b * QK_A;
+                __m512i is = _mm512_setzero_si512();
+                UNROLL for (int k = 0; k < 4; k++)
+                    is = _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(q[k], ldz(a + 4 + 64 * k)), sv[k]);
+                const __m256i bsums = ldy(a + 260);
+                if (T != K_Q2) { /* remove the offset: (32 or 4) * sum(scale * bsum) */
+                    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums), T == K_Q6 ? 5 : 2);
+                    is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(corr));
+                }
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * da[j]), acc[i][j]);
+                if (T == K_Q2)
+                    acc[i][j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_zextsi256_si512(_mm256_madd_epi16(mins, bsums))),
+                                                 _mm512_set1_ps(dmin * da[j]), acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+}
+
+/* IQ4_XS: d scales_h scales_l[4] qs[128]; 8 sub-blocks of 32 with signed
+ * code-book values.  No vpsignb in AVX-512: |w| times a with the sign of w
+ * moved onto a by a masked negation; vpdpwssd applies the sub-block scale. */
+AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
+    const int64_t nb = n / 256;
+    const __m512i kv = _mm512_broadcast_i32x4(ldx(tk_kvalues_iq4nl));
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        float da[8];
+        UNROLL for (int j = 0; j < NT; j++) da[j] = ldf(ap[j] + b * QK_A);
+        pfetch(MR, wp, b * 136, 136, pf);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const bptr x = wp[i] + b * 136;
+            const float d = ldh(x);
+            /* 8 scales as int16, in every 128-bit lane */
+            const __m512i sc = _mm512_broadcast_i32x4(_mm_sub_epi16(
+                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)tk_qk_iq4xs_scales64(x + 2, x + 4))), _mm_set1_epi16(32)));
+            __m512i w[4], sv[4];
+            __mmask64 neg[4];
+            UNROLL for (int k = 0; k < 4; k++) {
+                /* sub-blocks 2k, 2k+1: [lo nibbles 2k | hi 2k | lo 2k+1 | hi 2k+1] */
+                const __m256i y = ldy(x + 8 + 32 * k);
+                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1);
+                const __m512i v = _mm512_shuffle_epi8(kv, _mm512_and_si512(_mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0)), m4));
+                neg[k] = _mm512_movepi8_mask(v);
+                w[k] = _mm512_abs_epi8(v);
+                /* int16 lanes 0..15 <- scale 2k, 16..31 <- scale 2k+1 */
+                const int a0 = (0x0100 + 0x0202 * (2 * k)) * 0x10001, a1 = (0x0100 + 0x0202 * (2 * k + 1)) * 0x10001;
+                sv[k] = _mm512_shuffle_epi8(sc, _mm512_setr_epi32(a0, a0, a0, a0, a0, a0, a0, a0, a1, a1, a1, a1, a1, a1, a1, a1));
+            }
+            UNROLL for (int j = 0; j < NT; j++) {
+                const bptr a = ap[j] + b * QK_A;
+                __m512i is = _mm512_setzero_si512();
+                UNROLL for (int k = 0; k < 4; k++) {
+                    const __m512i av = ldz(a + 4 + 64 * k);
+                    const __m512i sa = _mm512_mask_sub_epi8(av, neg[k], _mm512_setzero_si512(), av);
+                    is = _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(w[k], sa), sv[k]);
+                }
+                acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * da[j]), acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+}
+
+/* ================= float weights ================= */
+
+enum { F_F32, F_F16, F_BF16 };
+
+AI __m512 fload(int T, bptr p) {
+    if (T == F_F32) return _mm512_loadu_ps(p);
+    if (T == F_F16) return _mm512_cvtph_ps(ldy(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ldy(p)), 16));
+}
+
+AI __m512 fload_tail(int T, bptr p, __mmask16 m) {
+    if (T == F_F32) return _mm512_maskz_loadu_ps(m, p);
+    const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+    if (T == F_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+                 float *out) {
+    const size_t es = T == F_F32 ? 4 : 2;
+    __m512 acc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) {
+        if ((k * (int64_t)es) % 64 == 0) pfetch(MR, wp, (int64_t)es * k, 1, pf);
+        __m512 a[8];
+        UNROLL for (int j = 0; j < NT; j++) a[j] = _mm512_loadu_ps(ap[j] + 4 * k);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const __m512 wv = fload(T, wp[i] + es * k);
+            UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(wv, a[j], acc[i][j]);
+        }
+    }
+    if (k < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - k)) - 1);
+        __m512 a[8];
+        UNROLL for (int j = 0; j < NT; j++) a[j] = _mm512_maskz_loadu_ps(m, ap[j] + 4 * k);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const __m512 wv = fload_tail(T, wp[i] + es * k, m);
+            UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(wv, a[j], acc[i][j]);
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+}
+
+/* ================= instantiation ================= */
+
+#define MKW(NAME, MR, NT, CALL) \
+    static void NAME##_##NT(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, NT, w, a, n, pf, o); }
+
+/* kernels for 1..NTMAX tokens (NTMAX <= 8) */
+#define DEF(NAME, MR, NTMAX, CALL)                                                                          \
+    MKW(NAME, MR, 1, CALL) MKW(NAME, MR, 2, CALL) MKW(NAME, MR, 3, CALL) MKW(NAME, MR, 4, CALL)               \
+    MKW(NAME, MR, 5, CALL) MKW(NAME, MR, 6, CALL) MKW(NAME, MR, 7, CALL) MKW(NAME, MR, 8, CALL)               \
+    static const mk_fn NAME##_mk[8] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4,                             \
+                                       NAME##_5, NAME##_6, NAME##_7, NAME##_8};                            \
+    static void NAME##_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,    \
+                            size_t arb, int n_tok, float *y, int64_t ldy) {                                \
+        gemm_tiles(NAME##_mk, MR, NTMAX, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                       \
+    }
+
+#define C_Q4_0(MR, NT, ...) mk_nib4(L_Q4_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q4_1(MR, NT, ...) mk_nib4(L_Q4_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q5_0(MR, NT, ...) mk_nib4(L_Q5_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q5_1(MR, NT, ...) mk_nib4(L_Q5_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q8_0(MR, NT, ...) mk_nib4(L_Q8_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_IQ4_NL(MR, NT, ...) mk_nib4(L_IQ4_NL, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
+#define C_Q4_K(MR, NT, ...) mk_q45k(0, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_Q5_K(MR, NT, ...) mk_q45k(1, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_Q2_K(MR, NT, ...) mk_k16(K_Q2, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_Q3_K(MR, NT, ...) mk_k16(K_Q3, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_Q6_K(MR, NT, ...) mk_k16(K_Q6, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_IQ4_XS(MR, NT, ...) mk_iq4xs((MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
+#define C_F32(MR, NT, ...) mk_float(F_F32, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
+#define C_F16(MR, NT, ...) mk_float(F_F16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
+#define C_BF16(MR, NT, ...) mk_float(F_BF16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
+
+/* Tile shapes (rows x tokens), tuned with bench_qgemm (32 zmm registers). */
+#ifndef MR_L
+#define MR_L 6
+#endif
+#ifndef NT_L
+#define NT_L 4
+#endif
+#ifndef MR_K
+#define MR_K 3
+#endif
+#ifndef NT_K
+#define NT_K 6
+#endif
+#ifndef MR_F
+#define MR_F 6
+#endif
+#ifndef NT_F
+#define NT_F 4
+#endif
+
+DEF(q4_0, MR_L, NT_L, C_Q4_0)
+DEF(q4_1, MR_L, NT_L, C_Q4_1)
+DEF(q5_0, MR_L, NT_L, C_Q5_0)
+DEF(q5_1, MR_L, NT_L, C_Q5_1)
+DEF(q8_0, MR_L, NT_L, C_Q8_0)
+DEF(iq4_nl, MR_L, NT_L, C_IQ4_NL)
+DEF(q4_K, MR_K, NT_K, C_Q4_K)
+DEF(q5_K, MR_K, NT_K, C_Q5_K)
+DEF(q6_K, MR_K, NT_K, C_Q6_K)
+DEF(q2_K, MR_K, NT_K, C_Q2_K)
+DEF(q3_K, MR_K, NT_K, C_Q3_K)
+DEF(iq4_xs, MR_K, NT_K, C_IQ4_XS)
+DEF(f32, MR_F, NT_F, C_F32)
+DEF(f16, MR_F, NT_F, C_F16)
+DEF(bf16, MR_F, NT_F, C_BF16)
+
+#define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
+#define KQ8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
+#define KQ8_K tk_qk_act_bytes_q8_K, tk_qk_avx2_quant_q8_K
+#define KF32 tk_qk_act_bytes_f32, tk_qk_quant_f32
+#define K(WT, AT, NAME, G) [WT] = {WT, TK_##AT, TK_ISA_AVX512, NAME "/avx512", K##AT, G##_gemm}
+
+static const tk_qkernel avx512_kernels[TK_DTYPE_LIMIT] = {
+    K(TK_F32, F32, "F32", f32),
+    K(TK_F16, F32, "F16", f16),
+    K(TK_BF16, F32, "BF16", bf16),
+    K(TK_Q4_0, Q8_0, "Q4_0", q4_0),
+    K(TK_Q4_1, Q8_1, "Q4_1", q4_1),
+    K(TK_Q5_0, Q8_0, "Q5_0", q5_0),
+    K(TK_Q5_1, Q8_1, "Q5_1", q5_1),
+    K(TK_Q8_0, Q8_0, "Q8_0", q8_0),
+    K(TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl),
+    K(TK_Q4_K, Q8_K, "Q4_K", q4_K),
+    K(TK_Q5_K, Q8_K, "Q5_K", q5_K),
+    K(TK_Q6_K, Q8_K, "Q6_K", q6_K),
+    K(TK_Q2_K, Q8_K, "Q2_K", q2_K),
+    K(TK_Q3_K, Q8_K, "Q3_K", q3_K),
+    K(TK_IQ4_XS, Q8_K, "IQ4_XS", iq4_xs),
+};
+
+const tk_qkernel *tk_qk_avx512(tk_dtype wtype) {
+    if ((unsigned)wtype >= TK_DTYPE_LIMIT || !avx512_kernels[wtype].gemm) return NULL;
+    return &avx512_kernels[wtype];
+}
+
+#else
 
 const tk_qkernel *tk_qk_avx512(tk_dtype wtype) {
     (void)wtype;
     return NULL;
 }
+
+#endif

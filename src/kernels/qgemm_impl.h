@@ -26,6 +26,12 @@ void tk_qk_quant_q8_1(const float *x, void *out, int64_t n);
 void tk_qk_quant_q8_K(const float *x, void *out, int64_t n);
 void tk_qk_quant_f32(const float *x, void *out, int64_t n);
 
+/* AVX2 versions (same bytes), also used by the AVX-512 kernels; only
+ * defined in builds with the AVX2 file. */
+void tk_qk_avx2_quant_q8_0(const float *x, void *out, int64_t n);
+void tk_qk_avx2_quant_q8_1(const float *x, void *out, int64_t n);
+void tk_qk_avx2_quant_q8_K(const float *x, void *out, int64_t n);
+
 /* Q4_K / Q5_K: the 12 packed scale bytes to 8 scales (out[0..7]) and 8 mins
  * (out[8..15]), 6 bits each. */
 static inline void tk_qk_k4_scales(const uint8_t *s, uint8_t out[16]) {

@@ -25,6 +25,7 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
     if (n_threads < 1) n_threads = 1;
     ws->max_tokens = max_tokens;
     ws->n_threads = n_threads;
+    ws->fuse = TK_FUSE_ALL;
     size_t T = (size_t)max_tokens;
     size_t q_dim = (size_t)hp->n_heads * hp->head_dim, kv_dim = (size_t)hp->n_kv_heads * hp->head_dim;
     size_t half = (size_t)hp->head_dim / 2;
@@ -217,6 +218,39 @@ static int validate_batch(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *co
     return 0;
 }
 
+/* RoPE written straight into the cache row (one pass, no in-place copy). */
+static void rope_store(const tk_kv_pool *kv, const float *x, tk_rope_style style, const float *cos_t,
+                       const float *sin_t, unsigned char *row) {
+    int hd = kv->head_dim, half = hd / 2;
+    float buf[1024];
+    float *y = kv->type == TK_KV_F32 ? (float *)(void *)row : buf;
+    for (int i = 0; i < half; i++) {
+        int a = style == TK_ROPE_ADJACENT ? 2 * i : i;
+        int b = style == TK_ROPE_ADJACENT ? 2 * i + 1 : i + half;
+        float x0 = x[a], x1 = x[b];
+        y[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        y[b] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+    if (y == buf) tk_kv_store(kv, buf, row);
+}
+
+/* x += W·in (after an optional post-norm of W·in, as Gemma has), with the
+ * residual add fused into the matmul's store when there is no post-norm
+ * (a norm needs the whole output row first). */
+static void residual_matmul(tk_pool *pool, tk_forward_ws *ws, const tk_tensor *W, const float *in, int64_t ld_in,
+                            int T, int D, const float *post_norm, float eps) {
+    float *y[1] = {ws->xn};
+    int64_t ld[1] = {D};
+    if ((ws->fuse & TK_FUSE_RESIDUAL) && !post_norm) {
+        tk_matmul_fused(pool, &ws->mm, 1, &W, in, ld_in, T, y, ld, TK_MM_RESIDUAL, ws->x);
+        return;
+    }
+    tk_matmul(pool, &ws->mm, W, in, ld_in, T, ws->xn, D);
+    if (post_norm)
+        for (int t = 0; t < T; t++) tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, post_norm, D, eps);
+    for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
+}
+
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
                float *logits, tk_forward_ws *ws, tk_pool *pool, tk_err *err) {
     if (validate_batch(m, kv, seqs, n_seqs, batch, ws, err)) return -1;
@@ -250,18 +284,22 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         const tk_layer *L = &m->layers[l];
         const float *rcos = L->swa ? ws->rope_cos_swa : ws->rope_cos;
         const float *rsin = L->swa ? ws->rope_sin_swa : ws->rope_sin;
-        for (int t = 0; t < T; t++)
-            tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->attn_norm, D, hp->norm_eps);
+        const tk_tensor *qkv[3] = {L->wq, L->wk, L->wv};
+        if (ws->fuse & TK_FUSE_NORM_QUANT)
+            tk_rmsnorm_pack(pool, &ws->mm, 3, qkv, ws->x, L->attn_norm, hp->norm_eps, T, D, ws->xn);
+        else
+            for (int t = 0; t < T; t++)
+                tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->attn_norm, D, hp->norm_eps);
         if (ws->observe) {
             ws->observe(ws->observe_ctx, l, L->wq, ws->xn, T, D);
             ws->observe(ws->observe_ctx, l, L->wk, ws->xn, T, D);
             ws->observe(ws->observe_ctx, l, L->wv, ws->xn, T, D);
         }
         {
-            const tk_tensor *w[3] = {L->wq, L->wk, L->wv};
             float *y[3] = {ws->q, ws->k, ws->v};
             int64_t ld[3] = {q_dim, kv_dim, kv_dim};
-            tk_matmul_n(pool, &ws->mm, 3, w, ws->xn, D, T, y, ld);
+            tk_matmul_n(pool, &ws->mm, 3, qkv, ws->xn, D, T, y, ld);
+            tk_matmul_ws_forget(&ws->mm);
         }
         for (int t = 0; t < T; t++) {
             const float *c = rcos + (size_t)t * half, *s = rsin + (size_t)t * half;
@@ -274,8 +312,12 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             for (int h = 0; h < hp->n_kv_heads; h++) {
                 float *k = ws->k + (size_t)t * kv_dim + (size_t)h * hd;
                 if (a->qk_norm) tk_rmsnorm(k, k, L->attn_k_norm, hd, hp->norm_eps);
-                rope_apply(k, hd, hp->rope_style, c, s);
-                tk_kv_store(kv, k, tk_kv_k(kv, seq, l, h, batch->pos[t]));
+                if (ws->fuse & TK_FUSE_ROPE_KV) {
+                    rope_store(kv, k, hp->rope_style, c, s, tk_kv_k(kv, seq, l, h, batch->pos[t]));
+                } else {
+                    rope_apply(k, hd, hp->rope_style, c, s);
+                    tk_kv_store(kv, k, tk_kv_k(kv, seq, l, h, batch->pos[t]));
+                }
                 tk_kv_store(kv, ws->v + (size_t)t * kv_dim + (size_t)h * hd, tk_kv_v(kv, seq, l, h, batch->pos[t]));
             }
         }
@@ -286,34 +328,36 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
          * the window. */
         attention(m, kv, seqs, batch, l, L->swa ? m->swa_window : 0, ws, pool);
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->wo, ws->att, T, q_dim);
-        tk_matmul(pool, &ws->mm, L->wo, ws->att, q_dim, T, ws->xn, D);
-        if (a->post_norms)
-            for (int t = 0; t < T; t++)
-                tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, L->attn_post_norm, D, hp->norm_eps);
-        for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
+        residual_matmul(pool, ws, L->wo, ws->att, q_dim, T, D, a->post_norms ? L->attn_post_norm : NULL,
+                        hp->norm_eps);
 
-        for (int t = 0; t < T; t++)
-            tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->ffn_norm, D, hp->norm_eps);
+        const tk_tensor *gu[2] = {L->w_gate, L->w_up};
+        if (ws->fuse & TK_FUSE_NORM_QUANT)
+            tk_rmsnorm_pack(pool, &ws->mm, 2, gu, ws->x, L->ffn_norm, hp->norm_eps, T, D, ws->xn);
+        else
+            for (int t = 0; t < T; t++)
+                tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->ffn_norm, D, hp->norm_eps);
         if (ws->observe) {
             ws->observe(ws->observe_ctx, l, L->w_gate, ws->xn, T, D);
             ws->observe(ws->observe_ctx, l, L->w_up, ws->xn, T, D);
         }
         {
-            const tk_tensor *w[2] = {L->w_gate, L->w_up};
             float *y[2] = {ws->h1, ws->h2};
             int64_t ld[2] = {F, F};
-            tk_matmul_n(pool, &ws->mm, 2, w, ws->xn, D, T, y, ld);
+            bool gelu = a->ffn_act == TK_ACT_GELU_TANH;
+            if (ws->fuse & TK_FUSE_GLU) {
+                tk_matmul_fused(pool, &ws->mm, 2, gu, ws->xn, D, T, y, ld, gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU,
+                                NULL);
+            } else {
+                tk_matmul_n(pool, &ws->mm, 2, gu, ws->xn, D, T, y, ld);
+                for (size_t i = 0; i < (size_t)T * F; i++)
+                    ws->h1[i] = (gelu ? tk_gelu_tanh(ws->h1[i]) : tk_silu(ws->h1[i])) * ws->h2[i];
+            }
+            tk_matmul_ws_forget(&ws->mm);
         }
-        if (a->ffn_act == TK_ACT_GELU_TANH)
-            for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_gelu_tanh(ws->h1[i]) * ws->h2[i];
-        else
-            for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_silu(ws->h1[i]) * ws->h2[i];
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->w_down, ws->h1, T, F);
-        tk_matmul(pool, &ws->mm, L->w_down, ws->h1, F, T, ws->xn, D);
-        if (a->post_norms)
-            for (int t = 0; t < T; t++)
-                tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, L->ffn_post_norm, D, hp->norm_eps);
-        for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
+        residual_matmul(pool, ws, L->w_down, ws->h1, F, T, D, a->post_norms ? L->ffn_post_norm : NULL,
+                        hp->norm_eps);
     }
 
     for (int t = 0; t < T; t++) {

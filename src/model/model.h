@@ -49,6 +49,15 @@ typedef struct tk_model {
 } tk_model;
 
 
+/* Operator fusions (each can be turned off to measure it). */
+enum {
+    TK_FUSE_NORM_QUANT = 1, /* RMSNorm and activation quantization in one pass */
+    TK_FUSE_GLU = 2,        /* gate and up in one kernel, SiLU(gate)*up on the way out */
+    TK_FUSE_ROPE_KV = 4,    /* RoPE applied while writing K into the cache */
+    TK_FUSE_RESIDUAL = 8,   /* residual add folded into the output projection's store */
+    TK_FUSE_ALL = 15
+};
+
 typedef struct tk_attn_task {
     int token, kv_head, lo, hi;
 } tk_attn_task;
@@ -61,6 +70,7 @@ typedef struct tk_forward_ws {
     float *rope_cos, *rope_sin; /* [max_tokens][head_dim/2] */
     float *rope_cos_swa, *rope_sin_swa; /* the same for sliding layers (when the model has them) */
     tk_matmul_ws mm;            /* packed activations, dequant rows */
+    unsigned fuse;              /* TK_FUSE_* operator fusions in use */
     float *att_scratch;         /* per-thread block scratch (converted K/V, scores) */
     size_t att_scratch_stride;
     int att_group, att_hd;

@@ -1,0 +1,407 @@
+#include "api.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tk_api_error_set(tk_api_error *e, int status, const char *type, const char *code, const char *param,
+                      const char *fmt, ...) {
+    e->status = status;
+    e->type = type;
+    e->code = code;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+}
+
+static int bad(tk_api_error *e, const char *param, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(tk_api_error *e, const char *param, const char *fmt, ...) {
+    e->status = 400;
+    e->type = "invalid_request_error";
+    e->code = NULL;
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Appends U+FFFD for each maximal invalid subsequence; valid UTF-8
+ * (shortest form, no surrogates, <= U+10FFFF) is copied. */
+json_t *tk_json_lossy_string(const char *s, size_t n) {
+    json_t *j = json_stringn(s ? s : "", s ? n : 0);
+    if (j) return j;
+    if (n > (SIZE_MAX - 1) / 3) return NULL;
+    char *o = malloc(n * 3 + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        bool ok = len > 0 && i + len <= n && c != 0;
+        uint32_t cp = 0;
+        if (ok && len > 1) {
+            cp = c & (0x7F >> len);
+            for (size_t t = 1; t < len && ok; t++) {
+                if ((u[i + t] & 0xC0) != 0x80) ok = false;
+                cp = (cp << 6) | (u[i + t] & 0x3F);
+            }
+            static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+            if (ok && (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))) ok = false;
+        }
+        if (ok) {
+            memcpy(o + k, u + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i += 1;
+        }
+    }
+    j = json_stringn(o, k);
+    free(o);
+    return j;
+}
+
+char *tk_api_error_json(const tk_api_error *e) {
+    json_t *inner = json_object();
+    json_t *root = json_object();
+    if (!inner || !root) {
+        json_decref(inner);
+        json_decref(root);
+        return NULL;
+    }
+    json_object_set_new(inner, "message", tk_json_lossy_string(e->message, strlen(e->message)));
+    json_object_set_new(inner, "type", json_string(e->type ? e->type : "invalid_request_error"));
+    json_object_set_new(inner, "param", e->param[0] ? json_string(e->param) : json_null());
+    json_object_set_new(inner, "code", e->code ? json_string(e->code) : json_null());
+    json_object_set_new(root, "error", inner);
+    char *s = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    return s;
+}
+
+/* ---- typed field access; JSON null counts as absent (clients send it) ---- */
+
+static json_t *field(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return v && !json_is_null(v) ? v : NULL;
+}
+
+/* 1: set, 0: absent, -1: error. */
+static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, tk_api_error *e) {
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_integer(v)) return bad(e, key, "'%s' must be an integer", key);
+    long long x = json_integer_value(v);
+    if (x < lo || x > hi) return bad(e, key, "'%s' must be between %lld and %lld, got %lld", key, lo, hi, x);
+    *out = x;
+    return 1;
+}
+
+static int get_num(json_t *o, const char *key, double lo, double hi, double *out, tk_api_error *e) {
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_number(v)) return bad(e, key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi) return bad(e, key, "'%s' must be between %g and %g, got %g", key, lo, hi, x);
+    *out = x;
+    return 1;
+}
+
+static int get_bool(json_t *o, const char *key, bool *out, tk_api_error *e) {
+    json_t *v = field(o, key);
+    if (!v) return 0;
+    if (!json_is_boolean(v)) return bad(e, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 1;
+}
+
+static int parse_prompt(tk_api_req *r, json_t *root, int n_vocab, tk_api_error *e) {
+    json_t *p = field(root, "prompt");
+    if (!p) return bad(e, "prompt", "'prompt' is required");
+    if (json_is_string(p)) {
+        r->prompt_text = json_string_value(p);
+        r->prompt_len = json_string_length(p);
+        return 0;
+    }
+    if (!json_is_array(p)) return bad(e, "prompt", "'prompt' must be a string, an array of token ids, or an array of one of those");
+    size_t n = json_array_size(p);
+    if (n == 0) return bad(e, "prompt", "'prompt' must not be empty");
+    json_t *first = json_array_get(p, 0);
+    if (json_is_string(first) || json_is_array(first)) {
+        if (n != 1) return bad(e, "prompt", "only one prompt per request is supported (use 'n' for several samples)");
+        if (json_is_string(first)) {
+            r->prompt_text = json_string_value(first);
+            r->prompt_len = json_string_length(first);
+            return 0;
+        }
+        p = first;
+        n = json_array_size(p);
+        if (n == 0) return bad(e, "prompt", "'prompt' must not be empty");
+    }
+    if (n > TK_API_MAX_BODY / 2) return bad(e, "prompt", "'prompt' is too long");
+    r->prompt_ids = malloc(n * sizeof *r->prompt_ids);
+    if (!r->prompt_ids) {
+        tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *t = json_array_get(p, i);
+        if (!json_is_integer(t)) return bad(e, "prompt", "'prompt' token %zu is not an integer", i);
+        json_int_t id = json_integer_value(t);
+        if (id < 0 || id >= n_vocab)
+            return bad(e, "prompt", "'prompt' token %zu (%lld) is outside the vocabulary [0, %d)", i, (long long)id,
+                       n_vocab);
+        r->prompt_ids[i] = (int32_t)id;
+    }
+    r->n_prompt_ids = (int)n;
+    return 0;
+}
+
+static int parse_messages(tk_api_req *r, json_t *root, tk_api_error *e) {
+    json_t *m = field(root, "messages");
+    if (!m) return bad(e, "messages", "'messages' is required");
+    if (!json_is_array(m)) return bad(e, "messages", "'messages' must be an array");
+    size_t n = json_array_size(m);
+    if (n == 0) return bad(e, "messages", "'messages' must not be empty");
+    if (n > TK_API_MAX_MESSAGES) return bad(e, "messages", "too many messages (at most %d)", TK_API_MAX_MESSAGES);
+    r->msgs = calloc(n, sizeof *r->msgs);
+    r->owned = calloc(n, sizeof *r->owned);
+    if (!r->msgs || !r->owned) {
+        tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    static const char *const roles[] = {"system", "user", "assistant", "developer", "tool"};
+    for (size_t i = 0; i < n; i++) {
+        char param[48];
+        snprintf(param, sizeof param, "messages[%zu]", i);
+        json_t *msg = json_array_get(m, i);
+        if (!json_is_object(msg)) return bad(e, param, "'%s' must be an object", param);
+        json_t *role = json_object_get(msg, "role");
+        if (!json_is_string(role)) return bad(e, param, "'%s.role' must be a string", param);
+        bool known = false;
+        for (size_t k = 0; k < sizeof roles / sizeof roles[0]; k++)
+            if (!strcmp(json_string_value(role), roles[k])) known = true;
+        if (!known) return bad(e, param, "'%s.role' has an unknown role", param);
+        r->msgs[i].role = json_string_value(role);
+        json_t *c = json_object_get(msg, "content");
+        if (!c || json_is_null(c)) {
+            r->msgs[i].content = "";
+        } else if (json_is_string(c)) {
+            r->msgs[i].content = json_string_value(c);
+        } else if (json_is_array(c)) {
+            /* Content parts: only text parts can be honoured; join them. */
+            size_t total = 0, np = json_array_size(c);
+            for (size_t k = 0; k < np; k++) {
+                json_t *part = json_array_get(c, k);
+                json_t *type = json_is_object(part) ? json_object_get(part, "type") : NULL;
+                json_t *text = json_is_object(part) ? json_object_get(part, "text") : NULL;
+                if (!json_is_string(type) || strcmp(json_string_value(type), "text") || !json_is_string(text))
+                    return bad(e, param, "'%s.content' parts must be {\"type\": \"text\", \"text\": string}", param);
+                if (memchr(json_string_value(text), 0, json_string_length(text)))
+                    return bad(e, param, "'%s.content' contains a NUL character", param);
+                total += json_string_length(text);
+            }
+            char *s = malloc(total + 1);
+            if (!s) {
+                tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+                return -1;
+            }
+            size_t off = 0;
+            for (size_t k = 0; k < np; k++) {
+                json_t *text = json_object_get(json_array_get(c, k), "text");
+                memcpy(s + off, json_string_value(text), json_string_length(text));
+                off += json_string_length(text);
+            }
+            s[off] = 0;
+            r->owned[r->n_owned++] = s;
+            r->msgs[i].content = s;
+        } else {
+            return bad(e, param, "'%s.content' must be a string or an array of text parts", param);
+        }
+        r->n_msgs = (int)i + 1;
+    }
+    return 0;
+}
+
+static int parse_stop(tk_api_req *r, json_t *root, tk_api_error *e) {
+    json_t *s = field(root, "stop");
+    if (!s) return 0;
+    json_t *one[1] = {s};
+    json_t **items = one;
+    size_t n = 1;
+    if (json_is_array(s)) {
+        n = json_array_size(s);
+        if (n > TK_API_MAX_STOP) return bad(e, "stop", "'stop' may hold at most %d strings", TK_API_MAX_STOP);
+        items = NULL;
+    } else if (!json_is_string(s)) {
+        return bad(e, "stop", "'stop' must be a string or an array of strings");
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = items ? items[i] : json_array_get(s, i);
+        if (!json_is_string(v)) return bad(e, "stop", "'stop' must be a string or an array of strings");
+        size_t len = json_string_length(v);
+        if (len == 0) return bad(e, "stop", "'stop' strings must not be empty");
+        if (len > TK_API_MAX_STOP_LEN) return bad(e, "stop", "'stop' strings are limited to %d bytes", TK_API_MAX_STOP_LEN);
+        if (memchr(json_string_value(v), 0, len)) return bad(e, "stop", "'stop' strings must not contain NUL");
+        r->stop[r->n_stop++] = json_string_value(v);
+    }
+    return 0;
+}
+
+/* Fields whose non-default values we cannot honour: refuse them clearly. */
+static int reject_unsupported(tk_api_req *r, json_t *root, tk_api_error *e) {
+    bool b = false;
+    if (get_bool(root, "echo", &b, e) < 0) return -1;
+    if (b) return bad(e, "echo", "'echo' is not supported");
+    json_t *v;
+    if ((v = field(root, "suffix")) && !(json_is_string(v) && json_string_length(v) == 0))
+        return bad(e, "suffix", "'suffix' is not supported");
+    long long best_of = 0;
+    int rc = get_int(root, "best_of", 1, TK_API_MAX_N, &best_of, e);
+    if (rc < 0) return -1;
+    if (rc > 0 && best_of != r->n) return bad(e, "best_of", "'best_of' other than 'n' is not supported");
+    if ((v = field(root, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
+        return bad(e, "logit_bias", "'logit_bias' is not supported");
+    if ((v = field(root, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return bad(e, "tools", "'tools' is not supported");
+    if ((v = field(root, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return bad(e, "functions", "'functions' is not supported");
+    if ((v = field(root, "response_format"))) {
+        json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+        if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
+            return bad(e, "response_format", "only 'response_format' {\"type\": \"text\"} is supported");
+    }
+    return 0;
+}
+
+static int parse_body(tk_api_req *r, json_t *root, const char *model_name, int n_vocab, tk_api_error *e) {
+    if (!json_is_object(root)) return bad(e, NULL, "the request body must be a JSON object");
+
+    json_t *model = field(root, "model");
+    if (model) {
+        if (!json_is_string(model)) return bad(e, "model", "'model' must be a string");
+        if (strcmp(json_string_value(model), model_name)) {
+            tk_api_error_set(e, 404, "invalid_request_error", "model_not_found", "model",
+                             "The model '%s' does not exist (this server serves '%s')", json_string_value(model),
+                             model_name);
+            return -1;
+        }
+    }
+
+    if (r->kind == TK_API_COMPLETIONS ? parse_prompt(r, root, n_vocab, e) : parse_messages(r, root, e)) return -1;
+
+    long long x;
+    int rc;
+    r->max_tokens = r->kind == TK_API_COMPLETIONS ? 16 : 0; /* OpenAI's defaults: 16 / until the end */
+    if ((rc = get_int(root, "max_tokens", 1, 1 << 24, &x, e)) < 0) return -1;
+    if (rc) r->max_tokens = (int)x;
+    if ((rc = get_int(root, "max_completion_tokens", 1, 1 << 24, &x, e)) < 0) return -1;
+    if (rc) r->max_tokens = (int)x;
+
+    r->n = 1;
+    if ((rc = get_int(root, "n", 1, TK_API_MAX_N, &x, e)) < 0) return -1;
+    if (rc) r->n = (int)x;
+
+    /* OpenAI defaults, not the CLI's: plain sampling at temperature 1. */
+    tk_sampling *s = &r->sampling;
+    memset(s, 0, sizeof *s);
+    s->temperature = 1.0f;
+    s->top_p = 1.0f;
+    s->repeat_penalty = 1.0f;
+    s->penalty_last_n = -1;
+    double d;
+    if ((rc = get_num(root, "temperature", 0, 2, &d, e)) < 0) return -1;
+    if (rc) s->temperature = (float)d;
+    if ((rc = get_num(root, "top_p", 0, 1, &d, e)) < 0) return -1;
+    if (rc) {
+        if (d <= 0) return bad(e, "top_p", "'top_p' must be greater than 0");
+        s->top_p = (float)d;
+    }
+    if ((rc = get_int(root, "top_k", -1, 1 << 20, &x, e)) < 0) return -1;
+    if (rc) s->top_k = x < 0 ? 0 : (int)x; /* -1 and 0: off */
+    if ((rc = get_num(root, "min_p", 0, 1, &d, e)) < 0) return -1;
+    if (rc) s->min_p = (float)d;
+    if ((rc = get_num(root, "presence_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (rc) s->presence_penalty = (float)d;
+    if ((rc = get_num(root, "frequency_penalty", -2, 2, &d, e)) < 0) return -1;
+    if (rc) s->frequency_penalty = (float)d;
+    if ((rc = get_num(root, "repetition_penalty", 0, 10, &d, e)) < 0) return -1;
+    if (rc) {
+        if (d <= 0) return bad(e, "repetition_penalty", "'repetition_penalty' must be greater than 0");
+        s->repeat_penalty = (float)d;
+    }
+    json_t *seed = field(root, "seed");
+    if (seed) {
+        if (!json_is_integer(seed)) return bad(e, "seed", "'seed' must be an integer");
+        s->seed = (uint64_t)json_integer_value(seed); /* negative seeds wrap: still reproducible */
+        r->seed_given = true;
+    }
+    if (get_bool(root, "ignore_eos", &r->ignore_eos, e) < 0) return -1;
+    if (parse_stop(r, root, e)) return -1;
+
+    if (get_bool(root, "stream", &r->stream, e) < 0) return -1;
+    json_t *so = field(root, "stream_options");
+    if (so) {
+        if (!json_is_object(so)) return bad(e, "stream_options", "'stream_options' must be an object");
+        if (!r->stream) return bad(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+        if (get_bool(so, "include_usage", &r->include_usage, e) < 0) {
+            snprintf(e->param, sizeof e->param, "stream_options.include_usage");
+            return -1;
+        }
+    }
+
+    r->logprobs = -1;
+    if (r->kind == TK_API_COMPLETIONS) {
+        if ((rc = get_int(root, "logprobs", 0, TK_API_MAX_TOP_LOGPROBS, &x, e)) < 0) return -1;
+        if (rc) r->logprobs = (int)x;
+    } else {
+        bool lp = false;
+        if (get_bool(root, "logprobs", &lp, e) < 0) return -1;
+        if ((rc = get_int(root, "top_logprobs", 0, TK_API_MAX_TOP_LOGPROBS, &x, e)) < 0) return -1;
+        if (rc && !lp) return bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+        if (lp) r->logprobs = rc ? (int)x : 0;
+    }
+    return reject_unsupported(r, root, e);
+}
+
+int tk_api_parse(tk_api_kind kind, const char *body, size_t len, const char *model_name, int n_vocab,
+                 tk_api_req *out, tk_api_error *e) {
+    memset(out, 0, sizeof *out);
+    out->kind = kind;
+    if (len > TK_API_MAX_BODY) {
+        tk_api_error_set(e, 413, "invalid_request_error", "request_too_large", NULL,
+                         "request body exceeds %u bytes", TK_API_MAX_BODY);
+        return -1;
+    }
+    json_error_t je;
+    /* jansson bounds nesting depth itself and rejects invalid UTF-8 and
+     * NUL in strings (no JSON_ALLOW_NUL), so strings are safe C strings. */
+    out->root = json_loadb(body ? body : "", len, JSON_REJECT_DUPLICATES, &je);
+    if (!out->root) {
+        bad(e, NULL, "malformed JSON: %s (line %d, column %d)", je.text, je.line, je.column);
+        return -1;
+    }
+    if (parse_body(out, out->root, model_name, n_vocab, e)) {
+        tk_api_req_free(out);
+        return -1;
+    }
+    return 0;
+}
+
+void tk_api_req_free(tk_api_req *r) {
+    free(r->prompt_ids);
+    free(r->msgs);
+    for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
+    free(r->owned);
+    json_decref(r->root);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,74 @@
+/* OpenAI request parsing and error objects.  The body is hostile: every
+ * field's JSON type and range is checked, unknown fields are ignored, and
+ * anything we cannot honour exactly is rejected rather than silently
+ * approximated. */
+#ifndef TK_SERVER_API_H
+#define TK_SERVER_API_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <tokamak.h>
+
+#include "../chat/template.h"
+
+#define TK_API_MAX_BODY (1u << 20)  /* bytes of request body */
+#define TK_API_MAX_STOP 4
+#define TK_API_MAX_STOP_LEN 256
+#define TK_API_MAX_N 16
+#define TK_API_MAX_TOP_LOGPROBS 20
+#define TK_API_MAX_MESSAGES 1024
+
+typedef enum tk_api_kind { TK_API_COMPLETIONS = 0, TK_API_CHAT = 1 } tk_api_kind;
+
+typedef struct tk_api_error {
+    int status;          /* HTTP status */
+    const char *type;    /* "invalid_request_error", ... */
+    const char *code;    /* NULL: JSON null */
+    char param[64];      /* "": JSON null */
+    char message[512];
+} tk_api_error;
+
+typedef struct tk_api_req {
+    tk_api_kind kind;
+    json_t *root;               /* owns every string below that points into it */
+    /* completions: the prompt as text or as token ids (exactly one) */
+    const char *prompt_text;
+    size_t prompt_len;
+    int32_t *prompt_ids;        /* malloc'd */
+    int n_prompt_ids;
+    /* chat */
+    tk_chat_msg *msgs;          /* malloc'd; role/content point into root or `owned` */
+    int n_msgs;
+    char **owned;               /* contents joined from content-part arrays */
+    int n_owned;
+
+    int max_tokens;             /* 0: not given */
+    int n;
+    tk_sampling sampling;
+    bool seed_given;
+    bool ignore_eos;
+    const char *stop[TK_API_MAX_STOP];
+    int n_stop;
+    bool stream, include_usage;
+    int logprobs;               /* -1: none; else alternatives per token */
+} tk_api_req;
+
+/* Parses a request body.  On failure fills *e (status 400/404) and leaves
+ * *out empty (nothing to free). */
+int tk_api_parse(tk_api_kind kind, const char *body, size_t len, const char *model_name, int n_vocab,
+                 tk_api_req *out, tk_api_error *e);
+void tk_api_req_free(tk_api_req *r);
+
+void tk_api_error_set(tk_api_error *e, int status, const char *type, const char *code, const char *param,
+                      const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* {"error": {...}} as a malloc'd string, NULL if out of memory. */
+char *tk_api_error_json(const tk_api_error *e);
+
+/* A JSON string from bytes that should be UTF-8; invalid sequences become
+ * U+FFFD instead of failing (jansson refuses invalid UTF-8). */
+json_t *tk_json_lossy_string(const char *s, size_t n);
+
+#endif

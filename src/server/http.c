@@ -1,0 +1,840 @@
+/* HTTP side of the server: routing, authentication, body collection,
+ * submission to the engine, and response/SSE formatting. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "../util/err.h"
+#include "api.h"
+#include "live.h"
+#include "sbuf.h"
+#include "server.h"
+
+enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS };
+
+typedef struct choice_st {
+    tk_sbuf text;        /* non-streaming: the whole text */
+    json_t *lp;          /* non-streaming logprobs accumulator */
+    int32_t prev;        /* previous token, for detokenizing alternatives */
+    size_t text_off;     /* bytes of text so far (completions text_offset) */
+    int n_generated;
+    char finish[16];
+    bool done;
+} choice_st;
+
+typedef struct http_req {
+    tk_server *srv;
+    struct MHD_Connection *conn;
+    atomic_int refs;      /* the connection + the streaming response */
+    int route;
+    bool responded;       /* a response is queued */
+    bool too_large;
+    char *body;
+    size_t body_len, body_cap;
+    tk_api_req api;
+    bool have_api;
+    tk_live *live;
+    uint64_t req_id;
+    bool finished;        /* every sample's final event has been taken */
+    bool failed;          /* an engine error or lost event */
+    int n_prompt, n_cached;
+    char id[64];
+    time_t created;
+    choice_st *ch;
+    int n_ch;
+    tk_live_batch batch;
+    tk_sbuf out;          /* streaming: formatted bytes not yet handed to MHD */
+    bool stream_end;      /* streaming: [DONE] is in `out` */
+    double last_peek;
+} http_req;
+
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void req_free(http_req *r) {
+    tk_live_unref(r->live);
+    free(r->body);
+    if (r->have_api) tk_api_req_free(&r->api);
+    for (int i = 0; i < r->n_ch; i++) {
+        tk_sbuf_free(&r->ch[i].text);
+        json_decref(r->ch[i].lp);
+    }
+    free(r->ch);
+    tk_live_batch_free(&r->batch);
+    tk_sbuf_free(&r->out);
+    free(r);
+}
+
+static void req_unref(http_req *r) {
+    if (atomic_fetch_sub(&r->refs, 1) == 1) req_free(r);
+}
+
+/* Cancels the engine request unless it already finished; the engine then
+ * frees its KV blocks at its next step. */
+static void req_cancel(http_req *r) {
+    if (r->live && !r->finished) {
+        tk_engine_cancel(r->srv->engine, r->req_id);
+        r->finished = true; /* nothing more will be read */
+    }
+}
+
+/* Did the client hang up?  A non-blocking peek: 0 bytes means the peer
+ * closed its end.  Lets a blocked request notice a disconnect even while
+ * no token is being written. */
+static bool client_gone(http_req *r) {
+    double now = mono_now();
+    if (now - r->last_peek < 0.1) return false;
+    r->last_peek = now;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return false;
+    char b;
+    ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0) return true;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
+    return false;
+}
+
+/* ---- plain responses ---- */
+
+static enum MHD_Result send_body(http_req *r, unsigned status, const char *ctype, const char *body, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (status == 405) {
+        const char *allow = (r->route == R_COMPLETIONS || r->route == R_CHAT) ? "POST" : "GET, HEAD";
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    }
+    if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    enum MHD_Result rc = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    r->responded = true;
+    if (status >= 400) atomic_fetch_add(&r->srv->http_errors, 1);
+    return rc;
+}
+
+static enum MHD_Result send_json(http_req *r, unsigned status, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!s) return MHD_NO;
+    enum MHD_Result rc = send_body(r, status, "application/json", s, strlen(s));
+    free(s);
+    return rc;
+}
+
+static enum MHD_Result send_error(http_req *r, const tk_api_error *e) {
+    char *s = tk_api_error_json(e);
+    if (!s) return MHD_NO;
+    enum MHD_Result rc = send_body(r, (unsigned)e->status, "application/json", s, strlen(s));
+    free(s);
+    return rc;
+}
+
+static enum MHD_Result send_err(http_req *r, int status, const char *type, const char *code, const char *param,
+                                const char *msg) {
+    tk_api_error e;
+    tk_api_error_set(&e, status, type, code, param, "%s", msg);
+    return send_error(r, &e);
+}
+
+/* ---- token text for logprobs ---- */
+
+/* The bytes token `id` adds after `prev` (what the detokenizer emits). */
+static int token_bytes(const tk_server *s, int32_t prev, int32_t id, char *buf, int cap, char **heap) {
+    *heap = NULL;
+    int n = tk_token_to_bytes(s->tok, prev, id, false, buf, cap);
+    if (n >= 0) return n;
+    int need = -n;
+    char *h = malloc((size_t)need);
+    if (!h) return 0;
+    n = tk_token_to_bytes(s->tok, prev, id, false, h, need);
+    if (n < 0) n = 0;
+    *heap = h;
+    return n;
+}
+
+static json_t *json_logprob(float lp) {
+    /* JSON has no -Infinity; OpenAI reports impossible tokens as -9999. */
+    return json_real(isfinite(lp) ? (double)lp : -9999.0);
+}
+
+static json_t *bytes_array(const char *p, int n) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++) json_array_append_new(a, json_integer((unsigned char)p[i]));
+    return a;
+}
+
+/* One chat logprob entry {token, logprob, bytes[, top_logprobs]}. */
+static json_t *chat_lp_entry(const tk_server *s, int32_t prev, int32_t id, float lp) {
+    char buf[128], *heap;
+    int n = token_bytes(s, prev, id, buf, sizeof buf, &heap);
+    const char *p = heap ? heap : buf;
+    json_t *o = json_object();
+    if (o) {
+        json_object_set_new(o, "token", tk_json_lossy_string(p, (size_t)n));
+        json_object_set_new(o, "logprob", json_logprob(lp));
+        json_object_set_new(o, "bytes", bytes_array(p, n));
+    }
+    free(heap);
+    return o;
+}
+
+/* Appends one token's logprobs to `lp`: the completions object
+ * {tokens, token_logprobs, top_logprobs, text_offset} or the chat
+ * {content: [...]} object. */
+static void add_logprobs(http_req *r, json_t *lp, const choice_st *c, const tk_live_ev *ev, size_t text_off) {
+    const tk_server *s = r->srv;
+    if (r->api.kind == TK_API_CHAT) {
+        json_t *e = chat_lp_entry(s, c->prev, ev->token, ev->logprob);
+        json_t *top = json_array();
+        for (int k = 0; top && k < ev->n_top; k++)
+            json_array_append_new(top, chat_lp_entry(s, c->prev, ev->top_ids[k], ev->top_lp[k]));
+        json_object_set_new(e, "top_logprobs", top);
+        json_array_append_new(json_object_get(lp, "content"), e);
+        return;
+    }
+    char buf[128], *heap;
+    int n = token_bytes(s, c->prev, ev->token, buf, sizeof buf, &heap);
+    json_array_append_new(json_object_get(lp, "tokens"), tk_json_lossy_string(heap ? heap : buf, (size_t)n));
+    free(heap);
+    json_array_append_new(json_object_get(lp, "token_logprobs"), json_logprob(ev->logprob));
+    json_t *top = json_object();
+    for (int k = 0; top && k < ev->n_top; k++) {
+        n = token_bytes(s, c->prev, ev->top_ids[k], buf, sizeof buf, &heap);
+        json_t *key = tk_json_lossy_string(heap ? heap : buf, (size_t)n);
+        free(heap);
+        if (key) json_object_set_new(top, json_string_value(key), json_logprob(ev->top_lp[k]));
+        json_decref(key);
+    }
+    /* Like vLLM, the sampled token is always among its top_logprobs. */
+    n = token_bytes(s, c->prev, ev->token, buf, sizeof buf, &heap);
+    json_t *key = tk_json_lossy_string(heap ? heap : buf, (size_t)n);
+    free(heap);
+    if (top && key) json_object_set_new(top, json_string_value(key), json_logprob(ev->logprob));
+    json_decref(key);
+    json_array_append_new(json_object_get(lp, "top_logprobs"), top);
+    json_array_append_new(json_object_get(lp, "text_offset"), json_integer((json_int_t)text_off));
+}
+
+static json_t *new_logprobs(tk_api_kind kind) {
+    if (kind == TK_API_CHAT) return json_pack("{s:[],s:n}", "content", "refusal");
+    return json_pack("{s:[],s:[],s:[],s:[]}", "tokens", "token_logprobs", "top_logprobs", "text_offset");
+}
+
+/* ---- response objects ---- */
+
+static json_t *response_head(http_req *r, const char *object) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:s}", "id", r->id, "object", object, "created", (json_int_t)r->created,
+                     "model", r->srv->cfg.model_name, "system_fingerprint", r->srv->fingerprint);
+}
+
+static json_t *usage_json(http_req *r) {
+    int gen = 0;
+    for (int i = 0; i < r->n_ch; i++) gen += r->ch[i].n_generated;
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", r->n_prompt, "completion_tokens", gen,
+                     "total_tokens", r->n_prompt + gen, "prompt_tokens_details", "cached_tokens", r->n_cached);
+}
+
+/* Appends "data: {chunk}\n\n" for one choice: text and/or logprobs, or
+ * the final chunk when finish is set. */
+static void emit_chunk(http_req *r, int index, const char *text, size_t len, json_t *lp, const char *finish) {
+    bool chat = r->api.kind == TK_API_CHAT;
+    json_t *o = response_head(r, chat ? "chat.completion.chunk" : "text_completion");
+    json_t *choice = json_object();
+    json_object_set_new(choice, "index", json_integer(index));
+    if (chat) {
+        json_t *delta = json_object();
+        if (!finish) json_object_set_new(delta, "content", tk_json_lossy_string(text, len));
+        json_object_set_new(choice, "delta", delta);
+    } else {
+        json_object_set_new(choice, "text", tk_json_lossy_string(text, len));
+    }
+    json_object_set_new(choice, "logprobs", lp ? lp : json_null());
+    json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
+    json_object_set_new(o, "choices", json_pack("[o]", choice));
+    if (r->api.include_usage) json_object_set_new(o, "usage", json_null());
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!s) {
+        r->out.failed = true;
+        return;
+    }
+    tk_sbuf_adds(&r->out, "data: ");
+    tk_sbuf_adds(&r->out, s);
+    tk_sbuf_adds(&r->out, "\n\n");
+    free(s);
+}
+
+static void emit_role_chunks(http_req *r) {
+    for (int i = 0; i < r->n_ch; i++) {
+        json_t *o = response_head(r, "chat.completion.chunk");
+        json_t *choice = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", i, "delta", "role", "assistant", "content",
+                                   "", "logprobs", "finish_reason");
+        json_object_set_new(o, "choices", json_pack("[o]", choice));
+        if (r->api.include_usage) json_object_set_new(o, "usage", json_null());
+        char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        json_decref(o);
+        if (!s) {
+            r->out.failed = true;
+            return;
+        }
+        tk_sbuf_printf(&r->out, "data: %s\n\n", s);
+        free(s);
+    }
+}
+
+static void emit_end(http_req *r) {
+    if (r->failed) {
+        tk_api_error e;
+        tk_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed inside the engine");
+        char *s = tk_api_error_json(&e);
+        if (s) tk_sbuf_printf(&r->out, "data: %s\n\n", s);
+        free(s);
+    }
+    if (r->api.include_usage) {
+        json_t *o = response_head(r, r->api.kind == TK_API_CHAT ? "chat.completion.chunk" : "text_completion");
+        json_object_set_new(o, "choices", json_array());
+        json_object_set_new(o, "usage", usage_json(r));
+        char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        json_decref(o);
+        if (s) tk_sbuf_printf(&r->out, "data: %s\n\n", s);
+        else r->out.failed = true;
+        free(s);
+    }
+    tk_sbuf_adds(&r->out, "data: [DONE]\n\n");
+    r->stream_end = true;
+}
+
+/* Folds taken events into the per-choice state; streaming formats them. */
+static void consume_events(http_req *r) {
+    for (size_t i = 0; i < r->batch.n; i++) {
+        tk_live_ev *ev = &r->batch.ev[i];
+        if (ev->index < 0 || ev->index >= r->n_ch) continue;
+        choice_st *c = &r->ch[ev->index];
+        if (ev->n_cached > r->n_cached) r->n_cached = ev->n_cached;
+        if (ev->n_generated > c->n_generated) c->n_generated = ev->n_generated;
+        bool want_lp = r->api.logprobs >= 0 && ev->token >= 0;
+        if (ev->text_len > 0 || want_lp) {
+            if (r->api.stream) {
+                json_t *lp = NULL;
+                if (want_lp) {
+                    lp = new_logprobs(r->api.kind);
+                    if (lp) add_logprobs(r, lp, c, ev, c->text_off);
+                }
+                emit_chunk(r, ev->index, ev->text, (size_t)ev->text_len, lp, NULL);
+            } else {
+                if (want_lp && c->lp) add_logprobs(r, c->lp, c, ev, c->text_off);
+                tk_sbuf_add(&c->text, ev->text, (size_t)ev->text_len);
+            }
+        }
+        c->text_off += (size_t)ev->text_len;
+        if (ev->token >= 0) c->prev = ev->token;
+        if (ev->done && !c->done) {
+            c->done = true;
+            memcpy(c->finish, ev->finish, sizeof c->finish);
+            if (!strcmp(c->finish, "error")) r->failed = true;
+            if (r->api.stream) emit_chunk(r, ev->index, "", 0, NULL, c->finish);
+        }
+    }
+}
+
+static json_t *final_response(http_req *r) {
+    bool chat = r->api.kind == TK_API_CHAT;
+    json_t *o = response_head(r, chat ? "chat.completion" : "text_completion");
+    json_t *choices = json_array();
+    for (int i = 0; i < r->n_ch; i++) {
+        choice_st *c = &r->ch[i];
+        if (c->text.failed) {
+            json_decref(choices);
+            json_decref(o);
+            return NULL;
+        }
+        json_t *text = tk_json_lossy_string(c->text.data, c->text.len);
+        json_t *ch = json_object();
+        json_object_set_new(ch, "index", json_integer(i));
+        if (chat)
+            json_object_set_new(ch, "message", json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", text,
+                                                         "refusal"));
+        else
+            json_object_set_new(ch, "text", text);
+        json_object_set(ch, "logprobs", c->lp ? c->lp : json_null());
+        json_object_set_new(ch, "finish_reason", json_string(c->finish[0] ? c->finish : "stop"));
+        json_array_append_new(choices, ch);
+    }
+    json_object_set_new(o, "choices", choices);
+    json_object_set_new(o, "usage", usage_json(r));
+    return o;
+}
+
+/* ---- streaming ---- */
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    http_req *r = cls;
+    for (;;) {
+        if (r->out.failed) {
+            req_cancel(r);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (r->out.len > 0) {
+            size_t n = r->out.len < max ? r->out.len : max;
+            memcpy(buf, r->out.data, n);
+            tk_sbuf_consume(&r->out, n);
+            return (ssize_t)n;
+        }
+        if (r->stream_end) return MHD_CONTENT_READER_END_OF_STREAM;
+        bool all_done = false, lost = false;
+        size_t got = tk_live_take(r->live, 100, &r->batch, &all_done, &lost);
+        if (got) consume_events(r);
+        if (all_done) {
+            r->finished = true;
+            if (lost) r->failed = true;
+            emit_end(r);
+            continue;
+        }
+        if (atomic_load(&r->srv->stopping)) {
+            req_cancel(r);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        if (client_gone(r)) {
+            atomic_fetch_add(&r->srv->cancelled_disconnect, 1);
+            req_cancel(r);
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+    }
+}
+
+static void stream_free(void *cls) { req_unref(cls); }
+
+/* ---- generation requests ---- */
+
+static int tokenize_all(const tk_tokenizer *tok, const char *text, size_t len, bool add_bos, int32_t **out, int *n,
+                        tk_err *err) {
+    int cap = (int)(len < (1u << 24) ? len : (1u << 24)) + 8;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *ids = malloc((size_t)cap * sizeof *ids);
+        if (!ids) return tk_err_set(err, "out of memory");
+        int got = 0;
+        if (tk_tokenize(tok, text, len, add_bos, true, ids, cap, &got, err)) {
+            free(ids);
+            return -1;
+        }
+        if (got <= cap) {
+            *out = ids;
+            *n = got;
+            return 0;
+        }
+        free(ids);
+        cap = got;
+    }
+    return tk_err_set(err, "tokenizer returned an inconsistent length");
+}
+
+static int build_prompt(http_req *r, int32_t **ids, int *n, tk_api_error *e) {
+    tk_server *s = r->srv;
+    tk_err err;
+    *ids = NULL;
+    *n = 0;
+    size_t text_len = r->api.prompt_text ? r->api.prompt_len : 0;
+    for (int i = 0; i < r->api.n_msgs; i++) text_len += strlen(r->api.msgs[i].content);
+    if (text_len > s->max_text_bytes) {
+        tk_api_error_set(e, 400, "invalid_request_error", "context_length_exceeded",
+                         r->api.kind == TK_API_CHAT ? "messages" : "prompt",
+                         "This model's maximum context length is %d tokens; the prompt (%zu bytes) is far longer.",
+                         s->ctx_len, text_len);
+        return -1;
+    }
+    if (r->api.kind == TK_API_CHAT) {
+        char *text = NULL;
+        if (tk_chat_template_render(s->tmpl, r->api.msgs, r->api.n_msgs, true, s->bos_text, s->eos_text, &text,
+                                    &err)) {
+            tk_api_error_set(e, 400, "invalid_request_error", NULL, "messages", "chat template: %s", err.msg);
+            return -1;
+        }
+        /* The template writes special tokens (e.g. <s>) as text: parse them. */
+        int rc = tokenize_all(s->tok, text, strlen(text), false, ids, n, &err);
+        free(text);
+        if (rc) {
+            tk_api_error_set(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
+            return -1;
+        }
+        /* A template without BOS for a model that wants one (e.g. the ChatML
+         * fallback on a Llama model): prepend it, as llama.cpp does. */
+        int bos = tk_tokenizer_bos(s->tok);
+        if (tk_tokenizer_add_bos(s->tok) && bos >= 0 && (*n == 0 || (*ids)[0] != bos)) {
+            int32_t *p = realloc(*ids, ((size_t)*n + 1) * sizeof *p);
+            if (!p) {
+                tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+                return -1;
+            }
+            memmove(p + 1, p, (size_t)*n * sizeof *p);
+            p[0] = bos;
+            *ids = p;
+            ++*n;
+        }
+    } else if (r->api.prompt_ids) {
+        *ids = malloc((size_t)r->api.n_prompt_ids * sizeof **ids);
+        if (!*ids) {
+            tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+            return -1;
+        }
+        memcpy(*ids, r->api.prompt_ids, (size_t)r->api.n_prompt_ids * sizeof **ids);
+        *n = r->api.n_prompt_ids;
+    } else {
+        if (tokenize_all(s->tok, r->api.prompt_text, r->api.prompt_len, tk_tokenizer_add_bos(s->tok), ids, n,
+                         &err)) {
+            tk_api_error_set(e, 400, "invalid_request_error", NULL, "prompt", "%s", err.msg);
+            return -1;
+        }
+    }
+    if (*n == 0) {
+        free(*ids);
+        *ids = NULL;
+        tk_api_error_set(e, 400, "invalid_request_error", NULL, r->api.kind == TK_API_CHAT ? "messages" : "prompt",
+                         "the prompt is empty");
+        return -1;
+    }
+    return 0;
+}
+
+static enum MHD_Result handle_generate(http_req *r) {
+    tk_server *s = r->srv;
+    tk_api_error e;
+    tk_api_kind kind = r->route == R_CHAT ? TK_API_CHAT : TK_API_COMPLETIONS;
+    if (tk_api_parse(kind, r->body, r->body_len, s->cfg.model_name, s->n_vocab, &r->api, &e)) return send_error(r, &e);
+    r->have_api = true;
+    free(r->body);
+    r->body = NULL;
+
+    int32_t *ids;
+    int n;
+    if (build_prompt(r, &ids, &n, &e)) return send_error(r, &e);
+    const char *pparam = kind == TK_API_CHAT ? "messages" : "prompt";
+    if (n >= s->ctx_len || (long long)n + r->api.max_tokens > s->ctx_len) {
+        free(ids);
+        if (r->api.max_tokens > 0)
+            tk_api_error_set(&e, 400, "invalid_request_error", "context_length_exceeded", pparam,
+                             "This model's maximum context length is %d tokens. However, you requested %lld tokens "
+                             "(%d in the prompt, %d for the completion).",
+                             s->ctx_len, (long long)n + r->api.max_tokens, n, r->api.max_tokens);
+        else
+            tk_api_error_set(&e, 400, "invalid_request_error", "context_length_exceeded", pparam,
+                             "This model's maximum context length is %d tokens. However, the prompt has %d tokens.",
+                             s->ctx_len, n);
+        return send_error(r, &e);
+    }
+    r->n_prompt = n;
+
+    tk_request_params p = {.prompt = ids, .n_prompt = n, .max_tokens = r->api.max_tokens, .n = r->api.n,
+                           .sampling = r->api.sampling, .ignore_eos = r->api.ignore_eos, .stop = r->api.stop,
+                           .n_stop = r->api.n_stop, .top_logprobs = r->api.logprobs};
+    uint64_t seq = atomic_fetch_add(&s->id_counter, 1);
+    if (!r->api.seed_given) {
+        /* Unseeded requests should differ from each other. */
+        uint64_t x = s->id_salt ^ (seq * 0x9e3779b97f4a7c15ULL) ^ (uint64_t)(mono_now() * 1e9);
+        x ^= x >> 31;
+        x *= 0xbf58476d1ce4e5b9ULL;
+        p.sampling.seed = x ^ (x >> 29);
+    }
+    r->n_ch = r->api.n;
+    r->ch = calloc((size_t)r->n_ch, sizeof *r->ch);
+    r->live = tk_live_new(r->api.n);
+    if (!r->ch || !r->live) {
+        free(ids);
+        return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    for (int i = 0; i < r->n_ch; i++) {
+        r->ch[i].prev = ids[n - 1];
+        if (r->api.logprobs >= 0 && !r->api.stream) r->ch[i].lp = new_logprobs(kind);
+    }
+    snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", kind == TK_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)(s->id_salt ^ seq), (unsigned long long)(seq & 0xffffffffu));
+    r->created = time(NULL);
+
+    tk_err err;
+    tk_live_ref(r->live); /* the engine's reference, dropped after the last final event */
+    int rc = tk_engine_submit(s->engine, &p, tk_live_on_event, r->live, &r->req_id, &err);
+    free(ids);
+    if (rc) {
+        tk_live_unref(r->live);
+        tk_live_unref(r->live);
+        r->live = NULL;
+        if (!strncmp(err.msg, "queue full", 10)) {
+            atomic_fetch_add(&s->rejected_queue_full, 1);
+            return send_err(r, 429, "rate_limit_error", "rate_limit_exceeded", NULL, err.msg);
+        }
+        return send_err(r, 400, "invalid_request_error", NULL, NULL, err.msg);
+    }
+
+    if (r->api.stream) {
+        if (kind == TK_API_CHAT) emit_role_chunks(r);
+        struct MHD_Response *resp =
+            MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_reader, r, stream_free);
+        if (!resp) {
+            req_cancel(r);
+            return MHD_NO;
+        }
+        atomic_fetch_add(&r->refs, 1); /* the response's reference */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+        enum MHD_Result q = MHD_queue_response(r->conn, MHD_HTTP_OK, resp);
+        MHD_destroy_response(resp);
+        r->responded = true;
+        return q;
+    }
+
+    /* Non-streaming: wait here (this connection's own thread). */
+    bool lost = false;
+    for (;;) {
+        bool all_done = false;
+        size_t got = tk_live_take(r->live, 100, &r->batch, &all_done, &lost);
+        if (got) consume_events(r);
+        if (all_done) {
+            r->finished = true;
+            break;
+        }
+        if (atomic_load(&s->stopping)) {
+            req_cancel(r);
+            return send_err(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        }
+        if (client_gone(r)) {
+            atomic_fetch_add(&s->cancelled_disconnect, 1);
+            req_cancel(r);
+            return MHD_NO;
+        }
+    }
+    if (lost || r->failed) return send_err(r, 500, "server_error", NULL, NULL, "generation failed inside the engine");
+    json_t *o = final_response(r);
+    if (!o) return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+    return send_json(r, 200, o);
+}
+
+/* ---- simple endpoints ---- */
+
+static json_t *model_json(tk_server *s) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", s->cfg.model_name, "object", "model", "created",
+                     (json_int_t)s->created, "owned_by", "tokamak", "max_model_len", s->ctx_len);
+}
+
+static enum MHD_Result handle_get(http_req *r, const char *url) {
+    tk_server *s = r->srv;
+    switch (r->route) {
+    case R_HEALTH:
+        if (atomic_load(&s->stopping))
+            return send_err(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return send_json(r, 200, json_pack("{s:s}", "status", "ok"));
+    case R_METRICS: {
+        char *t = tk_server_metrics_text(s);
+        if (!t) return MHD_NO;
+        enum MHD_Result rc = send_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t));
+        free(t);
+        return rc;
+    }
+    case R_MODELS:
+        return send_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));
+    case R_MODEL: {
+        const char *name = url + strlen("/v1/models/");
+        if (strcmp(name, s->cfg.model_name))
+            return send_err(r, 404, "invalid_request_error", "model_not_found", "model", "The model does not exist");
+        return send_json(r, 200, model_json(s));
+    }
+    default:
+        return send_err(r, 404, "invalid_request_error", "not_found", NULL, "not found");
+    }
+}
+
+static int match_route(const char *url) {
+    if (!strcmp(url, "/v1/completions")) return R_COMPLETIONS;
+    if (!strcmp(url, "/v1/chat/completions")) return R_CHAT;
+    if (!strcmp(url, "/v1/models")) return R_MODELS;
+    if (!strncmp(url, "/v1/models/", 11) && url[11]) return R_MODEL;
+    if (!strcmp(url, "/health")) return R_HEALTH;
+    if (!strcmp(url, "/metrics")) return R_METRICS;
+    return R_NONE;
+}
+
+/* Constant-time comparison of the bearer token against the key. */
+static bool auth_ok(tk_server *s, struct MHD_Connection *c) {
+    if (!s->cfg.api_key) return true;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
+    h += 7;
+    while (*h == ' ') h++;
+    size_t a = strlen(h), b = strlen(s->cfg.api_key);
+    unsigned char diff = a != b;
+    for (size_t i = 0; i < a; i++) diff |= (unsigned char)(h[i] ^ s->cfg.api_key[i % (b ? b : 1)]);
+    return diff == 0;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
+    (void)version;
+    tk_server *s = cls;
+    http_req *r = *con_cls;
+    if (!r) {
+        /* First call: headers only. */
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        r->srv = s;
+        r->conn = c;
+        atomic_init(&r->refs, 1);
+        r->route = match_route(url);
+        *con_cls = r;
+        atomic_fetch_add(&s->active, 1);
+        atomic_fetch_add(&s->http_requests, 1);
+        bool post_route = r->route == R_COMPLETIONS || r->route == R_CHAT;
+        bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        if (r->route == R_NONE) return send_err(r, 404, "invalid_request_error", "not_found", NULL, "not found");
+        if (post_route ? !is_post : !is_get)
+            return send_err(r, 405, "invalid_request_error", "method_not_allowed", NULL, "method not allowed");
+        if (!strncmp(url, "/v1/", 4) && !auth_ok(s, c))
+            return send_err(r, 401, "invalid_request_error", "invalid_api_key", NULL,
+                            "Incorrect or missing API key (use 'Authorization: Bearer KEY')");
+        if (atomic_load(&s->stopping))
+            return send_err(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *end;
+            errno = 0;
+            unsigned long long v = strtoull(cl, &end, 10);
+            if (errno || end == cl || v > TK_API_MAX_BODY) r->too_large = true;
+            /* A moderately oversized body is read and discarded so the
+             * client sees the 413 (answering before the body would reset
+             * the connection under a client still sending); a huge one is
+             * refused at once. */
+            if (r->too_large && (errno || end == cl || v > 16 * (unsigned long long)TK_API_MAX_BODY))
+                return send_err(r, 413, "invalid_request_error", "request_too_large", NULL,
+                                "request body too large (limit 1 MiB)");
+        }
+        if (!post_route) return handle_get(r, url);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        /* Body bytes: collect up to the limit, then only discard. */
+        if (!r->responded && !r->too_large) {
+            size_t n = *upload_size;
+            if (n > TK_API_MAX_BODY - r->body_len) {
+                r->too_large = true;
+                free(r->body);
+                r->body = NULL;
+                r->body_len = r->body_cap = 0;
+            } else {
+                if (r->body_len + n > r->body_cap) {
+                    size_t cap = r->body_cap ? r->body_cap : 4096;
+                    while (cap < r->body_len + n) cap *= 2;
+                    if (cap > TK_API_MAX_BODY) cap = TK_API_MAX_BODY;
+                    char *b = realloc(r->body, cap);
+                    if (!b) return MHD_NO;
+                    r->body = b;
+                    r->body_cap = cap;
+                }
+                memcpy(r->body + r->body_len, upload_data, n);
+                r->body_len += n;
+            }
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->responded) return MHD_YES;
+    if (r->too_large)
+        return send_err(r, 413, "invalid_request_error", "request_too_large", NULL, "request body too large (limit 1 MiB)");
+    return handle_generate(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c;
+    tk_server *s = cls;
+    http_req *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    /* A failed write, a closed connection or shutdown: stop generating now. */
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->live && !r->finished)
+        atomic_fetch_add(&s->cancelled_disconnect, 1);
+    req_cancel(r);
+    atomic_fetch_sub(&s->active, 1);
+    req_unref(r);
+}
+
+int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, const tk_server_config *cfg,
+                    tk_err *err) {
+    s->engine = e;
+    s->tok = tk_engine_tokenizer(e);
+    s->tmpl = tmpl;
+    s->cfg = *cfg;
+    s->ctx_len = tk_engine_ctx_len(e);
+    s->n_vocab = tk_engine_n_vocab(e);
+    s->created = time(NULL);
+    s->listen_fd = -1;
+    tk_model_summary ms;
+    tk_engine_summary(e, &ms);
+    s->kv_blocks_total = ms.kv_blocks;
+    /* No token stands for more text than 4x its longest stored piece (pieces
+     * spell spaces as 3-byte U+2581, bytes as <0xNN>), so text beyond that
+     * bound times the context is over the context for sure; refusing it
+     * before tokenizing keeps a 1 MiB prompt from costing a second of CPU. */
+    size_t longest = 1;
+    if (s->tok) {
+        for (int i = 0; i < tk_tokenizer_n_vocab(s->tok); i++) {
+            const char *p = tk_tokenizer_piece(s->tok, i);
+            size_t n = p ? strlen(p) : 0;
+            if (n > longest) longest = n;
+        }
+    }
+    s->max_text_bytes = (size_t)s->ctx_len * longest * 4 + 1024;
+    if (!s->tok) return tk_err_set(err, "the model has no tokenizer");
+
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+    socklen_t sl;
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, cfg->host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)cfg->port);
+        sl = sizeof *a4;
+    } else if (inet_pton(AF_INET6, cfg->host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)cfg->port);
+        sl = sizeof *a6;
+        flags |= MHD_USE_IPv6;
+    } else {
+        return tk_err_set(err, "--host must be a numeric IPv4 or IPv6 address, got '%s'", cfg->host);
+    }
+    (void)sl;
+    s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                              (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 256),
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_LISTENING_ADDRESS_REUSE,
+                              (unsigned)1, MHD_OPTION_END);
+    if (!s->mhd) return tk_err_set(err, "cannot listen on %s port %d", cfg->host, cfg->port);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    if (di) s->cfg.port = di->port;
+    return 0;
+}
+
+void tk_server_begin_stop(tk_server *s) {
+    atomic_store(&s->stopping, true);
+    /* Stop accepting; MHD hands the listening socket back to us, to be
+     * closed only after MHD_stop_daemon. */
+    if (s->mhd && s->listen_fd < 0) s->listen_fd = MHD_quiesce_daemon(s->mhd);
+}
+
+void tk_server_stop(tk_server *s) {
+    if (s->mhd) MHD_stop_daemon(s->mhd);
+    s->mhd = NULL;
+    if (s->listen_fd >= 0) close(s->listen_fd);
+    s->listen_fd = -1;
+}

@@ -1,0 +1,80 @@
+/* Prometheus text exposition (format 0.0.4) of the engine's metrics. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "sbuf.h"
+#include "server.h"
+
+static void gauge(tk_sbuf *b, const char *name, const char *help, double v) {
+    tk_sbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
+}
+
+static void counter(tk_sbuf *b, const char *name, const char *help, unsigned long long v) {
+    tk_sbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
+}
+
+static void histogram(tk_sbuf *b, const char *name, const char *help, int n, const double *bounds,
+                      const uint64_t *buckets, double sum, uint64_t count) {
+    tk_sbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    bool have_inf = false;
+    for (int i = 0; i < n; i++) {
+        if (isinf(bounds[i])) {
+            tk_sbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)buckets[i]);
+            have_inf = true;
+        } else {
+            tk_sbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)buckets[i]);
+        }
+    }
+    /* Prometheus requires a +Inf bucket equal to the count. */
+    if (!have_inf) tk_sbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)count);
+    tk_sbuf_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, sum, name, (unsigned long long)count);
+}
+
+char *tk_server_metrics_text(tk_server *s) {
+    tk_engine_metrics m;
+    tk_engine_metrics_get(s->engine, &m);
+    if (m.kv_blocks_total == 0) m.kv_blocks_total = s->kv_blocks_total; /* no step has run yet */
+    tk_sbuf b = {0};
+    gauge(&b, "tokamak_requests_running", "Requests currently being generated.", m.requests_running);
+    gauge(&b, "tokamak_requests_waiting", "Requests waiting to be scheduled.", m.requests_waiting);
+    gauge(&b, "tokamak_kv_blocks_total", "KV cache blocks in the pool.", m.kv_blocks_total);
+    gauge(&b, "tokamak_kv_blocks_used", "KV cache blocks held by live sequences.", m.kv_blocks_used);
+    gauge(&b, "tokamak_kv_blocks_cached", "Free KV blocks kept for prefix reuse.", m.kv_blocks_cached);
+    gauge(&b, "tokamak_kv_usage_ratio", "Fraction of KV blocks held by live sequences.",
+          m.kv_blocks_total > 0 ? (double)m.kv_blocks_used / m.kv_blocks_total : 0.0);
+    counter(&b, "tokamak_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+            (unsigned long long)m.prefix_query_tokens);
+    counter(&b, "tokamak_prefix_cache_hits_total", "Prompt tokens served from the prefix cache.",
+            (unsigned long long)m.prefix_hit_tokens);
+    gauge(&b, "tokamak_prefix_cache_hit_rate", "Prefix cache hits / queries (tokens), since start.",
+          m.prefix_query_tokens ? (double)m.prefix_hit_tokens / (double)m.prefix_query_tokens : 0.0);
+    counter(&b, "tokamak_preemptions_total", "Sequences preempted to free KV blocks.",
+            (unsigned long long)m.preemptions);
+    counter(&b, "tokamak_prompt_tokens_total", "Prompt tokens processed.", (unsigned long long)m.prompt_tokens);
+    counter(&b, "tokamak_generation_tokens_total", "Tokens generated.", (unsigned long long)m.generation_tokens);
+    counter(&b, "tokamak_requests_finished_total", "Requests finished by the engine.",
+            (unsigned long long)m.requests_finished);
+    counter(&b, "tokamak_http_requests_total", "HTTP requests received.",
+            (unsigned long long)atomic_load(&s->http_requests));
+    counter(&b, "tokamak_http_errors_total", "HTTP requests answered with an error status.",
+            (unsigned long long)atomic_load(&s->http_errors));
+    counter(&b, "tokamak_requests_rejected_queue_full_total", "Requests refused because the queue was full.",
+            (unsigned long long)atomic_load(&s->rejected_queue_full));
+    counter(&b, "tokamak_requests_cancelled_disconnect_total", "Requests cancelled because the client went away.",
+            (unsigned long long)atomic_load(&s->cancelled_disconnect));
+    int n = m.n_buckets;
+    if (n < 0) n = 0;
+    if (n > 24) n = 24;
+    if (n > 0 && m.bucket_bounds) {
+        histogram(&b, "tokamak_time_to_first_token_seconds", "Time from submission to the first token.", n,
+                  m.bucket_bounds, m.ttft_buckets, m.ttft_sum, m.ttft_count);
+        histogram(&b, "tokamak_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", n,
+                  m.bucket_bounds, m.itl_buckets, m.itl_sum, m.itl_count);
+    }
+    if (b.failed) {
+        tk_sbuf_free(&b);
+        return NULL;
+    }
+    if (!b.data) return calloc(1, 1);
+    return b.data;
+}

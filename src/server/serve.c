@@ -1,0 +1,339 @@
+/* tokamak serve: the OpenAI-compatible HTTP server.  This thread owns the
+ * engine loop (wait for work, step); libmicrohttpd's threads handle the
+ * connections (see server.h). */
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <tokamak.h>
+
+#include "../chat/template.h"
+#include "../cli/args.h"
+#include "../cli/commands.h"
+#include "../formats/gguf.h"
+#include "../tokenizer/tokenizer.h"
+#include "../util/err.h"
+#include "../util/mapfile.h"
+#include "server.h"
+
+/* The only mutable global: set by the signal handler, polled by the loop. */
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static const char CHATML_TEMPLATE[] =
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tokamak serve -m MODEL [options]\n"
+            "  -m, --model PATH         .gguf, llama2.c .bin (with --tokenizer) or Hugging Face directory\n"
+            "  --tokenizer PATH         tokenizer override\n"
+            "  --host ADDR              numeric address to listen on (default 127.0.0.1)\n"
+            "  --port N                 port (default 8000; 0: any free port, printed at startup)\n"
+            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/*\n"
+            "  --model-name NAME        name served in /v1/models and checked in 'model' (default: file name)\n"
+            "  --chat-template FILE     Jinja chat template overriding the model's\n"
+            "  -t, --threads N          compute threads (default: all cores)\n"
+            "  -c, --ctx-size N         context length per sequence (default: the model's)\n"
+            "  --max-seqs N             sequences decoded together (default 16)\n"
+            "  --max-batch-tokens N     tokens per forward pass (default 512)\n"
+            "  --kv-memory SIZE         KV cache pool, e.g. 512M, 2G (default: max-seqs full contexts)\n"
+            "  --block-size N           tokens per KV block (default 16)\n"
+            "  --kv-type TYPE           KV cache element type: f32 (default), f16, q8_0\n"
+            "  --no-prefix-cache        disable automatic prefix caching\n"
+            "  --max-queue N            waiting requests before 429 (default 256)\n"
+            "  --max-connections N      concurrent HTTP connections (default 256)\n");
+}
+
+/* "512M", "2G", "65536", "1.5G" -> bytes. */
+static int parse_size(const char *s, size_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !(v > 0)) return -1;
+    double mul = 1;
+    if (*end) {
+        switch (toupper((unsigned char)*end)) {
+        case 'K': mul = 1024.0; break;
+        case 'M': mul = 1024.0 * 1024; break;
+        case 'G': mul = 1024.0 * 1024 * 1024; break;
+        case 'B': mul = 1; break;
+        default: return -1;
+        }
+        end++;
+        if (toupper((unsigned char)*end) == 'I') end++;
+        if (toupper((unsigned char)*end) == 'B') end++;
+        if (*end) return -1;
+    }
+    v *= mul;
+    if (v > 1e15) return -1;
+    *out = (size_t)v;
+    return 0;
+}
+
+static bool is_dir(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+static bool has_gguf_magic(const char *p) {
+    FILE *f = fopen(p, "rb");
+    if (!f) return false;
+    char m[4] = {0};
+    size_t n = fread(m, 1, 4, f);
+    fclose(f);
+    return n == 4 && !memcmp(m, "GGUF", 4);
+}
+
+/* The model's own chat template: tokenizer_config.json's chat_template in a
+ * Hugging Face directory (a string, or a list of {name, template}), or the
+ * GGUF key tokenizer.chat_template.  NULL if there is none. */
+static char *model_chat_template(const char *model_path) {
+    if (is_dir(model_path)) {
+        char path[4096];
+        if (snprintf(path, sizeof path, "%s/tokenizer_config.json", model_path) >= (int)sizeof path) return NULL;
+        json_error_t je;
+        json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je); /* model_max_length is huge */
+        if (!root) return NULL;
+        char *out = NULL;
+        json_t *ct = json_object_get(root, "chat_template");
+        if (json_is_string(ct)) {
+            out = strdup(json_string_value(ct));
+        } else if (json_is_array(ct)) {
+            json_t *pick = NULL;
+            for (size_t i = 0; i < json_array_size(ct); i++) {
+                json_t *it = json_array_get(ct, i), *name = json_object_get(it, "name");
+                if (!json_is_string(json_object_get(it, "template"))) continue;
+                if (!pick || (json_is_string(name) && !strcmp(json_string_value(name), "default"))) pick = it;
+            }
+            if (pick) out = strdup(json_string_value(json_object_get(pick, "template")));
+        }
+        json_decref(root);
+        return out;
+    }
+    if (has_gguf_magic(model_path)) {
+        tk_gguf *g;
+        tk_err err;
+        if (tk_gguf_open(model_path, &g, &err)) return NULL;
+        char *out = tk_gguf_get_str(g, "tokenizer.chat_template");
+        tk_gguf_close(g);
+        return out;
+    }
+    return NULL;
+}
+
+static char *default_model_name(const char *path) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    char *name = strndup(path + b, n - b);
+    if (!name) return NULL;
+    char *dot = strrchr(name, '.');
+    if (dot && dot != name && (!strcmp(dot, ".gguf") || !strcmp(dot, ".bin"))) *dot = 0;
+    return name;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
+    return h;
+}
+
+/* One scheduler iteration; an internal error is reported, not fatal. */
+static int step_once(tk_engine *e) {
+    tk_err err;
+    int live = tk_engine_step(e, &err);
+    if (live < 0) {
+        fprintf(stderr, "tokamak serve: engine step failed: %s\n", err.msg);
+        usleep(10000); /* do not spin on a persistent failure */
+    }
+    return live;
+}
+
+int tk_cmd_serve(int argc, char **argv) {
+    tk_engine_config cfg = {.max_seqs = 16};
+    tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256};
+    const char *tmpl_file = NULL, *kv_mem = NULL;
+    const char *cmd = "serve";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int rc = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.model_path);
+        else if (!strcmp(a, "--tokenizer")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.tokenizer_path);
+        else if (!strcmp(a, "--host")) rc = tk_arg_str(cmd, argc, argv, &i, &scfg.host);
+        else if (!strcmp(a, "--port")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 65535, &scfg.port);
+        else if (!strcmp(a, "--api-key")) rc = tk_arg_str(cmd, argc, argv, &i, &scfg.api_key);
+        else if (!strcmp(a, "--model-name")) rc = tk_arg_str(cmd, argc, argv, &i, &scfg.model_name);
+        else if (!strcmp(a, "--chat-template")) rc = tk_arg_str(cmd, argc, argv, &i, &tmpl_file);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &cfg.n_threads);
+        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 24, &cfg.ctx_len);
+        else if (!strcmp(a, "--max-seqs")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 4096, &cfg.max_seqs);
+        else if (!strcmp(a, "--max-batch-tokens")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &cfg.max_batch_tokens);
+        else if (!strcmp(a, "--kv-memory")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_mem);
+        else if (!strcmp(a, "--block-size")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 4096, &cfg.kv_block_size);
+        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
+        else if (!strcmp(a, "--no-prefix-cache")) cfg.no_prefix_cache = true;
+        else if (!strcmp(a, "--max-queue")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &cfg.max_waiting);
+        else if (!strcmp(a, "--max-connections")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 65536, &scfg.max_connections);
+        else {
+            fprintf(stderr, "tokamak serve: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (rc) return 2;
+    }
+    if (!cfg.model_path) {
+        fprintf(stderr, "tokamak serve: -m MODEL is required\n");
+        usage(stderr);
+        return 2;
+    }
+    if (kv_mem && parse_size(kv_mem, &cfg.kv_memory)) {
+        fprintf(stderr, "tokamak serve: --kv-memory expects a size like 512M or 2G, got '%s'\n", kv_mem);
+        return 2;
+    }
+    if (scfg.api_key && !scfg.api_key[0]) {
+        fprintf(stderr, "tokamak serve: --api-key must not be empty\n");
+        return 2;
+    }
+
+    tk_err err;
+    /* The chat template: --chat-template, else the model's, else ChatML. */
+    char *tmpl_src = NULL;
+    const char *tmpl_origin;
+    if (tmpl_file) {
+        if (tk_read_file(tmpl_file, &tmpl_src, NULL, &err)) {
+            fprintf(stderr, "tokamak serve: --chat-template: %s\n", err.msg);
+            return 1;
+        }
+        tmpl_origin = tmpl_file;
+    } else {
+        tmpl_src = model_chat_template(cfg.model_path);
+        tmpl_origin = "the model";
+    }
+    tk_chat_template *tmpl = NULL;
+    if (tmpl_src && tk_chat_template_parse(tmpl_src, &tmpl, &err)) {
+        if (tmpl_file) {
+            fprintf(stderr, "tokamak serve: chat template %s: %s\n", tmpl_file, err.msg);
+            free(tmpl_src);
+            return 1;
+        }
+        fprintf(stderr, "tokamak serve: warning: the model's chat template does not parse (%s)\n", err.msg);
+        tmpl = NULL;
+    }
+    if (!tmpl) {
+        if (tk_chat_template_parse(CHATML_TEMPLATE, &tmpl, &err)) {
+            fprintf(stderr, "tokamak serve: built-in ChatML template: %s\n", err.msg);
+            free(tmpl_src);
+            return 1;
+        }
+        fprintf(stderr, "tokamak serve: no usable chat template in the model; using ChatML\n");
+        tmpl_origin = "built-in ChatML";
+    }
+    free(tmpl_src);
+
+    cfg.require_tokenizer = true;
+    tk_engine *e;
+    if (tk_engine_open(&cfg, &e, &err)) {
+        fprintf(stderr, "tokamak serve: %s\n", err.msg);
+        tk_chat_template_free(tmpl);
+        return 1;
+    }
+    char *name = scfg.model_name ? strdup(scfg.model_name) : default_model_name(cfg.model_path);
+    tk_server *srv = calloc(1, sizeof *srv);
+    if (!name || !srv) {
+        fprintf(stderr, "tokamak serve: out of memory\n");
+        free(name);
+        free(srv);
+        tk_engine_close(e);
+        tk_chat_template_free(tmpl);
+        return 1;
+    }
+    scfg.model_name = name;
+    const tk_tokenizer *tok = tk_engine_tokenizer(e);
+    int bos = tk_tokenizer_bos(tok), eos = tk_tokenizer_eos(tok);
+    srv->bos_text = strdup(bos >= 0 ? tk_tokenizer_piece(tok, bos) : "");
+    srv->eos_text = strdup(eos >= 0 ? tk_tokenizer_piece(tok, eos) : "");
+    if (getrandom(&srv->id_salt, sizeof srv->id_salt, 0) != (ssize_t)sizeof srv->id_salt)
+        srv->id_salt = (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ULL ^ (uint64_t)getpid();
+    tk_model_summary ms;
+    tk_engine_summary(e, &ms);
+    uint64_t h = fnv1a(0xcbf29ce484222325ULL, name, strlen(name));
+    h = fnv1a(h, &ms.n_params, sizeof ms.n_params);
+    h = fnv1a(h, &ms.weight_bytes, sizeof ms.weight_bytes);
+    snprintf(srv->fingerprint, sizeof srv->fingerprint, "fp_tokamak_%010llx", (unsigned long long)(h >> 24));
+
+    /* Only this thread takes SIGINT/SIGTERM: block them while MHD creates
+     * its threads (which inherit the mask), then unblock here. */
+    sigset_t sigs, old;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &sigs, &old);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a vanished client must not kill the server */
+
+    int status = 0;
+    if (!srv->bos_text || !srv->eos_text || tk_server_start(srv, e, tmpl, &scfg, &err)) {
+        fprintf(stderr, "tokamak serve: %s\n", srv->bos_text && srv->eos_text ? err.msg : "out of memory");
+        status = 1;
+    } else {
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        fprintf(stderr, "tokamak serve: model '%s' (%s), context %d, %d KV blocks of %d tokens, chat template from %s\n",
+                name, ms.format, srv->ctx_len, ms.kv_blocks, ms.kv_block_size, tmpl_origin);
+        printf("tokamak serve: listening on http://%s:%d\n", scfg.host, srv->cfg.port);
+        fflush(stdout);
+        while (!g_stop) {
+            tk_engine_wait_for_work(e, 100);
+            while (!g_stop && step_once(e) > 0) {
+            }
+        }
+        fprintf(stderr, "tokamak serve: shutting down\n");
+        tk_server_begin_stop(srv);
+        /* Request threads see `stopping` within ~100 ms and cancel; keep
+         * stepping meanwhile so cancellations are processed. */
+        double t0 = now_s();
+        while (atomic_load(&srv->active) > 0 && now_s() - t0 < 5.0)
+            if (step_once(e) <= 0) usleep(5000);
+        tk_server_stop(srv);
+        /* Deliver the final events of cancelled requests (frees them). */
+        t0 = now_s();
+        while (step_once(e) > 0 && now_s() - t0 < 10.0) {
+        }
+    }
+    tk_engine_close(e);
+    tk_chat_template_free(tmpl);
+    free(srv->bos_text);
+    free(srv->eos_text);
+    free(srv);
+    free(name);
+    return status;
+}

@@ -1,0 +1,66 @@
+/* The OpenAI-compatible HTTP server (libmicrohttpd).
+ *
+ * Threading: MHD runs one thread per connection.  A request thread parses
+ * and validates the body, tokenizes, and submits to the engine; then it
+ * blocks on its own tk_live (condition variable with a 100 ms timeout)
+ * until events arrive, formats them (JSON or SSE chunks) and writes.  The
+ * caller's thread (tk_cmd_serve's main thread) is the only one that steps
+ * the engine.  Blocking per connection keeps each request's code
+ * sequential; the timeouts let a blocked thread notice shutdown and a
+ * client that hung up (a peek at its socket) even when no tokens flow, so
+ * the request is cancelled at once and its KV blocks return to the pool. */
+#ifndef TK_SERVER_H
+#define TK_SERVER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+#include <tokamak.h>
+
+#include "../chat/template.h"
+#include "../tokenizer/tokenizer.h"
+
+typedef struct tk_server_config {
+    const char *host;          /* numeric IPv4/IPv6 address */
+    int port;
+    const char *api_key;       /* NULL: no authentication */
+    const char *model_name;
+    int max_connections;
+} tk_server_config;
+
+typedef struct tk_server {
+    tk_engine *engine;
+    const tk_tokenizer *tok;
+    const tk_chat_template *tmpl;
+    char *bos_text, *eos_text;  /* for the chat template */
+    tk_server_config cfg;
+    int ctx_len, n_vocab;
+    int kv_blocks_total;       /* the pool size, for /metrics before the first step */
+    size_t max_text_bytes;     /* longer prompt text cannot fit the context: refuse it untokenized */
+    time_t created;
+    char fingerprint[40];
+    uint64_t id_salt;
+    atomic_uint_fast64_t id_counter;
+    atomic_bool stopping;
+    atomic_int active;         /* HTTP requests between first call and completion */
+    atomic_uint_fast64_t http_requests, http_errors, rejected_queue_full, cancelled_disconnect;
+    struct MHD_Daemon *mhd;
+    int listen_fd;             /* after quiescing: ours to close */
+} tk_server;
+
+/* Starts listening.  The engine, tokenizer and template stay owned by the
+ * caller and must outlive tk_server_stop. */
+int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, const tk_server_config *cfg,
+                    tk_err *err);
+/* First phase of shutdown: refuse new work; blocked request threads
+ * cancel their requests within ~100 ms. */
+void tk_server_begin_stop(tk_server *s);
+/* Closes every connection and joins the connection threads. */
+void tk_server_stop(tk_server *s);
+
+/* Prometheus text exposition of the engine metrics plus server counters. */
+char *tk_server_metrics_text(tk_server *s);
+
+#endif
