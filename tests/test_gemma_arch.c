@@ -19,6 +19,7 @@
 #include <tokamak.h>
 
 #include "formats/gguf.h"
+#include "tokenizer/tokenizer.h"
 #include "tk_test.h"
 
 enum { DIM = 32, LAYERS = 6, HEADS = 4, KV_HEADS = 2, HD = 16, FFN = 48, VOCAB = 64, WINDOW = 5, SEQ = 23 };
@@ -251,7 +252,48 @@ static int engine_logits(const char *path, int threads, int block, int chunk, co
     return rc;
 }
 
+/* The real Gemma 3 270M vocabulary (tools/oracles.sh puts the GGUF in
+ * .cache/models; TK_GEMMA_GGUF overrides): <end_of_turn> and <eos> end
+ * generation, <start_of_turn> does not, and neither does "</s>" (a
+ * user-defined HTML tag in this vocabulary; llama.cpp's string heuristic
+ * makes it one, tokamak follows the file's token types); the chat markers
+ * tokenize as single tokens; no space prefix is added. */
+static void check_gemma_vocab(void) {
+    const char *path = getenv("TK_GEMMA_GGUF");
+    char buf[1024];
+    if (!path) {
+        snprintf(buf, sizeof buf, "%s/.cache/models/gemma-3-270m-q4_k_m.gguf", TK_SOURCE_DIR);
+        path = buf;
+    }
+    if (access(path, R_OK) != 0) {
+        printf("SKIP gemma vocabulary checks: %s not found (run tools/oracles.sh)\n", path);
+        return;
+    }
+    tk_tokenizer *t;
+    tk_err err;
+    if (tk_tokenizer_open(path, NULL, &t, &err)) {
+        CHECK(0, "open %s: %s", path, err.msg);
+        return;
+    }
+    CHECK(tk_tokenizer_n_vocab(t) == 262144, "vocab %d", tk_tokenizer_n_vocab(t));
+    CHECK(tk_tokenizer_bos(t) == 2 && tk_tokenizer_add_bos(t), "BOS");
+    CHECK(tk_tokenizer_is_eog(t, 106), "<end_of_turn> ends generation");
+    CHECK(tk_tokenizer_is_eog(t, 1), "<eos> ends generation");
+    CHECK(!tk_tokenizer_is_eog(t, 105), "<start_of_turn> does not");
+    CHECK(!tk_tokenizer_is_eog(t, 212), "</s> does not");
+    const char *chat = "<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n";
+    int32_t ids[32];
+    int n = 0;
+    CHECK(tk_tokenize(t, chat, strlen(chat), true, true, ids, 32, &n, &err) == 0, "tokenize: %s", err.msg);
+    const int32_t want[] = {2, 105, 2364, 107, 10979, 106, 107, 105, 4368, 107};
+    CHECK(n == 10 && !memcmp(ids, want, sizeof want), "chat prompt tokens (%d)", n);
+    CHECK(tk_tokenize(t, "Hello", 5, false, true, ids, 32, &n, &err) == 0 && n == 1 && ids[0] == 9259,
+          "no space prefix: 'Hello' -> [9259], got %d tokens, first %d", n, ids[0]);
+    tk_tokenizer_free(t);
+}
+
 int main(void) {
+    check_gemma_vocab();
     static weights w;
     init_weights(&w);
     char dir[] = "/tmp/tk_gemma_XXXXXX";
