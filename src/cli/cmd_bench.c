@@ -124,7 +124,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: tokamak bench -m MODEL [-p 128] [-n 32] [-r 3] [-t N] [-b BATCH] [--json]\n"
                "  -p N   prompt tokens for the prefill test (0: skip)\n"
                "  -n N   generated tokens for the decode test (0: skip)\n"
-               "  -r N   repetitions (median, mean and sd reported)\n"
+               "  -r N   repetitions (median, mean and sd reported; --verify-cost: passes per size, default 41)\n"
                "  -b B   also decode B sequences at once (aggregate tokens/s)\n"
                "  --no-bandwidth   skip the memory bandwidth measurement\n"
                "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
@@ -157,7 +157,7 @@ int tk_cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &model);
         else if (!strcmp(a, "-p")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &pp);
         else if (!strcmp(a, "-n")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &tg), tg_given = true;
-        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 64, &reps), reps_given = true;
+        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 256, &reps), reps_given = true;
         else if (!strcmp(a, "--verify-cost")) verify_cost = 1;
         else if (!strcmp(a, "--draft-model")) rc = tk_arg_str(cmd, argc, argv, &i, &draft);
         else if (!strcmp(a, "--spec")) rc = tk_arg_spec_mode(cmd, argc, argv, &i, &so.spec_mode);
@@ -240,7 +240,7 @@ int tk_cmd_bench(int argc, char **argv) {
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
     if (verify_cost) {
-        int rc = tk_bench_verify_cost(e, pp > 0 ? pp : 1, 15);
+        int rc = tk_bench_verify_cost(e, pp > 0 ? pp : 1, reps_given ? reps : 41);
         tk_engine_close(e);
         return rc;
     }
