@@ -139,7 +139,8 @@ static void usage(FILE *f) {
                "  -f FILE        text to cut prompts from (required)\n"
                "  --prompt-chars N   characters per prompt (default 600; 0: the whole file, one prompt)\n"
                "  --n-prompts N  prompts (default 4)   -n N tokens each   -r N repetitions\n"
-               "  --temp T       temperature (default 0)   --seed S\n");
+               "  --temp T       temperature (default 0)   --seed S\n"
+               "  --cpu-time     decode speed in process CPU time (with -t 1: robust on a busy machine)\n");
 }
 
 int tk_cmd_bench(int argc, char **argv) {
@@ -168,6 +169,7 @@ int tk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--n-prompts")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &so.n_prompts);
         else if (!strcmp(a, "--temp")) rc = tk_arg_float(cmd, argc, argv, &i, 0, 100, &so.temperature);
         else if (!strcmp(a, "--seed")) rc = tk_arg_u64(cmd, argc, argv, &i, &so.seed);
+        else if (!strcmp(a, "--cpu-time")) so.cpu_time = true;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &threads);
         else if (!strcmp(a, "-b")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1024, &batch);
         else if (!strcmp(a, "--json")) json = 1;
