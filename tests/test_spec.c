@@ -596,6 +596,7 @@ static void test_code_sampling(void) {
     tk_request_params p = greedy_params(prompts[0], lens[0], 40, TK_SPEC_DRAFT);
     p.sampling.temperature = 0.8f;
     p.sampling.seed = 5;
+    p.draft_min = 2; /* drafts at every step, whatever the cost model says */
     p.top_logprobs = 2;
     result a = {0}, b = {0};
     CHECK(run_all(e, &p, 1, &a, true) == 0 && run_all(e, &p, 1, &b, true) == 0, "runs");
