@@ -128,6 +128,18 @@ static void test_accept_rule(void) {
     CHECK(tk_spec_choose_k(0.05, 0.3, 0.1, 0, 8) == 0, "drafting that cannot pay pauses");
     CHECK(tk_spec_choose_k(0.05, 0.3, 0.1, 2, 8) == 2, "but not below draft_min");
     CHECK(fabs(tk_spec_expected_tokens(0.5, 3) - 1.875) < 1e-12, "expected tokens");
+    /* paused drafting probes after 16 steps, then 32, 64, ... up to 256 */
+    tk_spec_rate rate;
+    tk_spec_rate_init(&rate);
+    int probes[3] = {0}, n_probe = 0;
+    for (int step = 1; step <= 16 + 32 + 64 && n_probe < 3; step++)
+        if (tk_spec_rate_probe(&rate, 0) == 1) {
+            probes[n_probe++] = step;
+            tk_spec_rate_update(&rate, 1, 0);
+        }
+    CHECK(probes[0] == 16 && probes[1] == 48 && probes[2] == 112, "probe steps %d %d %d", probes[0], probes[1],
+          probes[2]);
+    CHECK(tk_spec_rate_probe(&rate, 3) == 3 && rate.probe_every == 16, "drafting again resets the probes");
 }
 
 /* ---- engines and requests ---- */
@@ -584,6 +596,7 @@ static void test_code_sampling(void) {
     tk_request_params p = greedy_params(prompts[0], lens[0], 40, TK_SPEC_DRAFT);
     p.sampling.temperature = 0.8f;
     p.sampling.seed = 5;
+    p.draft_min = 2; /* drafts at every step, whatever the cost model says */
     p.top_logprobs = 2;
     result a = {0}, b = {0};
     CHECK(run_all(e, &p, 1, &a, true) == 0 && run_all(e, &p, 1, &b, true) == 0, "runs");
