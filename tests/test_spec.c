@@ -128,7 +128,19 @@ static void test_accept_rule(void) {
     CHECK(tk_spec_choose_k(0.05, 0.3, 0.1, 0, 8) == 0, "drafting that cannot pay pauses");
     CHECK(tk_spec_choose_k(0.05, 0.3, 0.1, 2, 8) == 2, "but not below draft_min");
     CHECK(fabs(tk_spec_expected_tokens(0.5, 3) - 1.875) < 1e-12, "expected tokens");
-    /* paused drafting probes after 16 steps, then 32, 64, ... up to 256 */
+    /* per-position rates: first drafts accepted half the time, but once one
+     * is, the next ones are too: alpha_1.. near 1, longer drafts pay */
+    tk_spec_rate bursty;
+    tk_spec_rate_init(&bursty);
+    for (int i = 0; i < 40; i++) tk_spec_rate_update(&bursty, 4, i % 2 ? 4 : 0);
+    double a0 = tk_spec_rate_alpha(&bursty), e4 = tk_spec_rate_expected(&bursty, 4);
+    CHECK(fabs(a0 - 0.5) < 0.1 && e4 > tk_spec_expected_tokens(a0, 4) + 0.5, "bursty: alpha_0 %.2f, E(4) %.2f", a0,
+          e4);
+    double vt[9];
+    for (int k = 0; k <= 8; k++) vt[k] = 1 + 0.1 * k;
+    CHECK(tk_spec_rate_choose_k(&bursty, 0.1, vt, 0, 8) >= 4, "bursty acceptance: long drafts (%d)",
+          tk_spec_rate_choose_k(&bursty, 0.1, vt, 0, 8));
+    /* paused drafting probes after 16 steps, then 32, 64, and every 64 */
     tk_spec_rate rate;
     tk_spec_rate_init(&rate);
     int probes[3] = {0}, n_probe = 0;

@@ -900,8 +900,7 @@ static int spec_propose(tk_engine *e, tk_err *err) {
             if (ss->n_tokens - ss->n_computed != 1 || ss->n_generated == 0) continue;
             bool greedy = r->p.sampling.temperature == 0;
             double c = ss->spec_mode == TK_SPEC_NGRAM ? 0 : greedy ? c_meas : e->cost.c_prior;
-            int want = tk_spec_choose_k_table(tk_spec_rate_alpha(&ss->rate), c, greedy ? v_meas : v_prior,
-                                              ss->k_min, ss->k_max);
+            int want = tk_spec_rate_choose_k(&ss->rate, c, greedy ? v_meas : v_prior, ss->k_min, ss->k_max);
             want = tk_spec_rate_probe(&ss->rate, want); /* k = 0: a probe now and then */
             /* every accepted draft plus one more token must fit */
             int room = e->ctx_len - ss->n_tokens - 1;
