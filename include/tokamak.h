@@ -23,11 +23,22 @@ typedef struct tk_err {
 typedef struct tk_engine tk_engine;
 typedef struct tk_tokenizer tk_tokenizer;
 
+/* Speculative decoding (see docs/speculative.md): a cheap source proposes a
+ * few draft tokens, the model checks them in one pass, and the accepted ones
+ * cost one pass together.  Greedy output is identical to plain decoding and
+ * sampled output has the same distribution. */
+typedef enum tk_spec_mode {
+    TK_SPEC_DEFAULT = 0, /* request: the engine's mode; engine: TK_SPEC_DRAFT with a draft model, else off */
+    TK_SPEC_OFF = 1,
+    TK_SPEC_NGRAM = 2,   /* prompt lookup: continue an earlier occurrence of the last 4..1 tokens */
+    TK_SPEC_DRAFT = 3,   /* the engine's draft model */
+} tk_spec_mode;
+
 typedef struct tk_engine_config {
     const char *model_path;     /* .gguf, llama2.c .bin or HF directory */
     const char *tokenizer_path; /* optional override (tokenizer.bin / tokenizer.json) */
     int n_threads;              /* 0: all online cores */
-    int ctx_len;                /* max tokens per sequence; 0: the model's */
+    int ctx_len;                /* max tokens per sequence; 0: the model's, at most 4096 */
     int max_seqs;               /* sequences that can be live at once; 0: 1 */
     int max_batch_tokens;       /* tokens per forward pass; 0: 512 */
     int kv_block_size;          /* tokens per KV block; 0: 16 */
@@ -40,6 +51,17 @@ typedef struct tk_engine_config {
                                    norm-quant,glu,rope-kv,residual (also env TK_FUSE) */
     bool reference_kernels;     /* float32 dequantize-and-multiply everywhere (also env TK_REFERENCE=1):
                                    the numerical reference, slow */
+    /* speculative decoding */
+    const char *draft_model_path;     /* a smaller model with the same vocabulary; NULL: none */
+    const char *draft_tokenizer_path; /* optional override for the draft model's tokenizer */
+    int spec_mode;                    /* tk_spec_mode for requests that leave it to the engine */
+    int draft_max, draft_min;         /* bounds of the adaptive draft length; 0: 8 and 0 */
+    /* Cost model priors for the draft length (tk_spec_info): c, a draft pass
+     * relative to a target pass (0: the ratio of their weight sizes), and
+     * v_slope (0: 0.2).  Sampling always chooses draft lengths from these, so
+     * that a seed reproduces its output; greedy decoding, whose output does
+     * not depend on the draft length, uses the costs measured as it runs. */
+    float draft_cost, verify_slope;
 } tk_engine_config;
 
 /* One batch: parallel arrays of n_tokens entries. */
@@ -74,6 +96,9 @@ typedef struct tk_model_summary {
     const char *rope_style;
     const char *rope_scaling;
     bool tied_output;
+    int swa_window;          /* sliding-window layers see this many positions; 0: none */
+    int n_swa_layers;        /* how many layers slide (the others attend globally) */
+    float rope_theta_swa;    /* RoPE base of the sliding layers */
     int64_t n_params;
     size_t weight_bytes;
     size_t embedding_bytes; /* token_embd */
@@ -114,12 +139,17 @@ typedef struct tk_gen_params {
     tk_sampling sampling;
     bool add_bos;       /* prepend BOS if the tokenizer has one */
     bool ignore_eos;
+    int speculative;    /* tk_spec_mode; 0: the engine's */
+    int draft_max, draft_min; /* 0: the engine's */
 } tk_gen_params;
 
 typedef struct tk_gen_stats {
     int n_prompt, n_generated;
     double prompt_seconds, gen_seconds;
     const char *stop_reason; /* "eos", "length", "context" */
+    /* speculative decoding (zero when off) */
+    int spec_drafted, spec_accepted; /* draft tokens proposed / accepted */
+    int spec_target_passes;          /* decode passes of the model for this sequence */
 } tk_gen_stats;
 
 /* Called with each piece of complete UTF-8 text; return nonzero to stop. */
@@ -143,6 +173,8 @@ typedef struct tk_request_params {
     const char *const *stop;   /* stop strings (copied); output ends before the first match */
     int n_stop;
     int top_logprobs;          /* < 0: no logprobs; 0..20: chosen token's logprob + that many top alternatives */
+    int speculative;           /* tk_spec_mode; 0 (TK_SPEC_DEFAULT): the engine's */
+    int draft_max, draft_min;  /* adaptive draft length bounds; 0: the engine's */
 } tk_request_params;
 
 typedef struct tk_event {
@@ -160,6 +192,8 @@ typedef struct tk_event {
     int n_prompt_tokens;       /* prompt length */
     int n_cached_tokens;       /* prompt tokens served from the prefix cache */
     int n_generated;           /* tokens generated so far by this sample */
+    /* speculative decoding, so far for this sample (zero when off) */
+    int spec_drafted, spec_accepted, spec_target_passes;
 } tk_event;
 
 typedef void (*tk_event_cb)(void *user, const tk_event *ev);
@@ -185,6 +219,10 @@ typedef struct tk_engine_metrics {
     uint64_t preemptions;
     uint64_t prompt_tokens, generation_tokens;             /* processed so far */
     uint64_t requests_finished;
+    /* speculative decoding: draft tokens proposed and accepted, decode
+     * passes of speculating sequences (one per sequence per step) and the
+     * tokens those passes produced */
+    uint64_t spec_drafted, spec_accepted, spec_target_passes, spec_tokens;
     /* latency histograms (seconds): counts per bucket, cumulative as Prometheus wants */
     int n_buckets;
     const double *bucket_bounds;                           /* n_buckets upper bounds, last is +Inf */
@@ -195,6 +233,26 @@ typedef struct tk_engine_metrics {
 
 /* A consistent snapshot; safe from any thread. */
 void tk_engine_metrics_get(tk_engine *e, tk_engine_metrics *m);
+
+/* The cost model behind the adaptive draft length: c = a draft pass over
+ * one token relative to a target pass over one token, v(k) = 1 + v_slope * k
+ * = a target pass over k + 1 tokens relative to one token.  draft_cost and
+ * verify_slope are the measured values (the priors until enough passes were
+ * timed); the priors are what sampling uses. */
+typedef struct tk_spec_info {
+    bool has_draft_model;
+    int spec_mode;            /* the engine's default (resolved) */
+    int draft_max, draft_min;
+    double draft_cost;        /* c */
+    double verify_slope;      /* v_slope */
+    double draft_cost_prior, verify_slope_prior;
+    bool draft_cost_measured; /* false: still the prior (weight-size ratio) */
+    bool verify_measured;     /* false: still the prior (0.2) */
+} tk_spec_info;
+void tk_engine_spec_info(tk_engine *e, tk_spec_info *out);
+/* The draft model's engine (NULL if none), for measurements with the low
+ * level API; never use it while another thread steps the engine. */
+tk_engine *tk_engine_draft(tk_engine *e);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,10 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
+
+#include <tokamak.h>
 
 int tk_arg_str(const char *cmd, int argc, char **argv, int *i, const char **out) {
     if (*i + 1 >= argc) {
@@ -62,4 +65,36 @@ size_t tk_peak_rss(void) {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
     return (size_t)ru.ru_maxrss * 1024;
+}
+
+int tk_arg_spec_mode(const char *cmd, int argc, char **argv, int *i, int *out) {
+    const char *opt = argv[*i], *s;
+    if (tk_arg_str(cmd, argc, argv, i, &s)) return -1;
+    if (!strcmp(s, "ngram")) *out = TK_SPEC_NGRAM;
+    else if (!strcmp(s, "draft")) *out = TK_SPEC_DRAFT;
+    else if (!strcmp(s, "off")) *out = TK_SPEC_OFF;
+    else {
+        fprintf(stderr, "tokamak %s: %s expects ngram, draft or off, got '%s'\n", cmd, opt, s);
+        return -1;
+    }
+    return 0;
+}
+
+void tk_print_spec_stats(FILE *f, struct tk_engine *e, long drafted, long accepted, long passes, long tokens) {
+    tk_spec_info si;
+    tk_engine_spec_info(e, &si);
+    double alpha = drafted > 0 ? (double)accepted / drafted : 0;
+    double k = passes > 0 ? (double)drafted / passes : 0;
+    fprintf(f, "speculative (%s): %ld drafted, %ld accepted (acceptance %.1f %%), mean accepted length %.2f, "
+               "%.2f tokens per model pass (%ld passes)\n",
+            si.spec_mode == TK_SPEC_NGRAM ? "prompt lookup" : "draft model", drafted, accepted, 100 * alpha,
+            passes > 0 ? (double)accepted / passes : 0, passes > 0 ? (double)tokens / passes : 0, passes);
+    double c = si.spec_mode == TK_SPEC_NGRAM ? 0 : si.draft_cost;
+    /* expected speed-up at the mean draft length (a per-step average) */
+    double tok = alpha < 1 ? (1 - pow(alpha, k + 1)) / (1 - alpha) : k + 1;
+    fprintf(f, "cost model: draft pass c = %.3f (%s), verification v(k) = 1 + %.3f k (%s); at k = %.2f: "
+               "expected %.2f tokens per pass, speed-up %.2fx\n",
+            c, si.spec_mode == TK_SPEC_NGRAM ? "lookup" : si.draft_cost_measured ? "measured" : "prior",
+            si.verify_slope, si.verify_measured ? "measured" : "prior", k, tok,
+            tok / (k * c + 1 + si.verify_slope * k));
 }

@@ -11,6 +11,7 @@
 #include <tokamak.h>
 
 #include "args.h"
+#include "bench_spec.h"
 #include "commands.h"
 
 static double now_seconds(void) {
@@ -123,18 +124,30 @@ static void usage(FILE *f) {
     fprintf(f, "usage: tokamak bench -m MODEL [-p 128] [-n 32] [-r 3] [-t N] [-b BATCH] [--json]\n"
                "  -p N   prompt tokens for the prefill test (0: skip)\n"
                "  -n N   generated tokens for the decode test (0: skip)\n"
-               "  -r N   repetitions (median, mean and sd reported)\n"
+               "  -r N   repetitions (median, mean and sd reported; --verify-cost: passes per size, default 41)\n"
                "  -b B   also decode B sequences at once (aggregate tokens/s)\n"
                "  --no-bandwidth   skip the memory bandwidth measurement\n"
                "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
                "                   context (prefill t/s, decode ms/token), with the peak RSS\n"
                "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n"
-               "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,residual\n");
+               "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,residual\n"
+               "  --verify-cost    time a pass over k + 1 tokens relative to one token, k = 1..8 (at\n"
+               "                   context -p), and nothing else\n"
+               "speculative decoding (decodes real prompts plainly and speculatively, alternating):\n"
+               "  --draft-model PATH   draft model (same vocabulary)   --spec ngram|draft\n"
+               "  --draft-max N  --draft-min N   bounds of the adaptive draft length (8, 0)\n"
+               "  -f FILE        text to cut prompts from (required)\n"
+               "  --prompt-chars N   characters per prompt (default 600; 0: the whole file, one prompt)\n"
+               "  --n-prompts N  prompts (default 4)   -n N tokens each   -r N repetitions\n"
+               "  --temp T       temperature (default 0)   --seed S\n"
+               "  --cpu-time     decode speed in process CPU time (with -t 1: robust on a busy machine)\n");
 }
 
 int tk_cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *cmd = "bench";
-    int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1;
+    const char *model = NULL, *cmd = "bench", *draft = NULL;
+    int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1, verify_cost = 0;
+    tk_bench_spec_opts so = {.prompt_chars = 600, .n_prompts = 4, .seed = 1};
+    bool tg_given = false, reps_given = false;
     const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -144,8 +157,19 @@ int tk_cmd_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &model);
         else if (!strcmp(a, "-p")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &pp);
-        else if (!strcmp(a, "-n")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &tg);
-        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 64, &reps);
+        else if (!strcmp(a, "-n")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &tg), tg_given = true;
+        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 256, &reps), reps_given = true;
+        else if (!strcmp(a, "--verify-cost")) verify_cost = 1;
+        else if (!strcmp(a, "--draft-model")) rc = tk_arg_str(cmd, argc, argv, &i, &draft);
+        else if (!strcmp(a, "--spec")) rc = tk_arg_spec_mode(cmd, argc, argv, &i, &so.spec_mode);
+        else if (!strcmp(a, "--draft-max")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 32, &so.draft_max);
+        else if (!strcmp(a, "--draft-min")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 32, &so.draft_min);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) rc = tk_arg_str(cmd, argc, argv, &i, &so.prompt_file);
+        else if (!strcmp(a, "--prompt-chars")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 24, &so.prompt_chars);
+        else if (!strcmp(a, "--n-prompts")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &so.n_prompts);
+        else if (!strcmp(a, "--temp")) rc = tk_arg_float(cmd, argc, argv, &i, 0, 100, &so.temperature);
+        else if (!strcmp(a, "--seed")) rc = tk_arg_u64(cmd, argc, argv, &i, &so.seed);
+        else if (!strcmp(a, "--cpu-time")) so.cpu_time = true;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &threads);
         else if (!strcmp(a, "-b")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1024, &batch);
         else if (!strcmp(a, "--json")) json = 1;
@@ -163,6 +187,31 @@ int tk_cmd_bench(int argc, char **argv) {
     if (!model) {
         usage(stderr);
         return 2;
+    }
+    if (draft || (so.spec_mode && so.spec_mode != TK_SPEC_OFF)) {
+        if (!so.prompt_file) {
+            fprintf(stderr, "tokamak bench: speculative decoding is measured on real text: give -f FILE\n");
+            return 2;
+        }
+        so.n_gen = tg_given ? tg : 128;
+        so.reps = reps_given ? reps : 1;
+        if (so.n_gen < 2) {
+            fprintf(stderr, "tokamak bench: -n must be at least 2 for speculative decoding\n");
+            return 2;
+        }
+        tk_engine_config sc = {.model_path = model, .n_threads = threads, .draft_model_path = draft,
+                               .spec_mode = so.spec_mode, .no_prefix_cache = true, .require_tokenizer = true,
+                               .draft_max = so.draft_max, .draft_min = so.draft_min, .kv_type = kv_type,
+                               .fusions = fusions};
+        tk_engine *se;
+        tk_err serr;
+        if (tk_engine_open(&sc, &se, &serr)) {
+            fprintf(stderr, "tokamak bench: %s\n", serr.msg);
+            return 1;
+        }
+        int rc = tk_bench_spec(se, &so);
+        tk_engine_close(se);
+        return rc;
     }
     int ctx_list[8], n_ctx_list = 0;
     for (const char *c = contexts; c && *c && n_ctx_list < 8;) {
@@ -192,6 +241,11 @@ int tk_cmd_bench(int argc, char **argv) {
     }
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
+    if (verify_cost) {
+        int rc = tk_bench_verify_cost(e, pp > 0 ? pp : 1, reps_given ? reps : 41);
+        tk_engine_close(e);
+        return rc;
+    }
     int nv = tk_engine_n_vocab(e);
     int n_tok = ctx;
     int32_t *tokens = malloc(sizeof(int32_t) * (size_t)n_tok);

@@ -28,7 +28,14 @@ static void usage(FILE *f) {
             "  -t, --threads N       threads (default: all cores)\n"
             "  --kv-type T           KV cache storage: f32 (default), f16, q8_0\n"
             "  --no-bos              do not prepend BOS\n"
-            "  --ignore-eos          keep generating past end-of-generation tokens\n");
+            "  --ignore-eos          keep generating past end-of-generation tokens\n"
+            "speculative decoding:\n"
+            "  --draft-model PATH    a smaller model with the same vocabulary drafts tokens\n"
+            "  --draft-tokenizer PATH  tokenizer for the draft model (llama2.c drafts)\n"
+            "  --spec MODE           ngram (prompt lookup), draft (default with --draft-model) or off\n"
+            "  --draft-max N         most draft tokens per step (default 8)\n"
+            "  --draft-min N         fewest draft tokens per step (default 0: drafting pauses when it\n"
+            "                        does not pay)\n");
 }
 
 static int write_text(void *user, const char *text, int len) {
@@ -69,6 +76,11 @@ int tk_cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
         else if (!strcmp(a, "--no-bos")) gp.add_bos = false;
         else if (!strcmp(a, "--ignore-eos")) gp.ignore_eos = true;
+        else if (!strcmp(a, "--draft-model")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.draft_model_path);
+        else if (!strcmp(a, "--draft-tokenizer")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.draft_tokenizer_path);
+        else if (!strcmp(a, "--spec")) rc = tk_arg_spec_mode(cmd, argc, argv, &i, &cfg.spec_mode);
+        else if (!strcmp(a, "--draft-max")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 32, &cfg.draft_max);
+        else if (!strcmp(a, "--draft-min")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 32, &cfg.draft_min);
         else {
             fprintf(stderr, "tokamak run: unknown option '%s'\n", a);
             usage(stderr);
@@ -114,6 +126,8 @@ int tk_cmd_run(int argc, char **argv) {
                 st.prompt_seconds > 0 ? st.n_prompt / st.prompt_seconds : 0);
         fprintf(stderr, "generation: %d tokens in %.3f s (%.1f tokens/s), stopped by %s\n", st.n_generated,
                 st.gen_seconds, st.gen_seconds > 0 ? st.n_generated / st.gen_seconds : 0, st.stop_reason);
+        if (st.spec_target_passes > 0) tk_print_spec_stats(stderr, e, st.spec_drafted, st.spec_accepted,
+                                                           st.spec_target_passes, st.n_generated);
         fprintf(stderr, "memory: weights %.1f MiB, KV cache %.1f MiB, peak RSS %.1f MiB\n",
                 ms.weight_bytes / 1048576.0, ms.kv_bytes / 1048576.0, tk_peak_rss() / 1048576.0);
     }

@@ -35,7 +35,8 @@ static int parse_fusions(const char *spec, unsigned *out, tk_err *err) {
     return 0;
 }
 
-int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
+/* Opens an engine; a draft engine passes its target's thread pool. */
+static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_engine **out, tk_err *err) {
     *out = NULL;
     tk_engine *e = calloc(1, sizeof *e);
     if (!e) return tk_err_set(err, "out of memory");
@@ -57,7 +58,9 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         goto fail;
     }
     const tk_hparams *hp = &e->model.hp;
-    e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? hp->ctx_len : 2048;
+    /* Default: the trained context, capped at 4096 like llama.cpp, so a
+     * 128K-context model does not reserve gigabytes of KV by default. */
+    e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? (hp->ctx_len < 4096 ? hp->ctx_len : 4096) : 2048;
     e->max_seqs = cfg->max_seqs > 0 ? cfg->max_seqs : 1;
     int block = cfg->kv_block_size > 0 ? cfg->kv_block_size : 16;
     if (block > 1024) {
@@ -88,7 +91,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     if (tk_kv_pool_init(&e->kv, hp->n_layers, hp->n_kv_heads, hp->head_dim, block, (int)n_blocks,
                         (tk_kv_type)kv_type, !cfg->no_prefix_cache, err))
         goto fail;
-    e->pool = tk_pool_new(n_threads);
+    e->owns_pool = !shared_pool;
+    e->pool = shared_pool ? shared_pool : tk_pool_new(n_threads);
     e->seqs = calloc((size_t)e->max_seqs, sizeof *e->seqs);
     e->seq_ptrs = calloc((size_t)e->max_seqs, sizeof *e->seq_ptrs);
     e->saved_blocks = calloc((size_t)e->max_seqs, sizeof *e->saved_blocks);
@@ -110,8 +114,74 @@ fail:
     return -1;
 }
 
+int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
+    if (cfg->spec_mode < TK_SPEC_DEFAULT || cfg->spec_mode > TK_SPEC_DRAFT)
+        return tk_err_set(err, "unknown speculative mode %d", cfg->spec_mode);
+    if (cfg->spec_mode == TK_SPEC_DRAFT && !cfg->draft_model_path)
+        return tk_err_set(err, "speculative decoding with a draft model needs a draft model path");
+    if (!(cfg->draft_cost >= 0 && cfg->draft_cost <= 100) || !(cfg->verify_slope >= 0 && cfg->verify_slope <= 100))
+        return tk_err_set(err, "invalid speculative cost priors");
+    if (cfg->draft_max < 0 || cfg->draft_max > TK_SPEC_MAX_DRAFT || cfg->draft_min < 0 ||
+        (cfg->draft_max > 0 && cfg->draft_min > cfg->draft_max))
+        return tk_err_set(err, "draft lengths: need 0 <= draft_min <= draft_max <= %d (got %d, %d)",
+                          TK_SPEC_MAX_DRAFT, cfg->draft_min, cfg->draft_max);
+    tk_engine *e;
+    if (engine_open(cfg, NULL, &e, err)) return -1;
+    e->draft_max = cfg->draft_max > 0 ? cfg->draft_max : 8;
+    e->draft_min = cfg->draft_min;
+    if (e->draft_min > e->draft_max) e->draft_min = e->draft_max;
+    e->spec_mode = cfg->spec_mode != TK_SPEC_DEFAULT ? cfg->spec_mode
+                   : cfg->draft_model_path       ? TK_SPEC_DRAFT
+                                                 : TK_SPEC_OFF;
+    /* Priors until passes are timed: a draft pass costs what its weights
+     * weigh relative to the target's; each extra verified token 20 % (10 %
+     * to 30 % measured, docs/speculative.md). */
+    double c_prior = 0;
+    if (cfg->draft_model_path) {
+        tk_engine_config dc = {
+            .model_path = cfg->draft_model_path, .tokenizer_path = cfg->draft_tokenizer_path,
+            .ctx_len = e->ctx_len, .max_seqs = e->max_seqs, .max_batch_tokens = e->ws.max_tokens,
+            .kv_block_size = e->kv.block_size, .no_prefix_cache = true, .max_waiting = 1,
+            .fusions = cfg->fusions, .reference_kernels = cfg->reference_kernels,
+        };
+        if (engine_open(&dc, e->pool, &e->draft, err)) {
+            tk_err_wrap(err, "draft model %s", cfg->draft_model_path);
+            tk_engine_close(e);
+            return -1;
+        }
+        if (tk_spec_check_vocab(e, e->draft, err)) {
+            tk_engine_close(e);
+            return -1;
+        }
+        c_prior = (double)e->draft->model.weight_bytes / (double)e->model.weight_bytes;
+    }
+    if (cfg->draft_cost > 0) c_prior = cfg->draft_cost;
+    tk_spec_cost_init(&e->cost, c_prior, cfg->verify_slope > 0 ? cfg->verify_slope : 0.2);
+    e->cost_pub = e->cost;
+    *out = e;
+    return 0;
+}
+
+tk_engine *tk_engine_draft(tk_engine *e) { return e->draft; }
+
+void tk_engine_spec_info(tk_engine *e, tk_spec_info *o) {
+    memset(o, 0, sizeof *o);
+    o->has_draft_model = e->draft != NULL;
+    o->spec_mode = e->spec_mode;
+    o->draft_max = e->draft_max;
+    o->draft_min = e->draft_min;
+    pthread_mutex_lock(&e->sched.mu);
+    int measured = tk_spec_cost_estimate(&e->cost_pub, &o->draft_cost, &o->verify_slope);
+    o->draft_cost_measured = measured & 1;
+    o->draft_cost_prior = e->cost_pub.c_prior;
+    o->verify_slope_prior = e->cost_pub.v_prior;
+    o->verify_measured = measured & 2;
+    pthread_mutex_unlock(&e->sched.mu);
+}
+
 void tk_engine_close(tk_engine *e) {
     if (!e) return;
+    tk_engine_close(e->draft);
     tk_sched_free(e);
     if (e->seqs)
         for (int i = 0; i < e->max_seqs; i++) tk_kv_seq_release(&e->kv, &e->seqs[i]);
@@ -119,7 +189,7 @@ void tk_engine_close(tk_engine *e) {
     free(e->seq_ptrs);
     free(e->saved_blocks);
     tk_forward_ws_free(&e->ws);
-    tk_pool_free(e->pool);
+    if (e->owns_pool) tk_pool_free(e->pool);
     tk_kv_pool_free(&e->kv);
     tk_tokenizer_free(e->tok);
     tk_model_free(&e->model);
@@ -152,6 +222,9 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     static const char *scalings[] = {"none", "linear", "llama3"};
     o->rope_scaling = scalings[hp->rope_scaling];
     o->tied_output = hp->tied_output;
+    o->swa_window = m->swa_window;
+    o->n_swa_layers = m->n_swa_layers;
+    o->rope_theta_swa = m->rope_theta_swa;
     for (int i = 0; i < m->src.n_tensors; i++) {
         const tk_tensor *t = &m->src.tensors[i];
         o->n_params += tk_tensor_nelems(t);

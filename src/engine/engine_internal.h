@@ -9,6 +9,7 @@
 
 #include "../model/model.h"
 #include "../sample/sampler.h"
+#include "../spec/spec.h"
 #include "../tokenizer/tokenizer.h"
 
 struct tk_request;
@@ -36,6 +37,14 @@ typedef struct tk_sched {
     uint8_t *b_logits;
     struct tk_sample_state **b_owner; /* per batch entry */
     tk_engine_metrics stats;     /* accumulating counters */
+    /* speculative decoding (stepping thread) */
+    float *dist_p;               /* n_vocab: the model's filtered distribution at a draft */
+    float *resid;                /* n_vocab: residual max(0, p - q) */
+    struct tk_sample_state **drafting; /* samples drafting with the draft model this step */
+    float *d_logits;             /* [max_seqs][n_vocab]: draft model rows */
+    int32_t *d_token, *d_pos, *d_seq;
+    uint8_t *d_flag;
+    struct tk_sample_state **d_owner;
 } tk_sched;
 
 struct tk_engine {
@@ -50,7 +59,18 @@ struct tk_engine {
     tk_kv_seq **seq_ptrs; /* NULL for free slots; what tk_forward indexes */
     int *saved_blocks;    /* per sequence, for undoing reservations */
     tk_sched sched;
+    bool owns_pool;       /* false for a draft engine, which runs on its target's pool */
+    /* speculative decoding */
+    struct tk_engine *draft; /* draft model engine (same vocabulary), NULL if none */
+    int spec_mode;           /* resolved default: TK_SPEC_OFF, _NGRAM or _DRAFT */
+    int draft_max, draft_min;
+    tk_spec_cost cost;       /* c and v(k), measured as the engine runs (stepping thread) */
+    tk_spec_cost cost_pub;   /* its copy published with the metrics (under sched.mu) */
 };
+
+/* Checks that a draft model can draft for a target: the same vocabulary
+ * size, special tokens and token texts. */
+int tk_spec_check_vocab(const tk_engine *target, const tk_engine *draft, tk_err *err);
 
 int tk_sched_init(tk_engine *e, int max_waiting, tk_err *err);
 void tk_sched_free(tk_engine *e);

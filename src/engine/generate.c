@@ -30,6 +30,9 @@ static void on_event(void *user, const tk_event *ev) {
         tk_engine_cancel(g->e, g->id);
     }
     g->stats->n_generated = ev->n_generated;
+    g->stats->spec_drafted = ev->spec_drafted;
+    g->stats->spec_accepted = ev->spec_accepted;
+    g->stats->spec_target_passes = ev->spec_target_passes;
     if (ev->done) {
         g->done = true;
         const char *r = ev->finish_reason;
@@ -63,7 +66,8 @@ int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p,
         return 0;
     }
     tk_request_params rp = {.prompt = tokens, .n_prompt = n, .max_tokens = max_tokens, .n = 1,
-                            .sampling = p->sampling, .ignore_eos = p->ignore_eos, .top_logprobs = -1};
+                            .sampling = p->sampling, .ignore_eos = p->ignore_eos, .top_logprobs = -1,
+                            .speculative = p->speculative, .draft_max = p->draft_max, .draft_min = p->draft_min};
     gen_ctx g = {.cb = cb, .user = user, .stats = stats, .e = e};
     g.t_start = now_seconds();
     int rc = tk_engine_submit(e, &rp, on_event, &g, &g.id, err);

@@ -103,11 +103,22 @@ static int cmp_prob_desc(const void *a, const void *b, void *ctx) {
     return x < y ? -1 : x > y;
 }
 
-int tk_sample(tk_sampler *s, float *logits, const int32_t *history, int n_history) {
+/* The filter chain shared by tk_sample and tk_sampler_dist: penalties,
+ * temperature softmax, then top-k, min-p and top-p.  Leaves the surviving
+ * candidates in s->ids[0..keep), most probable first, with their softmax
+ * probabilities (not renormalized) in s->probs; *total gets their sum.
+ * Greedy (temperature 0): one candidate, the argmax, with probability 1. */
+static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_history, double *total) {
     const tk_sampling *p = &s->params;
     int n = s->n_vocab;
     apply_penalties(s, logits, history, n_history);
-    if (p->temperature == 0) return tk_argmax(logits, n);
+    if (p->temperature == 0) {
+        int best = tk_argmax(logits, n);
+        s->ids[0] = best;
+        s->probs[best] = 1;
+        *total = 1;
+        return 1;
+    }
 
     /* Softmax at temperature T over all candidates. */
     float maxl = -FLT_MAX;
@@ -149,12 +160,45 @@ int tk_sample(tk_sampler *s, float *logits, const int32_t *history, int n_histor
         }
         keep = k;
     }
-    double total = 0;
-    for (int i = 0; i < keep; i++) total += s->probs[s->ids[i]];
+    double t = 0;
+    for (int i = 0; i < keep; i++) t += s->probs[s->ids[i]];
+    *total = t;
+    return keep;
+}
+
+int tk_sample(tk_sampler *s, float *logits, const int32_t *history, int n_history) {
+    double total;
+    int keep = filter(s, logits, history, n_history, &total);
+    if (s->params.temperature == 0) return s->ids[0];
     double r = tk_sampler_uniform(s) * total, cum = 0;
     for (int i = 0; i < keep; i++) {
         cum += s->probs[s->ids[i]];
         if (r < cum) return s->ids[i];
     }
     return s->ids[keep - 1];
+}
+
+int tk_sampler_dist(tk_sampler *s, float *logits, const int32_t *history, int n_history, float *dist) {
+    double total;
+    int keep = filter(s, logits, history, n_history, &total);
+    memset(dist, 0, sizeof(float) * (size_t)s->n_vocab);
+    for (int i = 0; i < keep; i++) dist[s->ids[i]] = (float)(s->probs[s->ids[i]] / total);
+    return keep;
+}
+
+int tk_sampler_draw(tk_sampler *s, const float *dist, int n) {
+    double total = 0;
+    int last = -1;
+    for (int i = 0; i < n; i++)
+        if (dist[i] > 0) {
+            total += dist[i];
+            last = i;
+        }
+    if (last < 0) return -1;
+    double r = tk_sampler_uniform(s) * total, cum = 0;
+    for (int i = 0; i < last; i++) {
+        cum += dist[i];
+        if (r < cum && dist[i] > 0) return i;
+    }
+    return last;
 }

@@ -25,6 +25,17 @@ void tk_sampler_free(tk_sampler *s);
  * temperature).  history: tokens seen so far (prompt + generated). */
 int tk_sample(tk_sampler *s, float *logits, const int32_t *history, int n_history);
 
+/* The distribution tk_sample draws from, after the same penalties and
+ * filters, as a dense vector: dist[i] for every token id (0 where filtered
+ * out), summing to 1.  Greedy (temperature 0) is a point mass on the argmax.
+ * logits are modified in place as by tk_sample.  Returns how many ids have
+ * nonzero probability. */
+int tk_sampler_dist(tk_sampler *s, float *logits, const int32_t *history, int n_history, float *dist);
+
+/* Draws an id from a dense, non-negative vector of n weights (need not be
+ * normalized).  Returns -1 if every weight is zero. */
+int tk_sampler_draw(tk_sampler *s, const float *dist, int n);
+
 /* Uniform double in [0, 1) from the sampler's generator. */
 double tk_sampler_uniform(tk_sampler *s);
 

@@ -5,7 +5,16 @@
  * run out, the newest running request is preempted: its blocks are freed
  * and it goes back to the front of the queue to be recomputed later
  * (generated tokens and sampler state are kept, so nothing is lost and the
- * output does not change).  Requests join and leave between any two steps. */
+ * output does not change).  Requests join and leave between any two steps.
+ *
+ * Speculative decoding fits into the same step: before the batch is built,
+ * every speculating sample in the decode phase gets its drafts (prompt
+ * lookup, or draft-model passes batched over all such samples); the batch
+ * then carries its last token plus the drafts, all asking for logits, next
+ * to the other samples' decode and prefill tokens; after the pass each
+ * sample's drafts are verified, the accepted ones and one token of the
+ * model's own are emitted, and rejected positions are cut from both KV
+ * caches. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +46,19 @@ typedef struct tk_sample_state {
     bool done;
     bool pending_fork;      /* waits for sample 0's prefill, then shares its blocks */
     double last_token_time;
+    /* speculative decoding */
+    int spec_mode;          /* TK_SPEC_OFF, _NGRAM or _DRAFT */
+    int k_min, k_max;       /* draft length bounds */
+    tk_spec_rate rate;      /* running acceptance rate */
+    int n_draft;            /* drafts this step, at tokens[n_tokens ..] */
+    int d_want;             /* drafts wanted from the draft model this step */
+    int group_start;        /* batch index of this step's verification group; -1: none */
+    int group_len;          /* last token + drafts */
+    int d_slot;             /* draft engine sequence; -1: none */
+    int d_computed;         /* tokens whose K/V are in the draft cache (all committed) */
+    float *q;               /* [k_max][n_vocab]: the draft model's distributions (sampling) */
+    tk_sampler d_sampler;   /* the draft model's sampler: same filters, its own generator */
+    int spec_drafted, spec_accepted, spec_passes;
 } tk_sample_state;
 
 typedef struct tk_request {
@@ -90,8 +112,18 @@ int tk_sched_init(tk_engine *e, int max_waiting, tk_err *err) {
     s->b_owner = malloc(T * sizeof *s->b_owner);
     s->running_cap = e->max_seqs;
     s->running = malloc((size_t)s->running_cap * sizeof *s->running);
+    s->dist_p = malloc(nv * sizeof(float));
+    s->resid = malloc(nv * sizeof(float));
+    s->drafting = malloc((size_t)e->max_seqs * sizeof *s->drafting);
+    s->d_logits = malloc((size_t)e->max_seqs * nv * sizeof(float));
+    s->d_token = malloc(T * sizeof(int32_t));
+    s->d_pos = malloc(T * sizeof(int32_t));
+    s->d_seq = malloc(T * sizeof(int32_t));
+    s->d_flag = malloc(T);
+    s->d_owner = malloc(T * sizeof *s->d_owner);
     if (!s->logits || !s->row || !s->b_token || !s->b_pos || !s->b_seq || !s->b_logits || !s->b_owner ||
-        !s->running)
+        !s->running || !s->dist_p || !s->resid || !s->drafting || !s->d_logits || !s->d_token ||
+        !s->d_pos || !s->d_seq || !s->d_flag || !s->d_owner)
         return tk_err_set(err, "out of memory for the scheduler");
     s->stats.n_buckets = N_BUCKETS;
     s->stats.bucket_bounds = bucket_bounds;
@@ -103,9 +135,12 @@ static void request_free(tk_engine *e, tk_request *r) {
     for (int i = 0; i < r->n; i++) {
         tk_sample_state *ss = &r->samples[i];
         if (ss->slot >= 0) tk_engine_seq_free(e, ss->slot);
+        if (ss->d_slot >= 0 && e->draft) tk_engine_seq_free(e->draft, ss->d_slot);
         free(ss->tokens);
         free(ss->held);
+        free(ss->q);
         tk_sampler_free(&ss->sampler);
+        tk_sampler_free(&ss->d_sampler);
     }
     for (int i = 0; i < r->p.n_stop; i++) free(r->stop[i]);
     free(r->samples);
@@ -133,6 +168,15 @@ void tk_sched_free(tk_engine *e) {
     free(s->b_seq);
     free(s->b_logits);
     free(s->b_owner);
+    free(s->dist_p);
+    free(s->resid);
+    free(s->drafting);
+    free(s->d_logits);
+    free(s->d_token);
+    free(s->d_pos);
+    free(s->d_seq);
+    free(s->d_flag);
+    free(s->d_owner);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->work);
     memset(s, 0, sizeof *s);
@@ -168,6 +212,14 @@ static int validate(tk_engine *e, const tk_request_params *p, tk_err *err) {
     }
     if (p->top_logprobs > MAX_TOP_LOGPROBS)
         return tk_err_set(err, "top_logprobs %d exceeds %d", p->top_logprobs, MAX_TOP_LOGPROBS);
+    if (p->speculative < TK_SPEC_DEFAULT || p->speculative > TK_SPEC_DRAFT)
+        return tk_err_set(err, "unknown speculative mode %d", p->speculative);
+    if (p->speculative == TK_SPEC_DRAFT && !e->draft)
+        return tk_err_set(err, "speculative decoding with a draft model: the engine has no draft model");
+    if (p->draft_max < 0 || p->draft_max > TK_SPEC_MAX_DRAFT || p->draft_min < 0 ||
+        p->draft_min > TK_SPEC_MAX_DRAFT || (p->draft_max > 0 && p->draft_min > p->draft_max))
+        return tk_err_set(err, "draft lengths: need 0 <= draft_min <= draft_max <= %d (got %d, %d)",
+                          TK_SPEC_MAX_DRAFT, p->draft_min, p->draft_max);
     tk_sampler probe;
     if (tk_sampler_init(&probe, &p->sampling, 1, err)) return -1;
     tk_sampler_free(&probe);
@@ -189,17 +241,32 @@ static tk_request *request_new(tk_engine *e, const tk_request_params *p, tk_even
     r->samples = calloc((size_t)r->n, sizeof *r->samples);
     if (!prompt || !r->samples) goto oom;
     memcpy(prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+    /* no sequence slots yet (request_free may run before the loop below ends) */
+    for (int i = 0; i < r->n; i++) r->samples[i].slot = r->samples[i].d_slot = -1;
     for (int i = 0; i < p->n_stop; i++) {
         r->stop[i] = strdup(p->stop[i]);
         if (!r->stop[i]) goto oom;
         r->p.n_stop++;
     }
+    int mode = p->speculative != TK_SPEC_DEFAULT ? p->speculative : e->spec_mode;
+    int k_max = p->draft_max > 0 ? p->draft_max : e->draft_max;
+    int k_min = p->draft_min > 0 ? p->draft_min : e->draft_min;
+    if (k_min > k_max) k_min = k_max;
+    if (mode == TK_SPEC_DRAFT && !e->draft) mode = TK_SPEC_OFF;
     for (int i = 0; i < r->n; i++) {
         tk_sample_state *ss = &r->samples[i];
         ss->req = r;
         ss->index = i;
         ss->slot = -1;
-        ss->cap = p->n_prompt + (p->max_tokens > 0 ? p->max_tokens : e->ctx_len - p->n_prompt) + 1;
+        ss->d_slot = -1;
+        ss->group_start = -1;
+        ss->spec_mode = mode;
+        ss->k_min = k_min;
+        ss->k_max = k_max;
+        tk_spec_rate_init(&ss->rate);
+        /* room for the drafts written past the committed tokens */
+        ss->cap = p->n_prompt + (p->max_tokens > 0 ? p->max_tokens : e->ctx_len - p->n_prompt) + 1 +
+                  (mode != TK_SPEC_OFF ? k_max + 1 : 0);
         ss->tokens = malloc(sizeof(int32_t) * (size_t)ss->cap);
         if (!ss->tokens) goto oom;
         memcpy(ss->tokens, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
@@ -208,6 +275,15 @@ static tk_request *request_new(tk_engine *e, const tk_request_params *p, tk_even
         tk_sampling sp = p->sampling;
         sp.seed += (uint64_t)i;
         if (tk_sampler_init(&ss->sampler, &sp, e->model.hp.n_vocab, err)) goto fail;
+        if (mode == TK_SPEC_DRAFT) {
+            tk_sampling dp = sp;
+            dp.seed ^= 0x64726166742d7271ULL; /* the draft's own stream */
+            if (tk_sampler_init(&ss->d_sampler, &dp, e->model.hp.n_vocab, err)) goto fail;
+            if (sp.temperature > 0) {
+                ss->q = malloc(sizeof(float) * (size_t)k_max * (size_t)e->model.hp.n_vocab);
+                if (!ss->q) goto oom;
+            }
+        }
         if (e->tok) tk_detok_init(&ss->detok, e->tok, p->prompt[p->n_prompt - 1]);
     }
     return r;
@@ -291,13 +367,19 @@ static void emit(tk_request *r, tk_sample_state *ss, const char *text, int len, 
         .request = r->id, .index = ss->index, .text = text ? text : "", .text_len = len, .token = token,
         .logprob = logprob, .n_top = n_top, .top_ids = top_ids, .top_logprobs = top_lp, .done = finish != NULL,
         .finish_reason = finish, .n_prompt_tokens = r->p.n_prompt, .n_cached_tokens = ss->n_cached,
-        .n_generated = ss->n_generated,
+        .n_generated = ss->n_generated, .spec_drafted = ss->spec_drafted, .spec_accepted = ss->spec_accepted,
+        .spec_target_passes = ss->spec_passes,
     };
     r->cb(r->user, &ev);
 }
 
 static void release_slot(tk_engine *e, tk_sample_state *ss) {
     if (ss->slot >= 0) tk_engine_seq_free(e, ss->slot);
+    if (ss->d_slot >= 0 && e->draft) tk_engine_seq_free(e->draft, ss->d_slot);
+    ss->d_slot = -1;
+    ss->d_computed = 0;
+    ss->n_draft = 0;
+    ss->group_start = -1;
     ss->slot = -1;
     ss->n_computed = 0;
     ss->n_hashed = 0;
@@ -404,13 +486,13 @@ static float logprobs(const float *logits, int nv, int32_t chosen, int k, int32_
     return logits[chosen] - lse;
 }
 
-/* Samples the next token of one sample from a logits row and reports it. */
-static void sample_token(tk_engine *e, tk_sample_state *ss, const float *logits, double now) {
+/* Appends a chosen token to a sample and reports it (logits: the raw row it
+ * was chosen from, for logprobs); finishes the sample on EOS, a stop
+ * string, max_tokens or a full context. */
+static void commit_token(tk_engine *e, tk_sample_state *ss, int32_t tok, const float *logits, double now) {
     tk_sched *s = &e->sched;
     tk_request *r = ss->req;
     int nv = e->model.hp.n_vocab;
-    memcpy(s->row, logits, sizeof(float) * (size_t)nv);
-    int32_t tok = tk_sample(&ss->sampler, s->row, ss->tokens, ss->n_tokens);
     float lp = 0;
     int32_t top_ids[MAX_TOP_LOGPROBS];
     float top_lp[MAX_TOP_LOGPROBS];
@@ -451,6 +533,14 @@ static void sample_token(tk_engine *e, tk_sample_state *ss, const float *logits,
     drop_released(ss, out_len);
     if ((r->p.max_tokens > 0 && ss->n_generated >= r->p.max_tokens) || ss->n_tokens >= e->ctx_len)
         finish_sample(e, ss, "length", true);
+}
+
+/* Samples the next token of one sample from a logits row and reports it. */
+static void sample_token(tk_engine *e, tk_sample_state *ss, const float *logits, double now) {
+    tk_sched *s = &e->sched;
+    memcpy(s->row, logits, sizeof(float) * (size_t)e->model.hp.n_vocab);
+    int32_t tok = tk_sample(&ss->sampler, s->row, ss->tokens, ss->n_tokens);
+    commit_token(e, ss, tok, logits, now);
 }
 
 /* ---- scheduling ---- */
@@ -591,6 +681,38 @@ static int add_tokens(tk_engine *e, tk_sample_state *ss, int budget, int *n_batc
     return chunk;
 }
 
+/* Adds a decode-phase sample's last token and its drafts, all asking for
+ * logits, as one verification group.  Fewer drafts if the budget is short;
+ * none (a plain decode step) if the pool is, or if the drafts' extra blocks
+ * would leave less than one block per running request (speculation never
+ * makes the scheduler preempt). */
+static int add_verify_tokens(tk_engine *e, tk_sample_state *ss, int budget, int *n_batch) {
+    tk_sched *s = &e->sched;
+    int k = ss->n_draft < budget - 1 ? ss->n_draft : budget - 1;
+    ss->n_draft = 0;
+    if (k <= 0) return add_tokens(e, ss, budget, n_batch);
+    tk_kv_seq *seq = &e->seqs[ss->slot];
+    int from = ss->n_computed, to = ss->n_tokens + k;
+    int need = tk_kv_seq_blocks_needed(&e->kv, seq, from, to);
+    int extra = need - tk_kv_seq_blocks_needed(&e->kv, seq, from, from + 1);
+    tk_err err;
+    if (need > tk_kv_available(&e->kv) || (extra > 0 && tk_kv_available(&e->kv) - need < s->n_running) ||
+        tk_kv_seq_reserve(&e->kv, seq, to, &err) || tk_kv_seq_prepare_write(&e->kv, seq, from, to, &err))
+        return add_tokens(e, ss, budget, n_batch);
+    ss->n_draft = k;
+    ss->group_start = *n_batch;
+    ss->group_len = to - from;
+    for (int pos = from; pos < to; pos++) {
+        int b = (*n_batch)++;
+        s->b_token[b] = ss->tokens[pos];
+        s->b_pos[b] = pos;
+        s->b_seq[b] = ss->slot;
+        s->b_logits[b] = 1;
+        s->b_owner[b] = ss;
+    }
+    return to - from;
+}
+
 static bool in_batch(const tk_sched *s, int n_batch, const tk_request *r) {
     for (int b = 0; b < n_batch; b++)
         if (s->b_owner[b]->req == r) return true;
@@ -633,7 +755,8 @@ static void schedule_running(tk_engine *e, int *budget, int *n_batch) {
                 int todo = ss->n_tokens - ss->n_computed;
                 if (todo <= 0 || (pass == 0) != (todo == 1)) continue;
                 int added;
-                while ((added = add_tokens(e, ss, *budget, n_batch)) < 0) {
+                while ((added = pass == 0 && ss->n_draft > 0 ? add_verify_tokens(e, ss, *budget, n_batch)
+                                                             : add_tokens(e, ss, *budget, n_batch)) < 0) {
                     int victim = s->n_running - 1;
                     if (victim == i || in_batch(s, *n_batch, s->running[victim])) break;
                     preempt(e, victim);
@@ -684,6 +807,178 @@ static void admit_waiting(tk_engine *e, int *budget, int *n_batch) {
     }
 }
 
+/* ---- speculative decoding ---- */
+
+/* Draws draft j of a drafting sample from the draft model's row: the
+ * argmax (greedy) or a sample from its filtered distribution, kept as q. */
+static int32_t draft_choose(tk_engine *e, tk_sample_state *ss, const float *row) {
+    tk_sched *s = &e->sched;
+    int nv = e->model.hp.n_vocab, j = ss->n_draft;
+    memcpy(s->row, row, sizeof(float) * (size_t)nv);
+    int n_hist = ss->n_tokens + j;
+    if (!ss->q) return tk_sample(&ss->d_sampler, s->row, ss->tokens, n_hist);
+    float *q = ss->q + (size_t)j * nv;
+    tk_sampler_dist(&ss->d_sampler, s->row, ss->tokens, n_hist, q);
+    int32_t t = tk_sampler_draw(&ss->d_sampler, q, nv);
+    return t < 0 ? tk_argmax(row, nv) : t;
+}
+
+/* Runs the draft model for the samples in s->drafting: first the tokens
+ * its cache lacks (the prompt on first use, otherwise the last one or two
+ * committed tokens), then one draft per pass, all samples in shared
+ * batches; each sample stops at d_want drafts (or an end-of-generation
+ * draft).  Drafts go to tokens[n_tokens ..]. */
+static int draft_run(tk_engine *e, int n, tk_err *err) {
+    tk_sched *s = &e->sched;
+    tk_engine *d = e->draft;
+    int nv = e->model.hp.n_vocab, cap = d->ws.max_tokens;
+    for (int i = 0; i < n; i++) {
+        tk_sample_state *ss = s->drafting[i];
+        ss->n_draft = 0;
+        if (ss->d_slot < 0) {
+            ss->d_slot = tk_engine_seq_new(d, err);
+            if (ss->d_slot < 0) return -1;
+            ss->d_computed = 0;
+        }
+    }
+    for (;;) {
+        int nb = 0;
+        for (int i = 0; i < n && nb < cap; i++) {
+            tk_sample_state *ss = s->drafting[i];
+            int end = ss->n_tokens + ss->n_draft; /* feed tokens[d_computed, end) */
+            if (ss->n_draft >= ss->d_want || ss->d_computed >= end) continue;
+            int take = end - ss->d_computed < cap - nb ? end - ss->d_computed : cap - nb;
+            for (int j = 0; j < take; j++, nb++) {
+                s->d_token[nb] = ss->tokens[ss->d_computed + j];
+                s->d_pos[nb] = ss->d_computed + j;
+                s->d_seq[nb] = ss->d_slot;
+                s->d_flag[nb] = ss->d_computed + j == end - 1;
+                s->d_owner[nb] = ss;
+            }
+        }
+        if (nb == 0) break;
+        double t0 = now_seconds();
+        tk_batch b = {nb, s->d_token, s->d_pos, s->d_seq, s->d_flag};
+        if (tk_engine_decode(d, &b, s->d_logits, err)) return tk_err_wrap(err, "draft model");
+        int row = 0;
+        for (int k = 0; k < nb; k++) {
+            tk_sample_state *ss = s->d_owner[k];
+            ss->d_computed++;
+            if (!s->d_flag[k]) continue;
+            int32_t t = draft_choose(e, ss, s->d_logits + (size_t)row++ * nv);
+            ss->tokens[ss->n_tokens + ss->n_draft++] = t;
+            /* nothing follows an end of generation */
+            if (!ss->req->p.ignore_eos && e->tok && tk_tokenizer_is_eog(e->tok, t)) ss->d_want = ss->n_draft;
+        }
+        tk_spec_cost_observe(&e->cost, 1, nb, now_seconds() - t0);
+    }
+    return 0;
+}
+
+/* Proposes drafts for every speculating sample in the decode phase. */
+static int spec_propose(tk_engine *e, tk_err *err) {
+    tk_sched *s = &e->sched;
+    /* measured costs for greedy requests; the fixed priors when sampling,
+     * where the draft lengths steer the random stream */
+    double c_meas, v_meas[TK_SPEC_MAX_DRAFT + 1], v_prior[TK_SPEC_MAX_DRAFT + 1];
+    tk_spec_cost_table(&e->cost, &c_meas, v_meas, TK_SPEC_MAX_DRAFT);
+    for (int k = 0; k <= TK_SPEC_MAX_DRAFT; k++) v_prior[k] = 1 + e->cost.v_prior * k;
+    int n_drafting = 0;
+    for (int i = 0; i < s->n_running; i++) {
+        tk_request *r = s->running[i];
+        for (int k = 0; k < r->n; k++) {
+            tk_sample_state *ss = &r->samples[k];
+            ss->n_draft = 0;
+            ss->group_start = -1;
+            if (ss->done || ss->slot < 0 || ss->spec_mode == TK_SPEC_OFF) continue;
+            /* the draft cache holds committed tokens only */
+            if (ss->d_slot >= 0 && ss->d_computed > ss->n_tokens) {
+                ss->d_computed = ss->n_tokens;
+                tk_kv_seq_truncate(&e->draft->kv, &e->draft->seqs[ss->d_slot], ss->d_computed);
+            }
+            /* decode phase, first token already out (it may fork samples) */
+            if (ss->n_tokens - ss->n_computed != 1 || ss->n_generated == 0) continue;
+            bool greedy = r->p.sampling.temperature == 0;
+            double c = ss->spec_mode == TK_SPEC_NGRAM ? 0 : greedy ? c_meas : e->cost.c_prior;
+            int want = tk_spec_rate_choose_k(&ss->rate, c, greedy ? v_meas : v_prior, ss->k_min, ss->k_max);
+            want = tk_spec_rate_probe(&ss->rate, want); /* k = 0: a probe now and then */
+            /* every accepted draft plus one more token must fit */
+            int room = e->ctx_len - ss->n_tokens - 1;
+            if (r->p.max_tokens > 0 && r->p.max_tokens - ss->n_generated - 1 < room)
+                room = r->p.max_tokens - ss->n_generated - 1;
+            if (want > room) want = room;
+            if (want <= 0) continue;
+            if (ss->spec_mode == TK_SPEC_NGRAM) {
+                ss->n_draft = tk_spec_ngram_propose(ss->tokens, ss->n_tokens, TK_SPEC_NGRAM_MAX, TK_SPEC_NGRAM_MIN,
+                                                    want, ss->tokens + ss->n_tokens);
+            } else {
+                ss->d_want = want;
+                s->drafting[n_drafting++] = ss;
+            }
+        }
+    }
+    return n_drafting ? draft_run(e, n_drafting, err) : 0;
+}
+
+/* Verifies a sample's drafts against the model's rows (last token's row,
+ * then one per draft), emits the accepted drafts and one token of the
+ * model's own, and cuts rejected positions from both caches. */
+static void spec_verify(tk_engine *e, tk_sample_state *ss, const float *rows, double now) {
+    tk_sched *s = &e->sched;
+    tk_request *r = ss->req;
+    int nv = e->model.hp.n_vocab, k = ss->group_len - 1, base = ss->n_tokens;
+    int32_t drafts[TK_SPEC_MAX_DRAFT];
+    memcpy(drafts, ss->tokens + base, sizeof(int32_t) * (size_t)k);
+    bool greedy = r->p.sampling.temperature == 0;
+    int m = 0;
+    int32_t tok = -1;
+    for (int i = 0; i <= k; i++) {
+        memcpy(s->row, rows + (size_t)i * nv, sizeof(float) * (size_t)nv);
+        /* history: committed tokens plus the drafts before this one */
+        if (i == k || greedy) {
+            /* bonus token (all drafts accepted), or greedy: the model's own choice */
+            tok = tk_sample(&ss->sampler, s->row, ss->tokens, base + i);
+            if (i < k && tok == drafts[i]) {
+                m++;
+                continue;
+            }
+            break;
+        }
+        tk_sampler_dist(&ss->sampler, s->row, ss->tokens, base + i, s->dist_p);
+        const float *q = ss->q ? ss->q + (size_t)i * nv : NULL;
+        if (!tk_spec_accept(&ss->sampler, s->dist_p, q, drafts[i], s->resid, nv, &tok)) break;
+        m++;
+    }
+    tk_spec_rate_update(&ss->rate, k, m);
+    ss->spec_drafted += k;
+    ss->spec_accepted += m;
+    ss->spec_passes++;
+    s->stats.spec_drafted += (uint64_t)k;
+    s->stats.spec_accepted += (uint64_t)m;
+    s->stats.spec_target_passes++;
+
+    /* Valid K/V: up to the last accepted draft. */
+    ss->n_computed = base + m;
+    tk_kv_seq_truncate(&e->kv, &e->seqs[ss->slot], ss->n_computed);
+    int full = ss->n_computed / e->kv.block_size;
+    while (ss->n_hashed < full) {
+        ss->last_hash = tk_kv_seq_register_block(&e->kv, &e->seqs[ss->slot], ss->n_hashed, ss->last_hash,
+                                                 ss->tokens + (size_t)ss->n_hashed * e->kv.block_size);
+        ss->n_hashed++;
+    }
+    if (ss->d_slot >= 0 && ss->d_computed > base + m) {
+        ss->d_computed = base + m;
+        tk_kv_seq_truncate(&e->draft->kv, &e->draft->seqs[ss->d_slot], ss->d_computed);
+    }
+    ss->n_draft = 0;
+    ss->group_start = -1;
+
+    int before = ss->n_generated;
+    for (int j = 0; j < m && !ss->done; j++) commit_token(e, ss, drafts[j], rows + (size_t)j * nv, now);
+    if (!ss->done) commit_token(e, ss, tok, rows + (size_t)m * nv, now);
+    s->stats.spec_tokens += (uint64_t)(ss->n_generated - before);
+}
+
 /* After the forward pass: advance each sample, register full blocks in the
  * prefix cache, and sample where logits were produced. */
 static void consume_batch(tk_engine *e, int n_batch) {
@@ -693,6 +988,13 @@ static void consume_batch(tk_engine *e, int n_batch) {
     for (int b = 0; b < n_batch; b++) {
         tk_sample_state *ss = s->b_owner[b];
         tk_request *r = ss->req;
+        if (ss->group_start == b) {
+            int len = ss->group_len;
+            spec_verify(e, ss, s->logits + (size_t)row * e->model.hp.n_vocab, now);
+            row += len;
+            b += len - 1;
+            continue;
+        }
         ss->n_computed++;
         if (ss->n_computed <= r->p.n_prompt) s->stats.prompt_tokens++;
         int full = ss->n_computed / e->kv.block_size;
@@ -712,6 +1014,12 @@ static void consume_batch(tk_engine *e, int n_batch) {
                 if (!t->done && t->n_generated == 0 && t->slot >= 0) sample_token(e, t, lg, now);
             }
         } else if (!ss->done) {
+            if (ss->spec_mode != TK_SPEC_OFF && ss->n_generated > 0) {
+                /* a speculating sample's step without drafts: a pass too */
+                ss->spec_passes++;
+                s->stats.spec_target_passes++;
+                s->stats.spec_tokens++;
+            }
             sample_token(e, ss, lg, now);
         }
     }
@@ -720,13 +1028,16 @@ static void consume_batch(tk_engine *e, int n_batch) {
 int tk_engine_step(tk_engine *e, tk_err *err) {
     tk_sched *s = &e->sched;
     process_cancels(e);
+    if (spec_propose(e, err)) return -1;
     int budget = e->ws.max_tokens, n_batch = 0;
     schedule_running(e, &budget, &n_batch);
     admit_waiting(e, &budget, &n_batch);
     if (n_batch > 0) {
         tk_batch batch = {n_batch, s->b_token, s->b_pos, s->b_seq, s->b_logits};
+        double t0 = now_seconds();
         if (tk_forward(&e->model, &e->kv, e->seq_ptrs, e->max_seqs, &batch, s->logits, &e->ws, e->pool, err))
             return -1;
+        tk_spec_cost_observe(&e->cost, 0, n_batch, now_seconds() - t0);
         consume_batch(e, n_batch);
     }
     for (int i = s->n_running - 1; i >= 0; i--) finish_request_if_done(e, i);
@@ -741,6 +1052,7 @@ int tk_engine_step(tk_engine *e, tk_err *err) {
     s->stats.kv_blocks_used = tk_kv_used(&e->kv);
     s->stats.kv_blocks_cached = e->kv.n_cached;
     s->metrics = s->stats;
+    e->cost_pub = e->cost;
     int live = s->n_live;
     pthread_mutex_unlock(&s->mu);
     return live;
