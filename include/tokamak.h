@@ -38,7 +38,7 @@ typedef struct tk_engine_config {
     const char *model_path;     /* .gguf, llama2.c .bin or HF directory */
     const char *tokenizer_path; /* optional override (tokenizer.bin / tokenizer.json) */
     int n_threads;              /* 0: all online cores */
-    int ctx_len;                /* max tokens per sequence; 0: the model's */
+    int ctx_len;                /* max tokens per sequence; 0: the model's, at most 4096 */
     int max_seqs;               /* sequences that can be live at once; 0: 1 */
     int max_batch_tokens;       /* tokens per forward pass; 0: 512 */
     int kv_block_size;          /* tokens per KV block; 0: 16 */
@@ -96,6 +96,9 @@ typedef struct tk_model_summary {
     const char *rope_style;
     const char *rope_scaling;
     bool tied_output;
+    int swa_window;          /* sliding-window layers see this many positions; 0: none */
+    int n_swa_layers;        /* how many layers slide (the others attend globally) */
+    float rope_theta_swa;    /* RoPE base of the sliding layers */
     int64_t n_params;
     size_t weight_bytes;
     size_t embedding_bytes; /* token_embd */

@@ -19,6 +19,7 @@ cmake --build build-asan -j"$jobs" || exit 1
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs") || status=1
 
 echo "== Python differential tests"
+tools/oracles.sh >/dev/null || echo "oracles: Gemma 3 GGUF / llama-cpp-python unavailable; those tests will skip"
 if [ -x .venv/bin/python ] && .venv/bin/python -c 'import pytest' 2>/dev/null; then
   TOKAMAK_BIN="$PWD/build/tokamak" TOKAMAK_ASAN_BIN="$PWD/build-asan/tokamak" \
     .venv/bin/python -m pytest -q tests/python

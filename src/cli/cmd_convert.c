@@ -56,6 +56,14 @@ int tk_cmd_convert(int argc, char **argv) {
         fprintf(stderr, "tokamak convert: %s\n", err.msg);
         return 1;
     }
+    if (strcmp(src.arch, "llama") != 0) {
+        /* The writer emits llama keys and tensors only; other architectures'
+         * extra tensors and options (e.g. Gemma 3's norms and sliding
+         * window) would be lost. */
+        fprintf(stderr, "tokamak convert: %s: architecture '%s' is not supported (llama only)\n", in, src.arch);
+        tk_source_close(&src);
+        return 1;
+    }
     tk_tokenizer *tok = NULL;
     if (tk_tokenizer_open(in, tok_path, &tok, &err)) {
         fprintf(stderr, "tokamak convert: tokenizer: %s\n", err.msg);

@@ -19,6 +19,8 @@ static const command commands[] = {
     {"convert", tk_cmd_convert, "convert a llama2.c or Hugging Face model to GGUF"},
     {"serve", tk_cmd_serve, "run an OpenAI-compatible HTTP server"},
     {"loadtest", tk_cmd_loadtest, "benchmark an OpenAI-compatible server (streaming completions)"},
+    {"quantize", tk_cmd_quantize, "quantize a model to a GGUF (round to nearest, GPTQ, AWQ, NF4)"},
+    {"perplexity", tk_cmd_perplexity, "perplexity and KL divergence of a model on a text"},
 };
 
 static void usage(FILE *f) {

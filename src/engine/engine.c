@@ -58,7 +58,9 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
         goto fail;
     }
     const tk_hparams *hp = &e->model.hp;
-    e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? hp->ctx_len : 2048;
+    /* Default: the trained context, capped at 4096 like llama.cpp, so a
+     * 128K-context model does not reserve gigabytes of KV by default. */
+    e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? (hp->ctx_len < 4096 ? hp->ctx_len : 4096) : 2048;
     e->max_seqs = cfg->max_seqs > 0 ? cfg->max_seqs : 1;
     int block = cfg->kv_block_size > 0 ? cfg->kv_block_size : 16;
     if (block > 1024) {
@@ -220,6 +222,9 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     static const char *scalings[] = {"none", "linear", "llama3"};
     o->rope_scaling = scalings[hp->rope_scaling];
     o->tied_output = hp->tied_output;
+    o->swa_window = m->swa_window;
+    o->n_swa_layers = m->n_swa_layers;
+    o->rope_theta_swa = m->rope_theta_swa;
     for (int i = 0; i < m->src.n_tensors; i++) {
         const tk_tensor *t = &m->src.tensors[i];
         o->n_params += tk_tensor_nelems(t);

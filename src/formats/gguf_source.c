@@ -133,6 +133,54 @@ static int read_rope_scaling(const keyctx *k, tk_hparams *hp) {
     return 0;
 }
 
+/* `{arch}.suffix` as an integer >= 0; missing: *out = dflt, *given = false. */
+static int get_nonneg_int(const keyctx *k, const char *suffix, int dflt, int *out, bool *given) {
+    char key[160];
+    akey(k, suffix, key, sizeof key);
+    const tk_gguf_kv *kv = tk_gguf_find(k->g, key);
+    *given = kv != NULL;
+    if (!kv) {
+        *out = dflt;
+        return 0;
+    }
+    if (kv->type == TK_GGUF_ARRAY)
+        return tk_err_set(k->err, "%s: key '%s' is an array (per-layer values are not supported)",
+                          k->path, key);
+    int64_t v;
+    if (tk_gguf_get_int(k->g, key, &v))
+        return tk_err_set(k->err, "%s: key '%s' must be an integer", k->path, key);
+    if (v < 0 || v > INT_MAX)
+        return tk_err_set(k->err, "%s: key '%s' has invalid value %lld", k->path, key, (long long)v);
+    *out = (int)v;
+    return 0;
+}
+
+/* Options of Gemma-style models, all optional: sliding-window attention
+ * (window, layer pattern, RoPE base of the sliding layers), an explicit
+ * attention scale and a final logit soft-cap.  Whether an architecture uses
+ * them, and their defaults when a key is absent, is the architecture
+ * table's business (model/arch.c). */
+static int read_gemma_style(const keyctx *k, tk_hparams *hp) {
+    bool given;
+    double v;
+    char key[160];
+    if (get_nonneg_int(k, "attention.sliding_window", 0, &hp->swa_window, &given) ||
+        get_nonneg_int(k, "attention.sliding_window_pattern", 0, &hp->swa_pattern, &hp->has_swa_pattern))
+        return -1;
+    if (get_num(k, "rope.freq_base_swa", false, 0.0, &v)) return -1;
+    if (!(v > 0.0) && tk_gguf_find(k->g, akey(k, "rope.freq_base_swa", key, sizeof key)))
+        return tk_err_set(k->err, "%s: rope.freq_base_swa %g must be positive", k->path, v);
+    hp->rope_theta_swa = (float)v;
+    if (get_num(k, "attention.scale", false, 0.0, &v)) return -1;
+    if (!(v >= 0.0)) return tk_err_set(k->err, "%s: attention.scale %g must be positive", k->path, v);
+    hp->attn_scale = (float)v;
+    if (get_num(k, "final_logit_softcapping", false, 0.0, &v)) return -1;
+    if (!(v >= 0.0))
+        return tk_err_set(k->err, "%s: final_logit_softcapping %g must be positive", k->path, v);
+    hp->final_softcap = (float)v;
+    return 0;
+}
+
 static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
     memset(hp, 0, sizeof *hp);
     if (get_pos_int(k, "embedding_length", -1, &hp->dim) ||
@@ -152,6 +200,11 @@ static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
     int rot;
     if (get_pos_int(k, "rope.dimension_count", dflt > 0 ? dflt : 0, &rot)) return -1;
     if (get_pos_int(k, "attention.key_length", rot, &hp->head_dim)) return -1;
+    int v_len;
+    if (get_pos_int(k, "attention.value_length", hp->head_dim, &v_len)) return -1;
+    if (hp->head_dim > 0 && v_len != hp->head_dim)
+        return tk_err_set(k->err, "%s: value_length %d differs from key_length %d (not supported)", k->path,
+                          v_len, hp->head_dim);
     if (hp->head_dim <= 0)
         return tk_err_set(k->err,
                           "%s: cannot derive head size: embedding_length %d is not a multiple of "
@@ -188,7 +241,7 @@ static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
                           k->path, key);
     }
     hp->tied_output = tk_gguf_find_tensor(g, "output.weight") == NULL;
-    return 0;
+    return read_gemma_style(k, hp);
 }
 
 int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err) {

@@ -42,6 +42,15 @@ typedef struct tk_hparams {
     float rope_high_freq_factor;  /* llama3 */
     int rope_orig_ctx;            /* llama3: original max positions */
     bool tied_output;             /* no output.weight: reuse token_embd */
+    /* Sliding-window attention (0 / false / 0.0: not given; the
+     * architecture table supplies defaults, see arch.h). */
+    int swa_window;               /* a sliding layer sees the last swa_window positions; 0: none */
+    bool has_swa_pattern;         /* swa_pattern was given by the file */
+    int swa_pattern;              /* llama.cpp convention: layer l slides iff pattern == 0 or
+                                     l % pattern < pattern - 1 (6: five local, one global) */
+    float rope_theta_swa;         /* RoPE base of sliding layers; 0: the architecture's default */
+    float attn_scale;             /* query scale; 0: 1/sqrt(head_dim) or the architecture's rule */
+    float final_softcap;          /* logits = c * tanh(logits / c); 0: off */
 } tk_hparams;
 
 typedef enum tk_source_format {

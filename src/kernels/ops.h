@@ -19,7 +19,7 @@ void tk_tensor_row(const tk_tensor *W, int64_t r, float *out);
 
 static inline float tk_silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 
-/* GELU, tanh approximation (as Gemma's GeGLU uses). */
+/* GELU, tanh approximation (Gemma's gelu_pytorch_tanh). */
 static inline float tk_gelu_tanh(float x) {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
     return 0.5f * x * (1.0f + __builtin_tanhf(c * (x + 0.044715f * x * x * x)));

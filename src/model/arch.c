@@ -25,10 +25,51 @@ static const tk_tensor_role llama_layer[] = {
     {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
 };
 
+/* Gemma 3 (text): Llama's tensors plus per-head q/k norms and post-norms
+ * after attention and FFN.  llama.cpp's converter stores Gemma's RMSNorm
+ * weights with the "+1" of (1 + w) already added, so they are used as-is. */
+static const tk_tensor_role gemma3_layer[] = {
+    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},
+    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},
+    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV},
+    {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
+    {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
+    {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD},
+    {"blk.%d.post_attention_norm.weight", L(attn_post_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    {"blk.%d.ffn_gate.weight", L(w_gate), false, true, TK_DIM_EMBD, TK_DIM_FFN},
+    {"blk.%d.ffn_up.weight", L(w_up), false, true, TK_DIM_EMBD, TK_DIM_FFN},
+    {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
+    {"blk.%d.post_ffw_norm.weight", L(ffn_post_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+};
+
 #define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
 
 static const tk_arch archs[] = {
-    {"llama", llama_globals, COUNT(llama_globals), llama_layer, COUNT(llama_layer), TK_ACT_SILU},
+    {
+        .name = "llama",
+        .global_roles = llama_globals,
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = llama_layer,
+        .n_layer_roles = COUNT(llama_layer),
+        .ffn_act = TK_ACT_SILU,
+    },
+    {
+        .name = "gemma3",
+        .global_roles = llama_globals, /* output.weight absent: tied to token_embd */
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = gemma3_layer,
+        .n_layer_roles = COUNT(gemma3_layer),
+        .ffn_act = TK_ACT_GELU_TANH,
+        .embd_scale = true,
+        .qk_norm = true,
+        .post_norms = true,
+        .uses_swa = true,
+        .swa_pattern = 6,         /* every 6th layer global */
+        .rope_theta_swa = 10000.0f,
+        .attn_scale = TK_ATTN_SCALE_GEMMA3,
+    },
 };
 
 const tk_arch *tk_arch_find(const char *name) {

@@ -30,13 +30,32 @@ typedef struct tk_tensor_role {
     tk_dim_sym ne0, ne1;
 } tk_tensor_role;
 
+/* How the attention scale is chosen when the file has no
+ * {arch}.attention.scale key. */
+typedef enum tk_attn_scale_rule {
+    TK_ATTN_SCALE_HEAD_DIM = 0, /* 1/sqrt(head_dim) */
+    /* Gemma 3: 1/sqrt(query_pre_attn_scalar).  GGUF does not store that
+     * scalar; it equals head_dim except for the 27B model (62 layers), where
+     * it is dim / n_heads.  llama.cpp derives it the same way. */
+    TK_ATTN_SCALE_GEMMA3 = 1
+} tk_attn_scale_rule;
+
 typedef struct tk_arch {
     const char *name;
     const tk_tensor_role *global_roles;
     int n_global_roles;
     const tk_tensor_role *layer_roles;
     int n_layer_roles;
-    tk_act ffn_act;
+    tk_act ffn_act;          /* gate activation: act(gate(x)) * up(x) */
+    bool embd_scale;         /* token embeddings are multiplied by sqrt(dim) */
+    bool qk_norm;            /* RMSNorm of every q and k head (attn_q_norm / attn_k_norm) before RoPE */
+    bool post_norms;         /* RMSNorm of the attention and FFN outputs before each residual add */
+    /* Sliding-window attention.  Without uses_swa the
+     * {arch}.attention.sliding_window key is ignored (as llama.cpp does). */
+    bool uses_swa;
+    int swa_pattern;         /* default layer pattern (see tk_hparams.swa_pattern) */
+    float rope_theta_swa;    /* default RoPE base of sliding layers; 0: the global base */
+    tk_attn_scale_rule attn_scale;
 } tk_arch;
 
 const tk_arch *tk_arch_find(const char *name);

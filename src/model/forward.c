@@ -40,6 +40,14 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
     ws->logits_in = malloc(T * hp->dim * sizeof(float));
     ws->rope_cos = malloc(T * half * sizeof(float));
     ws->rope_sin = malloc(T * half * sizeof(float));
+    if (m->rope_inv_freq_swa) {
+        ws->rope_cos_swa = malloc(T * half * sizeof(float));
+        ws->rope_sin_swa = malloc(T * half * sizeof(float));
+        if (!ws->rope_cos_swa || !ws->rope_sin_swa) {
+            tk_forward_ws_free(ws);
+            return tk_err_set(err, "out of memory for the forward workspace (%d tokens)", max_tokens);
+        }
+    }
     /* Matmul inputs: the longest row of any matrix. */
     size_t longest = (size_t)hp->dim;
     if ((size_t)hp->ffn_dim > longest) longest = hp->ffn_dim;
@@ -81,6 +89,8 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     free(ws->logits_in);
     free(ws->rope_cos);
     free(ws->rope_sin);
+    free(ws->rope_cos_swa);
+    free(ws->rope_sin_swa);
     tk_matmul_ws_free(&ws->mm);
     free(ws->att_scratch);
     free(ws->att_parts);
@@ -224,17 +234,21 @@ static void rope_store(const tk_kv_pool *kv, const float *x, tk_rope_style style
     if (y == buf) tk_kv_store(kv, buf, row);
 }
 
-/* x += W·in, the residual add fused into the matmul's store, or not. */
+/* x += W·in (after an optional post-norm of W·in, as Gemma has), with the
+ * residual add fused into the matmul's store when there is no post-norm
+ * (a norm needs the whole output row first). */
 static void residual_matmul(tk_pool *pool, tk_forward_ws *ws, const tk_tensor *W, const float *in, int64_t ld_in,
-                            int T, int D) {
+                            int T, int D, const float *post_norm, float eps) {
     float *y[1] = {ws->xn};
     int64_t ld[1] = {D};
-    if (ws->fuse & TK_FUSE_RESIDUAL) {
+    if ((ws->fuse & TK_FUSE_RESIDUAL) && !post_norm) {
         tk_matmul_fused(pool, &ws->mm, 1, &W, in, ld_in, T, y, ld, TK_MM_RESIDUAL, ws->x);
-    } else {
-        tk_matmul(pool, &ws->mm, W, in, ld_in, T, ws->xn, D);
-        for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
+        return;
     }
+    tk_matmul(pool, &ws->mm, W, in, ld_in, T, ws->xn, D);
+    if (post_norm)
+        for (int t = 0; t < T; t++) tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, post_norm, D, eps);
+    for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
 }
 
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
@@ -243,20 +257,33 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
     if (tk_pool_size(pool) > ws->n_threads)
         return tk_err_set(err, "thread pool larger than the workspace was sized for");
     const tk_hparams *hp = &m->hp;
+    const tk_arch *a = m->arch;
     const int T = batch->n_tokens, D = hp->dim, hd = hp->head_dim, half = hd / 2;
     const int q_dim = hp->n_heads * hd, kv_dim = hp->n_kv_heads * hd, F = hp->ffn_dim;
+    if (m->rope_inv_freq_swa && !ws->rope_cos_swa)
+        return tk_err_set(err, "forward workspace was not sized for this model");
 
     for (int t = 0; t < T; t++) {
-        tk_tensor_row(m->w.tok_embd, batch->token[t], ws->x + (size_t)t * D);
+        float *x = ws->x + (size_t)t * D;
+        tk_tensor_row(m->w.tok_embd, batch->token[t], x);
+        if (m->embd_scale != 1.0f)
+            for (int i = 0; i < D; i++) x[i] *= m->embd_scale;
         for (int i = 0; i < half; i++) {
             float angle = (float)batch->pos[t] * m->rope_inv_freq[i];
             ws->rope_cos[(size_t)t * half + i] = cosf(angle);
             ws->rope_sin[(size_t)t * half + i] = sinf(angle);
+            if (m->rope_inv_freq_swa) {
+                angle = (float)batch->pos[t] * m->rope_inv_freq_swa[i];
+                ws->rope_cos_swa[(size_t)t * half + i] = cosf(angle);
+                ws->rope_sin_swa[(size_t)t * half + i] = sinf(angle);
+            }
         }
     }
 
     for (int l = 0; l < hp->n_layers; l++) {
         const tk_layer *L = &m->layers[l];
+        const float *rcos = L->swa ? ws->rope_cos_swa : ws->rope_cos;
+        const float *rsin = L->swa ? ws->rope_sin_swa : ws->rope_sin;
         const tk_tensor *qkv[3] = {L->wq, L->wk, L->wv};
         if (ws->fuse & TK_FUSE_NORM_QUANT)
             tk_rmsnorm_pack(pool, &ws->mm, 3, qkv, ws->x, L->attn_norm, hp->norm_eps, T, D, ws->xn);
@@ -275,12 +302,16 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             tk_matmul_ws_forget(&ws->mm);
         }
         for (int t = 0; t < T; t++) {
-            const float *c = ws->rope_cos + (size_t)t * half, *s = ws->rope_sin + (size_t)t * half;
-            for (int h = 0; h < hp->n_heads; h++)
-                rope_apply(ws->q + (size_t)t * q_dim + (size_t)h * hd, hd, hp->rope_style, c, s);
+            const float *c = rcos + (size_t)t * half, *s = rsin + (size_t)t * half;
+            for (int h = 0; h < hp->n_heads; h++) {
+                float *q = ws->q + (size_t)t * q_dim + (size_t)h * hd;
+                if (a->qk_norm) tk_rmsnorm(q, q, L->attn_q_norm, hd, hp->norm_eps);
+                rope_apply(q, hd, hp->rope_style, c, s);
+            }
             tk_kv_seq *seq = seqs[batch->seq[t]];
             for (int h = 0; h < hp->n_kv_heads; h++) {
                 float *k = ws->k + (size_t)t * kv_dim + (size_t)h * hd;
+                if (a->qk_norm) tk_rmsnorm(k, k, L->attn_k_norm, hd, hp->norm_eps);
                 if (ws->fuse & TK_FUSE_ROPE_KV) {
                     rope_store(kv, k, hp->rope_style, c, s, tk_kv_k(kv, seq, l, h, batch->pos[t]));
                 } else {
@@ -290,9 +321,15 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
                 tk_kv_store(kv, ws->v + (size_t)t * kv_dim + (size_t)h * hd, tk_kv_v(kv, seq, l, h, batch->pos[t]));
             }
         }
-        attention(m, kv, seqs, batch, l, 0, ws, pool);
+        /* Sliding layers see the last swa_window positions.  Their older
+         * KV blocks cannot be freed: the global layers of the same model
+         * keep reading them (blocks hold every layer).  A model whose layers
+         * all slide (Mistral-style) could release blocks that fall out of
+         * the window. */
+        attention(m, kv, seqs, batch, l, L->swa ? m->swa_window : 0, ws, pool);
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->wo, ws->att, T, q_dim);
-        residual_matmul(pool, ws, L->wo, ws->att, q_dim, T, D);
+        residual_matmul(pool, ws, L->wo, ws->att, q_dim, T, D, a->post_norms ? L->attn_post_norm : NULL,
+                        hp->norm_eps);
 
         const tk_tensor *gu[2] = {L->w_gate, L->w_up};
         if (ws->fuse & TK_FUSE_NORM_QUANT)
@@ -307,16 +344,20 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         {
             float *y[2] = {ws->h1, ws->h2};
             int64_t ld[2] = {F, F};
+            bool gelu = a->ffn_act == TK_ACT_GELU_TANH;
             if (ws->fuse & TK_FUSE_GLU) {
-                tk_matmul_fused(pool, &ws->mm, 2, gu, ws->xn, D, T, y, ld, TK_MM_GLU_SILU, NULL);
+                tk_matmul_fused(pool, &ws->mm, 2, gu, ws->xn, D, T, y, ld, gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU,
+                                NULL);
             } else {
                 tk_matmul_n(pool, &ws->mm, 2, gu, ws->xn, D, T, y, ld);
-                for (size_t i = 0; i < (size_t)T * F; i++) ws->h1[i] = tk_silu(ws->h1[i]) * ws->h2[i];
+                for (size_t i = 0; i < (size_t)T * F; i++)
+                    ws->h1[i] = (gelu ? tk_gelu_tanh(ws->h1[i]) : tk_silu(ws->h1[i])) * ws->h2[i];
             }
             tk_matmul_ws_forget(&ws->mm);
         }
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->w_down, ws->h1, T, F);
-        residual_matmul(pool, ws, L->w_down, ws->h1, F, T, D);
+        residual_matmul(pool, ws, L->w_down, ws->h1, F, T, D, a->post_norms ? L->ffn_post_norm : NULL,
+                        hp->norm_eps);
     }
 
     for (int t = 0; t < T; t++) {
@@ -329,5 +370,9 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             tk_rmsnorm(ws->logits_in + (size_t)n_out++ * D, ws->x + (size_t)t * D, m->w.output_norm, D,
                        hp->norm_eps);
     if (n_out) tk_matmul(pool, &ws->mm, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab);
+    if (n_out && hp->final_softcap > 0) {
+        float c = hp->final_softcap;
+        for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] = c * tanhf(logits[i] / c);
+    }
     return 0;
 }

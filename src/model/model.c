@@ -75,12 +75,15 @@ static int bind_role(tk_model *m, const tk_tensor_role *role, int layer, void *b
     return 0;
 }
 
-static void init_rope(tk_model *m) {
-    const tk_hparams *hp = &m->hp;
+/* Inverse frequencies for base theta; `scaled` applies the model's RoPE
+ * scaling (global layers only: sliding layers of Gemma 3 are unscaled). */
+static void init_rope(const tk_hparams *hp, double theta, bool scaled, float *out) {
     int half = hp->head_dim / 2;
     for (int i = 0; i < half; i++) {
-        double f = pow((double)hp->rope_theta, -2.0 * i / hp->head_dim);
-        if (hp->rope_scaling == TK_ROPE_SCALING_LINEAR && hp->rope_factor > 0) {
+        double f = pow(theta, -2.0 * i / hp->head_dim);
+        if (!scaled) {
+            /* as is */
+        } else if (hp->rope_scaling == TK_ROPE_SCALING_LINEAR && hp->rope_factor > 0) {
             f /= hp->rope_factor;
         } else if (hp->rope_scaling == TK_ROPE_SCALING_LLAMA3 && hp->rope_factor > 0) {
             /* Llama 3.1: long wavelengths are slowed by `factor`, short ones
@@ -96,8 +99,43 @@ static void init_rope(tk_model *m) {
                 f = (1 - smooth) * f / hp->rope_factor + smooth * f;
             }
         }
-        m->rope_inv_freq[i] = (float)f;
+        out[i] = (float)f;
     }
+}
+
+/* Sliding window, its layer pattern, the attention and embedding scales:
+ * file values first, then the architecture's defaults. */
+static int init_layer_options(tk_model *m, tk_err *err) {
+    const tk_arch *a = m->arch;
+    const tk_hparams *hp = &m->hp;
+    m->embd_scale = a->embd_scale ? sqrtf((float)hp->dim) : 1.0f;
+    if (hp->attn_scale > 0) {
+        m->attn_scale = hp->attn_scale;
+    } else {
+        float qpas = (float)hp->head_dim;
+        if (a->attn_scale == TK_ATTN_SCALE_GEMMA3 && hp->n_layers == 62) qpas = (float)hp->dim / hp->n_heads;
+        m->attn_scale = 1.0f / sqrtf(qpas);
+    }
+    m->swa_window = a->uses_swa ? hp->swa_window : 0;
+    m->n_swa_layers = 0;
+    if (m->swa_window > 0) {
+        int pattern = hp->has_swa_pattern ? hp->swa_pattern : a->swa_pattern;
+        for (int l = 0; l < hp->n_layers; l++) {
+            m->layers[l].swa = pattern == 0 || l % pattern < pattern - 1;
+            m->n_swa_layers += m->layers[l].swa;
+        }
+    }
+    if (m->n_swa_layers == 0) m->swa_window = 0;
+    if (m->swa_window > 0) {
+        double theta = hp->rope_theta_swa > 0 ? hp->rope_theta_swa
+                       : a->rope_theta_swa > 0 ? a->rope_theta_swa
+                                               : hp->rope_theta;
+        m->rope_theta_swa = (float)theta;
+        m->rope_inv_freq_swa = malloc((size_t)hp->head_dim / 2 * sizeof(float));
+        if (!m->rope_inv_freq_swa) return tk_err_set(err, "out of memory");
+        init_rope(hp, theta, false, m->rope_inv_freq_swa);
+    }
+    return 0;
 }
 
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
@@ -137,8 +175,8 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
         m->w.output = m->w.tok_embd;
         m->hp.tied_output = true;
     }
-    init_rope(m);
-    m->attn_scale = 1.0f / sqrtf((float)m->hp.head_dim);
+    init_rope(&m->hp, m->hp.rope_theta, true, m->rope_inv_freq);
+    if (init_layer_options(m, err)) goto fail;
     /* GGUF files carry Llama-3.1 style scaling as per-frequency divisors. */
     const tk_tensor *rf = tk_source_find(&m->src, "rope_freqs.weight");
     if (rf && m->hp.rope_scaling != TK_ROPE_SCALING_LLAMA3) {
@@ -179,6 +217,7 @@ void tk_model_free(tk_model *m) {
     free(m->vectors);
     free(m->layers);
     free(m->rope_inv_freq);
+    free(m->rope_inv_freq_swa);
     tk_source_close(&m->src);
     memset(m, 0, sizeof *m);
 }

@@ -17,6 +17,9 @@ typedef struct tk_layer {
     float *ffn_norm;      /* [dim] */
     const tk_tensor *wq, *wk, *wv, *wo;
     const tk_tensor *w_gate, *w_up, *w_down;
+    float *attn_q_norm, *attn_k_norm;    /* [head_dim], arch->qk_norm */
+    float *attn_post_norm, *ffn_post_norm; /* [dim], arch->post_norms */
+    bool swa;             /* sliding-window layer (not bound: derived from hparams) */
 } tk_layer;
 
 typedef struct tk_model_weights {
@@ -32,7 +35,15 @@ typedef struct tk_model {
     tk_model_weights w;
     tk_layer *layers;
     float *rope_inv_freq; /* [head_dim / 2], scaling applied */
-    float attn_scale;     /* 1 / sqrt(head_dim) */
+    /* Sliding-window attention: layers with swa set only attend to the last
+     * swa_window positions (0: no sliding layers) and rotate with
+     * rope_inv_freq_swa (the local base, no scaling). */
+    int swa_window;
+    int n_swa_layers;
+    float *rope_inv_freq_swa;
+    float rope_theta_swa;
+    float attn_scale;     /* multiplies q.k: 1/sqrt(head_dim) or the architecture's rule */
+    float embd_scale;     /* multiplies token embeddings (1 or sqrt(dim)) */
     float *vectors;       /* storage for all float32 vectors */
     size_t weight_bytes;  /* bytes of all bound tensors */
 } tk_model;
@@ -57,6 +68,7 @@ typedef struct tk_forward_ws {
     int max_ctx;
     float *x, *xn, *q, *k, *v, *att, *h1, *h2, *logits_in;
     float *rope_cos, *rope_sin; /* [max_tokens][head_dim/2] */
+    float *rope_cos_swa, *rope_sin_swa; /* the same for sliding layers (when the model has them) */
     tk_matmul_ws mm;            /* packed activations, dequant rows */
     unsigned fuse;              /* TK_FUSE_* operator fusions in use */
     float *att_scratch;         /* per-thread block scratch (converted K/V, scores) */
@@ -85,8 +97,9 @@ void tk_forward_ws_free(tk_forward_ws *ws);
 /* Runs the batch.  Every token's sequence must already have KV blocks
  * reserved up to its position (tk_kv_seq_reserve).  K/V are written at each
  * token's position; attention for a token covers positions 0..pos of its
- * sequence.  Logits rows (n_vocab floats each) are written to `logits` in
- * batch order for the tokens that asked for them.  seqs[i]->len is raised to
+ * sequence (pos-window+1..pos in sliding-window layers).  Logits rows
+ * (n_vocab floats each) are written to `logits` in batch order for the
+ * tokens that asked for them.  seqs[i]->len is raised to
  * cover the written positions. */
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
                float *logits, tk_forward_ws *ws, tk_pool *pool, tk_err *err);

@@ -67,7 +67,9 @@ int tk_qgrid_code(const tk_qgrid *g, float x) {
     }
 }
 
-void tk_qgrid_fit(tk_dtype type, const float *x, int n, tk_qgrid *g) {
+void tk_qgrid_fit(tk_dtype type, const float *x, int n, tk_qgrid *g) { tk_qgrid_fit_clip(type, x, n, 1.0f, g); }
+
+void tk_qgrid_fit_clip(tk_dtype type, const float *x, int n, float ratio, tk_qgrid *g) {
     memset(g, 0, sizeof *g);
     g->type = type;
     g->qmax = grid_qmax(type);
@@ -80,6 +82,11 @@ void tk_qgrid_fit(tk_dtype type, const float *x, int n, tk_qgrid *g) {
         if (x[i] < lo) lo = x[i];
         if (x[i] > hi) hi = x[i];
     }
+    /* clipping: the grid covers ratio times the range (codes saturate) */
+    amax *= ratio;
+    max *= ratio;
+    lo *= ratio;
+    hi *= ratio;
     switch (type) {
     case TK_Q4_0: g->d = tk_f32_to_f16(max / -8); break;
     case TK_Q5_0: g->d = tk_f32_to_f16(max / -16); break;

@@ -65,6 +65,10 @@ int tk_qgrid_code(const tk_qgrid *g, float x);
  * For K types this fits the super-block scale to this group alone; use
  * tk_qgrid_fit_k + tk_qgrid_refit_k to share it across a super-block. */
 void tk_qgrid_fit(tk_dtype type, const float *x, int n, tk_qgrid *g);
+/* The same with the range clipped to ratio (0 < ratio <= 1) of the
+ * group's extremes (max for symmetric grids, min and max for affine ones);
+ * values outside saturate.  K types ignore the ratio. */
+void tk_qgrid_fit_clip(tk_dtype type, const float *x, int n, float ratio, tk_qgrid *g);
 /* K types: fits the super-block (256 values) as the reference quantizer
  * does and returns the eight sub-block grids. */
 void tk_qgrid_fit_k(tk_dtype type, const float *x, tk_qgrid sub[8]);

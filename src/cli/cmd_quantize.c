@@ -1,0 +1,197 @@
+/* tokamak quantize: a model (GGUF F32/F16/BF16, llama2.c, HF directory) to
+ * a quantized GGUF by round to nearest, GPTQ or AWQ. */
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../quant/quantize.h"
+#include "args.h"
+#include "commands.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: tokamak quantize IN OUT.gguf --type TYPE [options]\n"
+            "  IN: GGUF (F32/F16/BF16), llama2.c .bin (with --tokenizer) or Hugging Face directory\n"
+            "  --type TYPE          q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m nf4 (or f32 f16 bf16)\n"
+            "  --method M           rtn (default), gptq or awq\n"
+            "  --calib FILE         calibration text (gptq, awq)\n"
+            "  --ctx N              tokens per calibration window (default 256)\n"
+            "  --calib-windows N    use at most N windows of the calibration text (default: all)\n"
+            "  --group G            32, 64 or 128 columns per scale (gptq/awq default 32; with rtn, layer\n"
+            "                       matrices on G-column grids instead of llama.cpp's reference quantizer)\n"
+            "  --act-order          gptq: columns by decreasing Hessian diagonal (static groups)\n"
+            "  --damp F             gptq: damping as a fraction of mean(diag H) (default 0.01)\n"
+            "  --awq-grid N         awq: alpha grid points in [0, 1] (default 20)\n"
+            "  --awq-no-clip        awq: no weight clipping search\n"
+            "  --nf4-double-quant   nf4: 8-bit absmax scales (NF4_DQ)\n"
+            "  --pure               every matrix in TYPE (no Q6_K/Q8_0 output, no q4_k_m mix)\n"
+            "  --allow-requantize   accept an already quantized input\n"
+            "  --tokenizer PATH     tokenizer for llama2.c inputs (tokenizer.bin) or to override\n"
+            "  -t, --threads N      worker threads (default: all cores)\n"
+            "  -q, --quiet          no progress output\n");
+}
+
+typedef struct prog_state {
+    double t0, stage_t0;
+    char stage[16];
+    bool tty, quiet;
+    int last_line_done;
+} prog_state;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void on_progress(void *user, const tk_quant_progress *p) {
+    prog_state *s = user;
+    if (s->quiet) return;
+    const double t = now_s();
+    if (strcmp(s->stage, p->stage)) {
+        snprintf(s->stage, sizeof s->stage, "%s", p->stage);
+        s->stage_t0 = t;
+        s->last_line_done = -1;
+    }
+    if (!strcmp(p->stage, "write")) {
+        if (p->done == 0) fprintf(stderr, "writing %s\n", p->what);
+        return;
+    }
+    const int width = 30;
+    const int total = p->total > 0 ? p->total : 1;
+    const int fill = p->done * width / total;
+    char bar[64];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    const double el = t - s->stage_t0;
+    const double eta = p->done > 0 ? el / p->done * (total - p->done) : 0;
+    const bool last = p->done >= total;
+    /* calibration: one line per layer; tensors: redraw on a terminal */
+    if (s->tty) {
+        fprintf(stderr, "\r%-9s [%s] %3d/%-3d %-28.28s %6.1fs ETA %5.0fs", p->stage, bar, p->done, total, p->what, el,
+                eta);
+        if (last || !strcmp(p->stage, "calibrate")) fputc('\n', stderr);
+    } else if (!strcmp(p->stage, "calibrate") || last) {
+        fprintf(stderr, "%-9s [%s] %3d/%-3d %-28.28s %6.1fs ETA %5.0fs\n", p->stage, bar, p->done, total, p->what, el,
+                eta);
+    }
+    fflush(stderr);
+}
+
+int tk_cmd_quantize(int argc, char **argv) {
+    const char *in = NULL, *out = NULL, *type_name = NULL, *method = "rtn";
+    tk_quant_params p;
+    memset(&p, 0, sizeof p);
+    bool dq = false, quiet = false;
+    const char *cmd = "quantize";
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int rc = 0;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--type")) {
+            rc = tk_arg_str(cmd, argc, argv, &i, &type_name);
+        } else if (!strcmp(a, "--method")) {
+            rc = tk_arg_str(cmd, argc, argv, &i, &method);
+        } else if (!strcmp(a, "--calib")) {
+            rc = tk_arg_str(cmd, argc, argv, &i, &p.calib_path);
+        } else if (!strcmp(a, "--ctx")) {
+            rc = tk_arg_int(cmd, argc, argv, &i, 2, 1 << 20, &p.ctx);
+        } else if (!strcmp(a, "--calib-windows")) {
+            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 24, &p.max_windows);
+        } else if (!strcmp(a, "--group")) {
+            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &p.group);
+            if (!rc && p.group != 32 && p.group != 64 && p.group != 128) {
+                fprintf(stderr, "tokamak quantize: --group must be 32, 64 or 128 (got %d)\n", p.group);
+                return 2;
+            }
+        } else if (!strcmp(a, "--act-order")) {
+            p.act_order = true;
+        } else if (!strcmp(a, "--damp")) {
+            float d;
+            rc = tk_arg_float(cmd, argc, argv, &i, 1e-6, 10, &d);
+            p.damp = d;
+        } else if (!strcmp(a, "--awq-grid")) {
+            rc = tk_arg_int(cmd, argc, argv, &i, 2, 1000, &p.awq_grid);
+        } else if (!strcmp(a, "--awq-no-clip")) {
+            p.awq_no_clip = true;
+        } else if (!strcmp(a, "--nf4-double-quant")) {
+            dq = true;
+        } else if (!strcmp(a, "--pure")) {
+            p.pure = true;
+        } else if (!strcmp(a, "--allow-requantize")) {
+            p.allow_requantize = true;
+        } else if (!strcmp(a, "--tokenizer")) {
+            rc = tk_arg_str(cmd, argc, argv, &i, &p.tokenizer_path);
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &p.n_threads);
+        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+            quiet = true;
+        } else if (a[0] != '-' && !in) {
+            in = a;
+        } else if (a[0] != '-' && !out) {
+            out = a;
+        } else {
+            fprintf(stderr, "tokamak quantize: unexpected argument '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+        if (rc) return 2;
+    }
+    if (!in || !out || !type_name) {
+        fprintf(stderr, "tokamak quantize: %s\n", !in || !out ? "give IN and OUT" : "--type is required");
+        usage(stderr);
+        return 2;
+    }
+    tk_err err;
+    if (tk_qscheme_parse(type_name, &p.scheme, &err)) {
+        fprintf(stderr, "tokamak quantize: %s\n", err.msg);
+        return 2;
+    }
+    if (dq) {
+        if (p.scheme.base != TK_NF4) {
+            fprintf(stderr, "tokamak quantize: --nf4-double-quant needs --type nf4\n");
+            return 2;
+        }
+        tk_qscheme_parse("nf4_dq", &p.scheme, &err);
+    }
+    if (!strcmp(method, "rtn")) {
+        p.method = TK_QMETHOD_RTN;
+    } else if (!strcmp(method, "gptq")) {
+        p.method = TK_QMETHOD_GPTQ;
+    } else if (!strcmp(method, "awq")) {
+        p.method = TK_QMETHOD_AWQ;
+    } else {
+        fprintf(stderr, "tokamak quantize: --method must be rtn, gptq or awq (got '%s')\n", method);
+        return 2;
+    }
+    if (p.method == TK_QMETHOD_RTN && (p.calib_path || p.act_order)) {
+        fprintf(stderr, "tokamak quantize: --calib/--act-order need --method gptq or awq\n");
+        return 2;
+    }
+    prog_state ps = {.t0 = now_s(), .tty = isatty(2) != 0, .quiet = quiet};
+    p.progress = on_progress;
+    p.progress_user = &ps;
+    tk_quant_report rep;
+    if (tk_quantize_model(in, out, &p, &rep, &err)) {
+        if (ps.tty && !quiet) fputc('\n', stderr);
+        fprintf(stderr, "tokamak quantize: %s\n", err.msg);
+        return 1;
+    }
+    fprintf(stderr, "wrote %s: %s/%s, %d tensors, %zu bytes (%.2f MiB), %.3f bits per weight, %.1f s\n", out,
+            p.scheme.name, method, rep.n_tensors, rep.bytes, rep.bytes / 1048576.0,
+            rep.n_params ? 8.0 * (double)rep.bytes / (double)rep.n_params : 0, rep.seconds);
+    fprintf(stderr, "types:");
+    for (int t = 0; t < TK_DTYPE_LIMIT; t++)
+        if (rep.types_count[t]) fprintf(stderr, " %s x%d", tk_dtype_get(t)->name, rep.types_count[t]);
+    fputc('\n', stderr);
+    if (p.method != TK_QMETHOD_RTN)
+        fprintf(stderr,
+                "calibration: %d tokens in %d windows; layer output error (sum over matrices of "
+                "||WX - QX||^2 per token): %s %.6g, round to nearest %.6g (%.1f%% less)\n",
+                rep.n_calib_tokens, rep.n_windows, method, rep.method_error, rep.rtn_error,
+                rep.rtn_error > 0 ? 100.0 * (1 - rep.method_error / rep.rtn_error) : 0);
+    return 0;
+}
