@@ -13,6 +13,8 @@ int tk_matmul_ws_init(tk_matmul_ws *mw, tk_isa isa, bool reference, int max_toke
     memset(mw, 0, sizeof *mw);
     mw->isa = isa;
     mw->reference = reference;
+    for (int t = 0; t < TK_DTYPE_LIMIT; t++)
+        mw->kernel[t] = reference || !tk_dtype_get(t) ? NULL : tk_qkernel_get((tk_dtype)t, isa);
     mw->max_tokens = max_tokens;
     mw->max_in = max_in;
     mw->n_threads = n_threads;
@@ -131,7 +133,7 @@ void tk_matmul_fused(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *
     tk_dtype packed_as[2];
     int n_packed = 0;
     for (int i = 0; i < n_w; i++) {
-        const tk_qkernel *k = mw->reference ? NULL : tk_qkernel_get(W[i]->type, mw->isa);
+        const tk_qkernel *k = mw->kernel[W[i]->type];
         j.k[i] = k;
         if (!k) continue;
         if (k->act_type == TK_F32 && ldx == in) {
@@ -220,7 +222,7 @@ void tk_rmsnorm_pack(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *
     mw->n_prepacked = 0;
     if (dim % 256 == 0 && !mw->reference) {
         for (int i = 0; i < n_w && j.n_k < 2; i++) {
-            const tk_qkernel *k = tk_qkernel_get(W[i]->type, mw->isa);
+            const tk_qkernel *k = mw->kernel[W[i]->type];
             if (!k || k->act_type == TK_F32) continue;
             int p = 0;
             while (p < j.n_k && j.k[p]->act_type != k->act_type) p++;

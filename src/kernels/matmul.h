@@ -18,8 +18,13 @@
 
 #define TK_MATMUL_MAX_W 4
 
+struct tk_qkernel;
+
 typedef struct tk_matmul_ws {
     tk_isa isa;
+    /* kernel per weight type, resolved once: looking it up checks CPU
+     * features (cpuid), which is a costly VM exit under virtualization */
+    const struct tk_qkernel *kernel[TK_DTYPE_LIMIT];
     bool reference;        /* no integer kernels: dequantize and multiply in float32 */
     int max_tokens;
     int64_t max_in;
