@@ -494,14 +494,18 @@ def test_queue_full_429(tokamak_bin, model_dir):
         # Hold the queue full with two streams (chat streams send their first
         # chunk at once, even while waiting), then the openai client must
         # see RateLimitError; closing the streams cancels them.
-        streams = []
+        # keep each line iterator alive: a discarded generator closes its
+        # connection, which the server rightly treats as a disconnect
+        streams, lines = [], []
         for i in range(2):
             r = raw_post(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": f"q{i}"}],
                                                      "max_tokens": 400, "ignore_eos": True, "stream": True},
                          stream=True)
             assert r.status_code == 200
-            next(r.iter_lines())
+            it = r.iter_lines()
+            next(it)
             streams.append(r)
+            lines.append(it)
         try:
             with pytest.raises(openai.RateLimitError):
                 complete(s.client(), "x", max_tokens=2)
