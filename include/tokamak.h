@@ -58,7 +58,7 @@ typedef struct tk_engine_config {
     int draft_max, draft_min;         /* bounds of the adaptive draft length; 0: 8 and 0 */
     /* Cost model priors for the draft length (tk_spec_info): c, a draft pass
      * relative to a target pass (0: the ratio of their weight sizes), and
-     * v_slope (0: 0.1).  Sampling always chooses draft lengths from these, so
+     * v_slope (0: 0.2).  Sampling always chooses draft lengths from these, so
      * that a seed reproduces its output; greedy decoding, whose output does
      * not depend on the draft length, uses the costs measured as it runs. */
     float draft_cost, verify_slope;
@@ -247,7 +247,7 @@ typedef struct tk_spec_info {
     double verify_slope;      /* v_slope */
     double draft_cost_prior, verify_slope_prior;
     bool draft_cost_measured; /* false: still the prior (weight-size ratio) */
-    bool verify_measured;     /* false: still the prior (0.1) */
+    bool verify_measured;     /* false: still the prior (0.2) */
 } tk_spec_info;
 void tk_engine_spec_info(tk_engine *e, tk_spec_info *out);
 /* The draft model's engine (NULL if none), for measurements with the low

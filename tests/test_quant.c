@@ -702,6 +702,34 @@ static void test_perplexity_self(void) {
     if (f) fclose(f);
     CHECK(strstr(out, "KL(base || this): mean 0.000000") != NULL, "self KL is 0: %s", out);
     CHECK(strstr(out, "same top-1 as base (top-1 agreement): 100.000 %") != NULL, "self agreement 100 %%: %s", out);
+    /* exact KL with the base model alongside, against the top-K file's lower bound */
+    char q4[512];
+    snprintf(q4, sizeof q4, "%s", tmp_path("cli-out.gguf"));
+    double kl_exact = -1, kl_top = -1;
+    snprintf(args, sizeof args, "perplexity -m %s -f %s --ctx 64 --chunks 2 --kl-base-model %s", q4,
+             tk_shared("models/code-eval.txt"), draft);
+    CHECK(tokamak(args) == 0, "perplexity --kl-base-model: %s", err_text);
+    f = fopen(tmp_path("out.txt"), "rb");
+    n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = 0;
+    if (f) fclose(f);
+    const char *p = strstr(out, "KL(base || this): mean ");
+    if (p) kl_exact = atof(p + strlen("KL(base || this): mean "));
+    CHECK(strstr(out, "exact, full vocabulary") != NULL, "exact KL: %s", out);
+    snprintf(args, sizeof args, "perplexity -m %s -f %s --ctx 64 --chunks 2 --kl-base %s", q4,
+             tk_shared("models/code-eval.txt"), tmp_path("base.logits"));
+    CHECK(tokamak(args) == 0, "perplexity --kl-base: %s", err_text);
+    f = fopen(tmp_path("out.txt"), "rb");
+    n = f ? fread(out, 1, sizeof out - 1, f) : 0;
+    out[n] = 0;
+    if (f) fclose(f);
+    p = strstr(out, "KL(base || this): mean ");
+    if (p) kl_top = atof(p + strlen("KL(base || this): mean "));
+    CHECK(kl_exact > 0 && kl_top > 0 && kl_top <= kl_exact * 1.0001 && kl_top > 0.3 * kl_exact,
+          "top-K KL %g is a lower bound of the exact %g", kl_top, kl_exact);
+    snprintf(args, sizeof args, "perplexity -m %s -f %s --kl-base %s --kl-base-model %s", q4,
+             tk_shared("models/code-eval.txt"), tmp_path("base.logits"), draft);
+    expect_error("two bases", args, "exclude each other");
 }
 
 #include <sys/resource.h>

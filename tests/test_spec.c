@@ -128,6 +128,30 @@ static void test_accept_rule(void) {
     CHECK(tk_spec_choose_k(0.05, 0.3, 0.1, 0, 8) == 0, "drafting that cannot pay pauses");
     CHECK(tk_spec_choose_k(0.05, 0.3, 0.1, 2, 8) == 2, "but not below draft_min");
     CHECK(fabs(tk_spec_expected_tokens(0.5, 3) - 1.875) < 1e-12, "expected tokens");
+    /* per-position rates: first drafts accepted half the time, but once one
+     * is, the next ones are too: alpha_1.. near 1, longer drafts pay */
+    tk_spec_rate bursty;
+    tk_spec_rate_init(&bursty);
+    for (int i = 0; i < 40; i++) tk_spec_rate_update(&bursty, 4, i % 2 ? 4 : 0);
+    double a0 = tk_spec_rate_alpha(&bursty), e4 = tk_spec_rate_expected(&bursty, 4);
+    CHECK(fabs(a0 - 0.5) < 0.1 && e4 > tk_spec_expected_tokens(a0, 4) + 0.5, "bursty: alpha_0 %.2f, E(4) %.2f", a0,
+          e4);
+    double vt[9];
+    for (int k = 0; k <= 8; k++) vt[k] = 1 + 0.1 * k;
+    CHECK(tk_spec_rate_choose_k(&bursty, 0.1, vt, 0, 8) >= 4, "bursty acceptance: long drafts (%d)",
+          tk_spec_rate_choose_k(&bursty, 0.1, vt, 0, 8));
+    /* paused drafting probes after 16 steps, then 32, 64, and every 64 */
+    tk_spec_rate rate;
+    tk_spec_rate_init(&rate);
+    int probes[3] = {0}, n_probe = 0;
+    for (int step = 1; step <= 16 + 32 + 64 && n_probe < 3; step++)
+        if (tk_spec_rate_probe(&rate, 0) == 1) {
+            probes[n_probe++] = step;
+            tk_spec_rate_update(&rate, 1, 0);
+        }
+    CHECK(probes[0] == 16 && probes[1] == 48 && probes[2] == 112, "probe steps %d %d %d", probes[0], probes[1],
+          probes[2]);
+    CHECK(tk_spec_rate_probe(&rate, 3) == 3 && rate.probe_every == 16, "drafting again resets the probes");
 }
 
 /* ---- engines and requests ---- */
@@ -584,6 +608,7 @@ static void test_code_sampling(void) {
     tk_request_params p = greedy_params(prompts[0], lens[0], 40, TK_SPEC_DRAFT);
     p.sampling.temperature = 0.8f;
     p.sampling.seed = 5;
+    p.draft_min = 2; /* drafts at every step, whatever the cost model says */
     p.top_logprobs = 2;
     result a = {0}, b = {0};
     CHECK(run_all(e, &p, 1, &a, true) == 0 && run_all(e, &p, 1, &b, true) == 0, "runs");

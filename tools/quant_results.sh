@@ -23,6 +23,7 @@ rows=(
   "f32|"
   "q8_0|--type q8_0"
   "q4_0|--type q4_0"
+  "q4_0-g128|--type q4_0 --group 128"
   "q4_1|--type q4_1"
   "q4_k_m|--type q4_k_m"
   "nf4|--type nf4"
@@ -40,24 +41,28 @@ for row in "${rows[@]}"; do
   args=${row#*|}
   [ $# -gt 0 ] && [[ $want != *" $name "* ]] && continue
   gguf=$out/ct-$name.gguf
-  [ -f "$out/$name.ppl.txt" ] && continue # done before (delete to redo)
-  if [ "$name" = f32 ]; then
-    $bin convert "$model" "$gguf" --type f32 2>"$out/$name.quantize.log"
-  else
-    # shellcheck disable=SC2086
-    $bin quantize "$model" "$gguf" $args -t "$t" 2>"$out/$name.quantize.log"
+  # finished steps are kept (delete a file to redo its step)
+  if [ ! -f "$gguf" ]; then
+    if [ "$name" = f32 ]; then
+      $bin convert "$model" "$gguf.tmp" --type f32 2>"$out/$name.quantize.log"
+    else
+      # shellcheck disable=SC2086
+      $bin quantize "$model" "$gguf.tmp" $args -t "$t" 2>"$out/$name.quantize.log"
+    fi
+    mv "$gguf.tmp" "$gguf"
   fi
+  [ -f "$out/$name.ppl.txt" ] && continue
   if [ "$name" = f32 ]; then
-    $bin perplexity -m "$gguf" -f "$eval" --ctx 256 -t "$t" --save-logits "$out/base-f32.logits" \
-      >"$out/$name.ppl.tmp" 2>/dev/null
+    $bin perplexity -m "$gguf" -f "$eval" --ctx 256 -t "$t" >"$out/$name.ppl.tmp" 2>/dev/null
   else
-    $bin perplexity -m "$gguf" -f "$eval" --ctx 256 -t "$t" --kl-base "$out/base-f32.logits" \
+    # exact KL: the F32 model runs alongside
+    $bin perplexity -m "$gguf" -f "$eval" --ctx 256 -t "$t" --kl-base-model "$out/ct-f32.gguf" \
       >"$out/$name.ppl.tmp" 2>/dev/null
   fi
   mv "$out/$name.ppl.tmp" "$out/$name.ppl.txt"
   echo "done $name"
 done
-# summary: name, bytes, bpw, ppl(all), ppl(second half), KL(all), top-1 agreement(all)
+# summary (KL: exact, over the full vocabulary)
 printf "| model | size (bytes) | bits/weight | PPL all | PPL 2nd half | KL all | KL 2nd half | same top-1 all | same top-1 2nd half |\n"
 printf "|---|---|---|---|---|---|---|---|---|\n"
 for row in "${rows[@]}"; do

@@ -16,6 +16,7 @@ typedef struct tk_bench_spec_opts {
     uint64_t seed;
     int spec_mode;           /* 0: the engine's */
     int draft_max, draft_min;
+    bool cpu_time;           /* decode speed in process CPU time (meaningful with one thread) */
 } tk_bench_spec_opts;
 
 /* Plain vs speculative decoding of the prompts; prints the table, the

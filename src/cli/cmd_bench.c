@@ -124,7 +124,7 @@ static void usage(FILE *f) {
     fprintf(f, "usage: tokamak bench -m MODEL [-p 128] [-n 32] [-r 3] [-t N] [-b BATCH] [--json]\n"
                "  -p N   prompt tokens for the prefill test (0: skip)\n"
                "  -n N   generated tokens for the decode test (0: skip)\n"
-               "  -r N   repetitions (median, mean and sd reported)\n"
+               "  -r N   repetitions (median, mean and sd reported; --verify-cost: passes per size, default 41)\n"
                "  -b B   also decode B sequences at once (aggregate tokens/s)\n"
                "  --no-bandwidth   skip the memory bandwidth measurement\n"
                "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
@@ -139,7 +139,8 @@ static void usage(FILE *f) {
                "  -f FILE        text to cut prompts from (required)\n"
                "  --prompt-chars N   characters per prompt (default 600; 0: the whole file, one prompt)\n"
                "  --n-prompts N  prompts (default 4)   -n N tokens each   -r N repetitions\n"
-               "  --temp T       temperature (default 0)   --seed S\n");
+               "  --temp T       temperature (default 0)   --seed S\n"
+               "  --cpu-time     decode speed in process CPU time (with -t 1: robust on a busy machine)\n");
 }
 
 int tk_cmd_bench(int argc, char **argv) {
@@ -157,7 +158,7 @@ int tk_cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &model);
         else if (!strcmp(a, "-p")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &pp);
         else if (!strcmp(a, "-n")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &tg), tg_given = true;
-        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 64, &reps), reps_given = true;
+        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 256, &reps), reps_given = true;
         else if (!strcmp(a, "--verify-cost")) verify_cost = 1;
         else if (!strcmp(a, "--draft-model")) rc = tk_arg_str(cmd, argc, argv, &i, &draft);
         else if (!strcmp(a, "--spec")) rc = tk_arg_spec_mode(cmd, argc, argv, &i, &so.spec_mode);
@@ -168,6 +169,7 @@ int tk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--n-prompts")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &so.n_prompts);
         else if (!strcmp(a, "--temp")) rc = tk_arg_float(cmd, argc, argv, &i, 0, 100, &so.temperature);
         else if (!strcmp(a, "--seed")) rc = tk_arg_u64(cmd, argc, argv, &i, &so.seed);
+        else if (!strcmp(a, "--cpu-time")) so.cpu_time = true;
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &threads);
         else if (!strcmp(a, "-b")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1024, &batch);
         else if (!strcmp(a, "--json")) json = 1;
@@ -240,7 +242,7 @@ int tk_cmd_bench(int argc, char **argv) {
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
     if (verify_cost) {
-        int rc = tk_bench_verify_cost(e, pp > 0 ? pp : 1, 15);
+        int rc = tk_bench_verify_cost(e, pp > 0 ? pp : 1, reps_given ? reps : 41);
         tk_engine_close(e);
         return rc;
     }

@@ -44,7 +44,8 @@ static void usage(FILE *f) {
                "  --chunks N             evaluate only the first N windows\n"
                "  --score-second-half    score positions ctx/2.. of each window (llama-perplexity's way)\n"
                "  --save-logits FILE     save the top-K log-probabilities of every position\n"
-               "  --kl-base FILE         KL divergence / top-1 agreement against saved base logits\n"
+               "  --kl-base FILE         KL divergence / top-1 agreement against saved base logits (top-K)\n"
+               "  --kl-base-model MODEL  the same, exact: runs the base model alongside (twice the work)\n"
                "  --top-k K              log-probabilities kept by --save-logits (default 64)\n"
                "  --tokenizer PATH       tokenizer for llama2.c models\n"
                "  -t, --threads N        worker threads\n");
@@ -161,8 +162,13 @@ static void report(const char *label, int first, int ctx, int n_windows, const d
             p50 = sorted[n / 2];
             p99 = sorted[(size_t)(0.99 * (double)(n - 1))];
         }
-        printf("[%s] KL(base || this): mean %.6f +/- %.6f, median %.6f, p99 %.6f, max %.6f (top-%d + rest)\n", label,
-               kl_mean, sqrt(kl_var / dn / (double)n), p50, p99, kl_max, baseK);
+        char how[48];
+        if (baseK > 0)
+            snprintf(how, sizeof how, "top-%d + rest: a lower bound", baseK);
+        else
+            snprintf(how, sizeof how, "exact, full vocabulary");
+        printf("[%s] KL(base || this): mean %.6f +/- %.6f, median %.6f, p99 %.6f, max %.6f (%s)\n", label, kl_mean,
+               sqrt(kl_var / dn / (double)n), p50, p99, kl_max, how);
         printf("[%s] same top-1 as base (top-1 agreement): %.3f %%; base top-1 accuracy on the text: %.3f %%\n", label,
                100.0 * (double)same / (double)n, 100.0 * (double)base_ok / (double)n);
     }
@@ -171,6 +177,7 @@ static void report(const char *label, int first, int ctx, int n_windows, const d
 
 int tk_cmd_perplexity(int argc, char **argv) {
     const char *model = NULL, *text_path = NULL, *save_path = NULL, *base_path = NULL, *tok_path = NULL;
+    const char *base_model = NULL;
     int ctx = 256, batch = 0, chunks = 0, K = 64, n_threads = 0;
     bool second_half = false;
     const char *cmd = "perplexity";
@@ -198,6 +205,8 @@ int tk_cmd_perplexity(int argc, char **argv) {
             rc = tk_arg_str(cmd, argc, argv, &i, &save_path);
         } else if (!strcmp(a, "--kl-base")) {
             rc = tk_arg_str(cmd, argc, argv, &i, &base_path);
+        } else if (!strcmp(a, "--kl-base-model")) {
+            rc = tk_arg_str(cmd, argc, argv, &i, &base_model);
         } else if (!strcmp(a, "--tokenizer")) {
             rc = tk_arg_str(cmd, argc, argv, &i, &tok_path);
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
@@ -214,8 +223,8 @@ int tk_cmd_perplexity(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (save_path && base_path) {
-        fprintf(stderr, "tokamak perplexity: --save-logits and --kl-base exclude each other\n");
+    if ((save_path != NULL) + (base_path != NULL) + (base_model != NULL) > 1) {
+        fprintf(stderr, "tokamak perplexity: --save-logits, --kl-base and --kl-base-model exclude each other\n");
         return 2;
     }
     tk_err err;
@@ -235,6 +244,8 @@ int tk_cmd_perplexity(int argc, char **argv) {
         return 1;
     }
     int rc = 1;
+    tk_engine *eb = NULL;
+    float *blogits = NULL;
     FILE *save = NULL;
     char save_tmp[4096] = "";
     base_file base = {0};
@@ -273,6 +284,26 @@ int tk_cmd_perplexity(int argc, char **argv) {
     if (!logits || !nll || !ent || !kls || !hits) {
         fprintf(stderr, "tokamak perplexity: out of memory\n");
         goto done;
+    }
+    if (base_model) {
+        tk_engine_config bc = cfg;
+        bc.model_path = base_model;
+        bc.tokenizer_path = NULL;
+        bc.require_tokenizer = false;
+        if (tk_engine_open(&bc, &eb, &err)) {
+            fprintf(stderr, "tokamak perplexity: base model: %s\n", err.msg);
+            goto done;
+        }
+        if (tk_engine_n_vocab(eb) != nv) {
+            fprintf(stderr, "tokamak perplexity: base model has %d tokens in its vocabulary, this one %d\n",
+                    tk_engine_n_vocab(eb), nv);
+            goto done;
+        }
+        blogits = malloc(sizeof(float) * (size_t)ctx * nv);
+        if (!blogits) {
+            fprintf(stderr, "tokamak perplexity: out of memory\n");
+            goto done;
+        }
     }
     if (base_path) {
         if (open_base(base_path, &base, &err)) {
@@ -315,7 +346,7 @@ int tk_cmd_perplexity(int argc, char **argv) {
     size_t k = 0;
     for (int w = 0; w < n_windows; w++) {
         const int32_t *wt = tokens + (size_t)w * ctx;
-        if (tk_engine_logits(e, wt, ctx, logits, &err)) {
+        if (tk_engine_logits(e, wt, ctx, logits, &err) || (eb && tk_engine_logits(eb, wt, ctx, blogits, &err))) {
             fprintf(stderr, "\ntokamak perplexity: window %d: %s\n", w, err.msg);
             free(bent);
             goto done;
@@ -351,6 +382,19 @@ int tk_cmd_perplexity(int argc, char **argv) {
                 if (pr > 0) kl += pr * log(pr / qr);
                 kls[k] = kl > 0 ? kl : 0; /* rounding can give -1e-17 */
                 hits[k] |= (uint8_t)((bent[0].id == am ? HIT_SAME : 0) | (bent[0].id == wt[i + 1] ? HIT_BASE : 0));
+            } else if (eb) {
+                /* exact: sum over the whole vocabulary */
+                const float *br = blogits + (size_t)i * nv;
+                const double zb = lse(br, nv);
+                double kl = 0;
+                int bam = 0;
+                for (int v = 0; v < nv; v++) {
+                    const double lb = (double)br[v] - zb;
+                    kl += exp(lb) * (lb - ((double)row[v] - z));
+                    if (br[v] > br[bam]) bam = v;
+                }
+                kls[k] = kl > 0 ? kl : 0;
+                hits[k] |= (uint8_t)((bam == am ? HIT_SAME : 0) | (bam == wt[i + 1] ? HIT_BASE : 0));
             }
         }
         const size_t scored = (size_t)(w + 1) * (size_t)(second_half ? ctx - 1 - ctx / 2 : ctx - 1);
@@ -360,9 +404,9 @@ int tk_cmd_perplexity(int argc, char **argv) {
     fputc('\n', stderr);
     free(bent);
     report(second_half ? "second half" : "all positions", second_half ? ctx / 2 : 0, ctx, n_windows, nll, kls, hits,
-           base_open, baseK);
+           base_open || eb, baseK);
     report(second_half ? "all positions" : "second half", second_half ? 0 : ctx / 2, ctx, n_windows, nll, kls, hits,
-           base_open, baseK);
+           base_open || eb, baseK);
     if (save) {
         const int bad = fclose(save) != 0 || rename(save_tmp, save_path) != 0;
         save = NULL;
@@ -380,6 +424,8 @@ done:
         remove(save_tmp);
     }
     if (base_open) tk_mapfile_close(&base.map);
+    tk_engine_close(eb);
+    free(blogits);
     free(tokens);
     free(logits);
     free(nll);

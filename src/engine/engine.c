@@ -134,7 +134,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
                    : cfg->draft_model_path       ? TK_SPEC_DRAFT
                                                  : TK_SPEC_OFF;
     /* Priors until passes are timed: a draft pass costs what its weights
-     * weigh relative to the target's; each extra verified token 10 %. */
+     * weigh relative to the target's; each extra verified token 20 % (10 %
+     * to 30 % measured, docs/speculative.md). */
     double c_prior = 0;
     if (cfg->draft_model_path) {
         tk_engine_config dc = {
@@ -155,7 +156,7 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         c_prior = (double)e->draft->model.weight_bytes / (double)e->model.weight_bytes;
     }
     if (cfg->draft_cost > 0) c_prior = cfg->draft_cost;
-    tk_spec_cost_init(&e->cost, c_prior, cfg->verify_slope > 0 ? cfg->verify_slope : 0.1);
+    tk_spec_cost_init(&e->cost, c_prior, cfg->verify_slope > 0 ? cfg->verify_slope : 0.2);
     e->cost_pub = e->cost;
     *out = e;
     return 0;

@@ -546,13 +546,21 @@ static int gptq_layer(qctx *q, calib *c, int l, layer_stats *st, tk_err *err) {
     return 0;
 }
 
+static int check_finite(const otensor *o, tk_err *err) {
+    const int64_t n = tk_tensor_nelems(o->src);
+    for (int64_t k = 0; k < n; k++)
+        if (!isfinite(o->f[k]))
+            return tk_err_set(err, "tensor '%s' has a non-finite value at %lld", o->src->name, (long long)k);
+    return 0;
+}
+
 static int calibrated(qctx *q, tk_err *err) {
     calib c;
     memset(&c, 0, sizeof c);
     int rc = -1;
     /* float copies of every tensor */
     for (int i = 0; i < q->n; i++)
-        if (tk_source_tensor_f32(&q->src, q->t[i].src, &q->t[i].f, err)) goto done;
+        if (tk_source_tensor_f32(&q->src, q->t[i].src, &q->t[i].f, err) || check_finite(&q->t[i], err)) goto done;
     if (calib_tokens(q, &c, err) || calib_init(q, &c, err)) goto done;
     const int NL = c.model.hp.n_layers;
     for (int l = 0; l < NL; l++) {
@@ -709,12 +717,7 @@ int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_
         otensor *o = &q.t[i];
         progress(p, "quantize", i, q.n, o->src->name);
         if (o->data) continue; /* done by the calibrated pass */
-        if (!o->f && tk_source_tensor_f32(&q.src, o->src, &o->f, err)) goto done;
-        for (int64_t k = 0; k < tk_tensor_nelems(o->src); k++)
-            if (!isfinite(o->f[k])) {
-                tk_err_set(err, "tensor '%s' has a non-finite value at %lld", o->src->name, (long long)k);
-                goto done;
-            }
+        if (!o->f && (tk_source_tensor_f32(&q.src, o->src, &o->f, err) || check_finite(o, err))) goto done;
         if (quantize_rtn(&q, o, false, is_layer_matrix(o->src->name), err)) goto done;
         free(o->f);
         o->f = NULL;

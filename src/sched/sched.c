@@ -880,8 +880,9 @@ static int spec_propose(tk_engine *e, tk_err *err) {
     tk_sched *s = &e->sched;
     /* measured costs for greedy requests; the fixed priors when sampling,
      * where the draft lengths steer the random stream */
-    double c_meas, v_meas;
-    tk_spec_cost_estimate(&e->cost, &c_meas, &v_meas);
+    double c_meas, v_meas[TK_SPEC_MAX_DRAFT + 1], v_prior[TK_SPEC_MAX_DRAFT + 1];
+    tk_spec_cost_table(&e->cost, &c_meas, v_meas, TK_SPEC_MAX_DRAFT);
+    for (int k = 0; k <= TK_SPEC_MAX_DRAFT; k++) v_prior[k] = 1 + e->cost.v_prior * k;
     int n_drafting = 0;
     for (int i = 0; i < s->n_running; i++) {
         tk_request *r = s->running[i];
@@ -899,9 +900,8 @@ static int spec_propose(tk_engine *e, tk_err *err) {
             if (ss->n_tokens - ss->n_computed != 1 || ss->n_generated == 0) continue;
             bool greedy = r->p.sampling.temperature == 0;
             double c = ss->spec_mode == TK_SPEC_NGRAM ? 0 : greedy ? c_meas : e->cost.c_prior;
-            double v = greedy ? v_meas : e->cost.v_prior;
-            int want = tk_spec_choose_k(tk_spec_rate_alpha(&ss->rate), c, v, ss->k_min, ss->k_max);
-            if (want == 0 && ++ss->rate.idle >= 16) want = 1; /* look again now and then */
+            int want = tk_spec_rate_choose_k(&ss->rate, c, greedy ? v_meas : v_prior, ss->k_min, ss->k_max);
+            want = tk_spec_rate_probe(&ss->rate, want); /* k = 0: a probe now and then */
             /* every accepted draft plus one more token must fit */
             int room = e->ctx_len - ss->n_tokens - 1;
             if (r->p.max_tokens > 0 && r->p.max_tokens - ss->n_generated - 1 < room)

@@ -51,20 +51,27 @@ double tk_spec_expected_speedup(double alpha, int k, double c, double v_slope) {
     return tk_spec_expected_tokens(alpha, k) / (k * c + 1 + v_slope * k);
 }
 
-int tk_spec_choose_k(double alpha, double c, double v_slope, int k_min, int k_max) {
+int tk_spec_choose_k_table(double alpha, double c, const double *v, int k_min, int k_max) {
     if (k_max > TK_SPEC_MAX_DRAFT) k_max = TK_SPEC_MAX_DRAFT;
     if (k_min > k_max) k_min = k_max;
     if (k_min < 0) k_min = 0;
     int best = k_min;
-    double best_s = tk_spec_expected_speedup(alpha, k_min, c, v_slope);
+    double best_s = tk_spec_expected_tokens(alpha, k_min) / (k_min * c + v[k_min]);
     for (int k = k_min + 1; k <= k_max; k++) {
-        double sp = tk_spec_expected_speedup(alpha, k, c, v_slope);
+        double sp = tk_spec_expected_tokens(alpha, k) / (k * c + v[k]);
         if (sp > best_s * 1.0001) {
             best = k;
             best_s = sp;
         }
     }
     return best;
+}
+
+int tk_spec_choose_k(double alpha, double c, double v_slope, int k_min, int k_max) {
+    double v[TK_SPEC_MAX_DRAFT + 1];
+    if (k_max > TK_SPEC_MAX_DRAFT) k_max = TK_SPEC_MAX_DRAFT;
+    for (int k = 0; k <= k_max; k++) v[k] = 1 + v_slope * k;
+    return tk_spec_choose_k_table(alpha, c, v, k_min, k_max);
 }
 
 /* ---- cost model ---- */
@@ -140,21 +147,92 @@ int tk_spec_cost_estimate(const tk_spec_cost *m, double *c, double *v_slope) {
 /* ---- acceptance rate ---- */
 
 #define RATE_DECAY 0.9
+#define RATE_PRIOR 2.0 /* weight of the previous position's rate (0.5 before position 0) */
 
 void tk_spec_rate_init(tk_spec_rate *r) {
-    /* prior: one acceptance and one rejection (alpha 0.5) */
-    r->acc = 1;
-    r->rej = 1;
-    r->idle = 0;
+    memset(r, 0, sizeof *r);
+    r->probe_every = 16;
 }
 
-double tk_spec_rate_alpha(const tk_spec_rate *r) { return r->acc / (r->acc + r->rej); }
+/* alpha_0 .. alpha_{n-1} */
+static void rates(const tk_spec_rate *r, double *a, int n) {
+    double prev = 0.5;
+    for (int j = 0; j < n; j++) {
+        int b = j < TK_SPEC_RATE_POS ? j : TK_SPEC_RATE_POS - 1;
+        a[j] = (r->acc[b] + RATE_PRIOR * prev) / (r->acc[b] + r->rej[b] + RATE_PRIOR);
+        prev = a[j];
+    }
+}
+
+double tk_spec_rate_alpha(const tk_spec_rate *r) {
+    double a;
+    rates(r, &a, 1);
+    return a;
+}
+
+double tk_spec_rate_expected(const tk_spec_rate *r, int k) {
+    double a[TK_SPEC_MAX_DRAFT];
+    if (k > TK_SPEC_MAX_DRAFT) k = TK_SPEC_MAX_DRAFT;
+    rates(r, a, k);
+    double e = 1, p = 1;
+    for (int j = 0; j < k; j++) e += p *= a[j];
+    return e;
+}
+
+int tk_spec_rate_choose_k(const tk_spec_rate *r, double c, const double *v, int k_min, int k_max) {
+    if (k_max > TK_SPEC_MAX_DRAFT) k_max = TK_SPEC_MAX_DRAFT;
+    if (k_min > k_max) k_min = k_max;
+    if (k_min < 0) k_min = 0;
+    double a[TK_SPEC_MAX_DRAFT];
+    rates(r, a, k_max);
+    double e = 1, p = 1;
+    for (int j = 0; j < k_min; j++) e += p *= a[j];
+    int best = k_min;
+    double best_s = e / (k_min * c + v[k_min]);
+    for (int k = k_min + 1; k <= k_max; k++) {
+        e += p *= a[k - 1];
+        double sp = e / (k * c + v[k]);
+        if (sp > best_s * 1.0001) {
+            best = k;
+            best_s = sp;
+        }
+    }
+    return best;
+}
 
 void tk_spec_rate_update(tk_spec_rate *r, int k, int m) {
     if (k <= 0) return;
-    /* m accepted, then one rejection unless all k were accepted: the
-     * observations of a geometric number of successes */
-    for (int i = 0; i < m; i++) r->acc = r->acc * RATE_DECAY + 1, r->rej *= RATE_DECAY;
-    if (m < k) r->acc *= RATE_DECAY, r->rej = r->rej * RATE_DECAY + 1;
+    for (int j = 0; j <= m && j < k; j++) {
+        int b = j < TK_SPEC_RATE_POS ? j : TK_SPEC_RATE_POS - 1;
+        r->acc[b] = r->acc[b] * RATE_DECAY + (j < m);
+        r->rej[b] = r->rej[b] * RATE_DECAY + (j == m);
+    }
     r->idle = 0;
+}
+
+int tk_spec_rate_probe(tk_spec_rate *r, int k) {
+    if (k > 0) {
+        r->probe_every = 16;
+        return k;
+    }
+    if (++r->idle < r->probe_every) return 0;
+    if (r->probe_every < 64) r->probe_every *= 2;
+    return 1;
+}
+
+void tk_spec_cost_table(const tk_spec_cost *m, double *c, double *v, int k_max) {
+    double slope;
+    tk_spec_cost_estimate(m, c, &slope);
+    if (k_max > TK_SPEC_COST_N - 1) k_max = TK_SPEC_COST_N - 1;
+    for (int k = 0; k <= k_max; k++) v[k] = 1 + slope * k;
+    /* the fitted one-token time, or the observed one */
+    double a, b;
+    if (!fit(m, 0, &a, &b)) return;
+    const int enough = 3;
+    double t1 = m->n[0][1] >= enough ? m->t[0][1] : a;
+    if (!(t1 > 0)) return;
+    for (int k = 1; k <= k_max; k++)
+        if (m->n[0][k + 1] >= enough) v[k] = m->t[0][k + 1] / t1;
+    if (m->n[1][1] >= enough) *c = m->t[1][1] / t1;
+    if (*c > 4) *c = 4;
 }

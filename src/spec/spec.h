@@ -55,8 +55,10 @@ double tk_spec_expected_tokens(double alpha, int k);
 double tk_spec_expected_speedup(double alpha, int k, double c, double v_slope);
 
 /* The draft length in [k_min, k_max] that maximizes the expected speed-up
- * for the running acceptance rate alpha. */
+ * for the running acceptance rate alpha: with v(k) = 1 + v_slope k, or with
+ * a table v[0..k_max] (v[0] = 1). */
 int tk_spec_choose_k(double alpha, double c, double v_slope, int k_min, int k_max);
+int tk_spec_choose_k_table(double alpha, double c, const double *v, int k_min, int k_max);
 
 /* ---- cost model, measured online ----
  * Pass times by token count (1..TK_SPEC_COST_N) for the target and the draft
@@ -76,17 +78,40 @@ void tk_spec_cost_observe(tk_spec_cost *m, int which, int n_tokens, double secon
 /* Current c and v_slope; returns a bit mask of what comes from
  * measurements: 1 c, 2 v_slope. */
 int tk_spec_cost_estimate(const tk_spec_cost *m, double *c, double *v_slope);
+/* c and v[0..k_max] for choosing draft lengths: the measured times of
+ * passes over k + 1 tokens where observed often enough (pass cost is not
+ * linear in the tokens: kernels switch tile shapes), the fitted line
+ * elsewhere.  k_max <= TK_SPEC_COST_N - 1. */
+void tk_spec_cost_table(const tk_spec_cost *m, double *c, double *v, int k_max);
 
 /* ---- per-sequence draft-length control ----
- * Acceptance counts decay geometrically so the rate follows the text. */
+ * Acceptance is tracked per draft position: alpha_j = P(draft j accepted |
+ * drafts before it accepted).  Acceptances come in runs (a draft that agreed
+ * so far tends to go on agreeing), so alpha_j grows with j and the
+ * independent-draft formula underestimates what longer drafts bring.
+ * Counts decay geometrically (per observation) so the rates follow the
+ * text; a position with few observations leans on the one before it. */
+#define TK_SPEC_RATE_POS 8 /* positions tracked; deeper drafts share the last */
+
 typedef struct tk_spec_rate {
-    double acc, rej; /* decayed counts of accepted drafts and rejections */
+    double acc[TK_SPEC_RATE_POS], rej[TK_SPEC_RATE_POS]; /* decayed counts */
     int idle;        /* steps since the last draft (k = 0 chosen) */
+    int probe_every; /* while drafting does not pay: steps between single-draft probes */
 } tk_spec_rate;
 
 void tk_spec_rate_init(tk_spec_rate *r);
+/* alpha_0: the rate at which a first draft is accepted. */
 double tk_spec_rate_alpha(const tk_spec_rate *r);
+/* Expected tokens per target pass with k drafts: 1 + sum over j < k of
+ * alpha_0 ... alpha_j. */
+double tk_spec_rate_expected(const tk_spec_rate *r, int k);
+/* The k in [k_min, k_max] maximizing expected tokens / (k c + v[k]). */
+int tk_spec_rate_choose_k(const tk_spec_rate *r, double c, const double *v, int k_min, int k_max);
 /* After a verification of k drafts of which m were accepted. */
 void tk_spec_rate_update(tk_spec_rate *r, int k, int m);
+/* The draft length for this step given the one the cost model chose:
+ * while that is 0, one draft now and then keeps the rate current, less
+ * often (16 steps, doubling to 64) the longer drafting keeps not paying. */
+int tk_spec_rate_probe(tk_spec_rate *r, int k);
 
 #endif
