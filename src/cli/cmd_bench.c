@@ -232,6 +232,7 @@ int tk_cmd_bench(int argc, char **argv) {
     tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
                             .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
                             .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions};
+    if (n_ctx_list && cfg.max_batch_tokens < 512) cfg.max_batch_tokens = 512; /* context prefill in chunks */
     if (cfg.max_batch_tokens < 1) cfg.max_batch_tokens = 1;
     tk_engine *e;
     tk_err err;
