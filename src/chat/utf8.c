@@ -1,5 +1,7 @@
 #include "utf8.h"
 
+#include "../util/utf8.h"
+
 uint32_t cj_u8_next(const char *str, size_t n, size_t *i) {
     const unsigned char *s = (const unsigned char *)str;
     size_t p = *i;
@@ -45,26 +47,7 @@ int cj_u8_put(uint32_t cp, char out[4]) {
         return 1;
     }
     if ((cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) cp = 0xFFFD;
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
+    return tk_utf8_encode(cp, out);
 }
 
 size_t cj_u8_count(const char *s, size_t n) {

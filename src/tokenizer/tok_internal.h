@@ -10,6 +10,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include "../util/utf8.h"
 #include "tokenizer.h"
 
 /* Merge algorithm of the model. */
@@ -152,7 +153,6 @@ int tk_utf8_seq_len(const unsigned char *s, size_t avail);
 /* Byte offset of the first invalid sequence, or (size_t)-1 if all valid. */
 size_t tk_utf8_validate(const char *s, size_t len);
 uint32_t tk_utf8_decode(const unsigned char *s, int n);
-int tk_utf8_encode(uint32_t cp, char *out);
 /* GPT-2 byte-level mapping. */
 uint32_t tk_byte_to_cp(unsigned char b);
 int tk_cp_to_byte(uint32_t cp); /* -1 if not a mapped code point */
