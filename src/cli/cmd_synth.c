@@ -10,6 +10,7 @@
 #include "../formats/gguf.h"
 #include "../quant/quant.h"
 #include "../tokenizer/tokenizer.h"
+#include "../util/rng.h"
 #include "commands.h"
 
 typedef struct shape {
@@ -28,33 +29,18 @@ static const shape shapes[] = {
 };
 #define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
 
-/* xoshiro256** + Box-Muller: reproducible normals from a seed. */
+/* Box-Muller normals from the shared seeded generator. */
 typedef struct rng {
     uint64_t s[4];
     int have_spare;
     double spare;
 } rng;
 
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-static uint64_t next_u64(rng *r) {
-    uint64_t *s = r->s, result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
 static void rng_seed(rng *r, uint64_t seed) {
-    for (int i = 0; i < 4; i++) {
-        uint64_t z = (seed += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        r->s[i] = z ^ (z >> 31);
-    }
+    tk_rng_seed(r->s, seed);
     r->have_spare = 0;
 }
+
 static double normal(rng *r) {
     if (r->have_spare) {
         r->have_spare = 0;
@@ -62,8 +48,8 @@ static double normal(rng *r) {
     }
     double u, v, s;
     do {
-        u = (double)(next_u64(r) >> 11) * 0x1.0p-53 * 2 - 1;
-        v = (double)(next_u64(r) >> 11) * 0x1.0p-53 * 2 - 1;
+        u = tk_rng_uniform(r->s) * 2 - 1;
+        v = tk_rng_uniform(r->s) * 2 - 1;
         s = u * u + v * v;
     } while (s >= 1 || s == 0);
     double f = sqrt(-2 * log(s) / s);

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/rng.h"
+
 void tk_sampling_defaults(tk_sampling *s) {
     memset(s, 0, sizeof *s);
     s->temperature = 0.8f;
@@ -16,28 +18,7 @@ void tk_sampling_defaults(tk_sampling *s) {
     s->seed = 0x746f6b616d616bULL;
 }
 
-/* xoshiro256** seeded through splitmix64: small, fast, reproducible. */
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-static uint64_t next_u64(uint64_t *s) {
-    uint64_t result = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-double tk_sampler_uniform(tk_sampler *s) { return (double)(next_u64(s->rng) >> 11) * 0x1.0p-53; }
+double tk_sampler_uniform(tk_sampler *s) { return tk_rng_uniform(s->rng); }
 
 int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_err *err) {
     memset(s, 0, sizeof *s);
@@ -51,8 +32,7 @@ int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_er
                           p->temperature, p->top_p, p->min_p, p->repeat_penalty);
     s->params = *params;
     s->n_vocab = n_vocab;
-    uint64_t x = params->seed;
-    for (int i = 0; i < 4; i++) s->rng[i] = splitmix64(&x);
+    tk_rng_seed(s->rng, params->seed);
     s->ids = malloc((size_t)n_vocab * sizeof(int32_t));
     s->probs = malloc((size_t)n_vocab * sizeof(float));
     s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
