@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/heap.h"
 #include "tok_internal.h"
 
 typedef struct bsym {
@@ -19,59 +20,19 @@ typedef struct bmerge {
     int32_t lid, rid, res;
 } bmerge;
 
-static bool m_before(const bmerge *a, const bmerge *b) {
+static bool m_before(const void *pa, const void *pb) {
+    const bmerge *a = pa, *b = pb;
     if (a->rank != b->rank) return a->rank < b->rank;
     return a->left < b->left;
 }
 
-typedef struct mheap {
-    bmerge *v;
-    size_t n, cap;
-} mheap;
-
-static int mh_push(mheap *h, bmerge x) {
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        bmerge *nv = realloc(h->v, nc * sizeof *nv);
-        if (!nv) return -1;
-        h->v = nv;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!m_before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return 0;
-}
-
-static bmerge mh_pop(mheap *h) {
-    bmerge top = h->v[0];
-    bmerge last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const bmerge *best = &last;
-        if (l < h->n && m_before(&h->v[l], best)) { m = l; best = &h->v[l]; }
-        if (r < h->n && m_before(&h->v[r], best)) m = r;
-        if (m == i) break;
-        h->v[i] = h->v[m];
-        i = m;
-    }
-    if (h->n > 0) h->v[i] = last;
-    return top;
-}
-
-static int add_pair(const tk_tokenizer *t, bsym *s, int left, int right, mheap *h) {
+static int add_pair(const tk_tokenizer *t, bsym *s, int left, int right, tk_heap *h) {
     if (left < 0 || right < 0) return 0;
     int32_t res;
     int rank = tk_merges_find(t, s[left].id, s[right].id, &res);
     if (rank < 0) return 0;
     bmerge m = {rank, left, right, s[left].id, s[right].id, res};
-    return mh_push(h, m);
+    return tk_heap_push(h, &m);
 }
 
 static int grow(void **p, size_t *cap, size_t need) {
@@ -142,11 +103,13 @@ int tk_bpe_encode_word(const tk_tokenizer *t, const char *word, size_t len, tk_i
         s[i].prev = i - 1;
         s[i].next = i + 1 < ns ? i + 1 : -1;
     }
-    mheap h = {0};
+    tk_heap h;
+    tk_heap_init(&h, sizeof(bmerge), m_before);
     for (int i = 1; i < ns; i++)
         if (add_pair(t, s, i - 1, i, &h)) goto oom;
     while (h.n > 0) {
-        bmerge m = mh_pop(&h);
+        bmerge m;
+        tk_heap_pop(&h, &m);
         bsym *l = &s[m.left], *r = &s[m.right];
         if (l->id != m.lid || l->next != m.right || r->id != m.rid) continue;
         l->id = m.res;
@@ -157,11 +120,11 @@ int tk_bpe_encode_word(const tk_tokenizer *t, const char *word, size_t len, tk_i
         if (add_pair(t, s, l->prev, m.left, &h)) goto oom;
         if (add_pair(t, s, m.left, l->next, &h)) goto oom;
     }
-    free(h.v);
+    tk_heap_free(&h);
     for (int i = ns > 0 ? 0 : -1; i >= 0; i = s[i].next)
         if (tk_ivec_push(out, s[i].id)) return tk_err_set(err, "out of memory");
     return 0;
 oom:
-    free(h.v);
+    tk_heap_free(&h);
     return tk_err_set(err, "out of memory");
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../util/heap.h"
 #include "tok_internal.h"
 
 typedef struct sym {
@@ -20,59 +21,19 @@ typedef struct bigram {
 } bigram;
 
 /* a before b in the queue: higher score, then smaller left index */
-static bool bg_before(const bigram *a, const bigram *b) {
+static bool bg_before(const void *pa, const void *pb) {
+    const bigram *a = pa, *b = pb;
     if (a->score != b->score) return a->score > b->score;
     return a->left < b->left;
 }
 
-typedef struct heap {
-    bigram *v;
-    size_t n, cap;
-} heap;
-
-static int heap_push(heap *h, bigram x) {
-    if (h->n == h->cap) {
-        size_t nc = h->cap ? h->cap * 2 : 64;
-        bigram *nv = realloc(h->v, nc * sizeof *nv);
-        if (!nv) return -1;
-        h->v = nv;
-        h->cap = nc;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!bg_before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return 0;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0];
-    bigram last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        const bigram *best = &last;
-        if (l < h->n && bg_before(&h->v[l], best)) { m = l; best = &h->v[l]; }
-        if (r < h->n && bg_before(&h->v[r], best)) { m = r; }
-        if (m == i) break;
-        h->v[i] = h->v[m];
-        i = m;
-    }
-    if (h->n > 0) h->v[i] = last;
-    return top;
-}
-
-static int try_add(const tk_tokenizer *t, const char *text, sym *s, int left, int right, heap *h) {
+static int try_add(const tk_tokenizer *t, const char *text, sym *s, int left, int right, tk_heap *h) {
     if (left < 0 || right < 0) return 0;
     uint32_t size = s[left].n + s[right].n;
     int id = tk_vocab_find(t, text + s[left].start, size);
     if (id < 0) return 0;
     bigram b = {t->score[id], left, right, size};
-    return heap_push(h, b);
+    return tk_heap_push(h, &b);
 }
 
 int tk_spm_encode(const tk_tokenizer *t, const char *text, size_t len, tk_ivec *out,
@@ -100,11 +61,13 @@ int tk_spm_encode(const tk_tokenizer *t, const char *text, size_t len, tk_ivec *
         s[ns].next = off == len ? -1 : ns + 1;
         ns++;
     }
-    heap h = {0};
+    tk_heap h;
+    tk_heap_init(&h, sizeof(bigram), bg_before);
     for (int i = 1; i < ns; i++)
         if (try_add(t, text, s, i - 1, i, &h)) goto oom;
     while (h.n > 0) {
-        bigram b = heap_pop(&h);
+        bigram b;
+        tk_heap_pop(&h, &b);
         sym *l = &s[b.left], *r = &s[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue;
         l->n += r->n;
@@ -114,7 +77,7 @@ int tk_spm_encode(const tk_tokenizer *t, const char *text, size_t len, tk_ivec *
         if (try_add(t, text, s, l->prev, b.left, &h)) goto oom;
         if (try_add(t, text, s, b.left, l->next, &h)) goto oom;
     }
-    free(h.v);
+    tk_heap_free(&h);
     for (int i = 0; i != -1; i = s[i].next) {
         int id = tk_vocab_find(t, text + s[i].start, s[i].n);
         if (id >= 0) {
@@ -135,7 +98,7 @@ int tk_spm_encode(const tk_tokenizer *t, const char *text, size_t len, tk_ivec *
     }
     return 0;
 oom:
-    free(h.v);
+    tk_heap_free(&h);
     return tk_err_set(err, "out of memory");
 }
 
