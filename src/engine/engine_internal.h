@@ -55,6 +55,8 @@ struct tk_engine {
     tk_forward_ws ws;
     int ctx_len;
     int max_seqs;
+    int kv_window;        /* model.kv_window unless release is switched off: the scheduler releases
+                             blocks before (next position - kv_window + 1); 0: never */
     tk_kv_seq *seqs;
     tk_kv_seq **seq_ptrs; /* NULL for free slots; what tk_forward indexes */
     int *saved_blocks;    /* per sequence, for undoing reservations */

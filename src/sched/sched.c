@@ -201,6 +201,11 @@ static int validate(tk_engine *e, const tk_request_params *p, tk_err *err) {
                           p->max_tokens, e->ctx_len);
     int64_t total = p->max_tokens > 0 ? (int64_t)p->n_prompt + p->max_tokens : e->ctx_len;
     int64_t blocks = (total + e->kv.block_size - 1) / e->kv.block_size;
+    if (e->kv_window > 0) {
+        /* at most the window before the next position plus one batch */
+        int64_t held = ((int64_t)e->kv_window - 1 + e->ws.max_tokens + e->kv.block_size - 1) / e->kv.block_size + 1;
+        if (held < blocks) blocks = held;
+    }
     if (blocks > e->kv.n_blocks)
         return tk_err_set(err, "the request needs up to %lld KV blocks; the pool has %d", (long long)blocks,
                           e->kv.n_blocks);
@@ -1025,6 +1030,33 @@ static void consume_batch(tk_engine *e, int n_batch) {
     }
 }
 
+/* Sliding-window release (models whose layers all slide): gives back the
+ * KV blocks that lie wholly before the window of every future query of a
+ * sample, i.e. before (next position - window + 1).  The next position is
+ * the committed one: speculative rollback never goes below it (the target
+ * cache holds only committed tokens after verification; the draft cache's
+ * rollback point is at least the committed tokens).  Runs after the step's
+ * blocks were registered in the prefix cache, so a released block can
+ * still serve as a cached prefix (it keeps its registration and goes to
+ * the LRU list once no one else holds it). */
+static void release_out_of_window(tk_engine *e) {
+    tk_sched *s = &e->sched;
+    int wd = e->draft ? e->draft->kv_window : 0;
+    if (e->kv_window <= 0 && wd <= 0) return;
+    for (int i = 0; i < s->n_running; i++) {
+        tk_request *r = s->running[i];
+        for (int k = 0; k < r->n; k++) {
+            tk_sample_state *ss = &r->samples[k];
+            if (e->kv_window > 0 && ss->slot >= 0)
+                tk_kv_seq_drop_before(&e->kv, &e->seqs[ss->slot], ss->n_computed - e->kv_window + 1);
+            if (wd > 0 && ss->d_slot >= 0) {
+                int next = ss->d_computed < ss->n_tokens ? ss->d_computed : ss->n_tokens;
+                tk_kv_seq_drop_before(&e->draft->kv, &e->draft->seqs[ss->d_slot], next - wd + 1);
+            }
+        }
+    }
+}
+
 int tk_engine_step(tk_engine *e, tk_err *err) {
     tk_sched *s = &e->sched;
     process_cancels(e);
@@ -1039,6 +1071,7 @@ int tk_engine_step(tk_engine *e, tk_err *err) {
             return -1;
         tk_spec_cost_observe(&e->cost, 0, n_batch, now_seconds() - t0);
         consume_batch(e, n_batch);
+        release_out_of_window(e);
     }
     for (int i = s->n_running - 1; i >= 0; i--) finish_request_if_done(e, i);
 
