@@ -107,7 +107,13 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
         goto fail;
     const char *fuse = cfg->fusions ? cfg->fusions : getenv("TK_FUSE");
     if (fuse && parse_fusions(fuse, &e->ws.fuse, err)) goto fail;
-    if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, err)) goto fail;
+    /* Logits rows for drafts: every sequence drafting the engine's longest
+     * draft at once, and at least one request's longest possible draft.  A
+     * draft engine (shared_pool) is only fed through tk_engine_decode. */
+    int draft_len = cfg->draft_max > 0 ? cfg->draft_max : 8;
+    int draft_rows = shared_pool ? 0 : e->max_seqs * draft_len;
+    if (!shared_pool && draft_rows < TK_SPEC_MAX_DRAFT) draft_rows = TK_SPEC_MAX_DRAFT;
+    if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, draft_rows, err)) goto fail;
     *out = e;
     return 0;
 fail:
