@@ -320,7 +320,9 @@ static void test_release(const char *dir, const char *draft_dir) {
         if (tight && tight_off) {
             tk_err err;
             result dummy;
-            CHECK(tk_engine_submit(tight_off, &ps[0], on_event, &dummy, NULL, &err) != 0 &&
+            tk_request_params longer = ps[0];
+            longer.max_tokens = 160; /* 25 blocks */
+            CHECK(tk_engine_submit(tight_off, &longer, on_event, &dummy, NULL, &err) != 0 &&
                       strstr(err.msg, "KV blocks"),
                   "without release the request cannot fit: %s", err.msg);
             static result rt[N_PROMPTS];
