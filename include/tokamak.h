@@ -46,6 +46,8 @@ typedef struct tk_engine_config {
     size_t kv_memory;           /* KV pool bytes; 0: enough for max_seqs full contexts */
     const char *kv_type;        /* "f32" (default), "f16" or "q8_0" */
     bool no_prefix_cache;       /* disable automatic prefix caching */
+    bool no_window_release;     /* models whose layers all slide (Mistral-style): keep KV blocks that
+                                   left the window instead of returning them to the pool */
     int max_waiting;            /* bound of the waiting queue; 0: 256 */
     const char *fusions;        /* operator fusions: "all" (default), "none", or a list of
                                    norm-quant,glu,rope-kv,residual (also env TK_FUSE) */
@@ -99,6 +101,8 @@ typedef struct tk_model_summary {
     int swa_window;          /* sliding-window layers see this many positions; 0: none */
     int n_swa_layers;        /* how many layers slide (the others attend globally) */
     float rope_theta_swa;    /* RoPE base of the sliding layers */
+    int kv_window_release;   /* > 0: every layer slides and the scheduler releases KV blocks older than
+                                this window; 0: KV grows with the sequence */
     int64_t n_params;
     size_t weight_bytes;
     size_t embedding_bytes; /* token_embd */

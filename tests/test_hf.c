@@ -677,8 +677,48 @@ static void check_dirs(const char *root) {
               "linear scaling");
         CHECK(src.gen.n_eos_ids == 2 && src.gen.eos_ids[0] == 2 && src.gen.eos_ids[1] == 7, "eos list");
         CHECK(src.gen.temperature == 0.6f && src.gen.top_p == 0.9f && src.gen.top_k == 40, "sampling");
+        CHECK(!strcmp(src.arch, "llama") && src.hp.swa_window == 0, "mistral without a window is llama: %s",
+              src.arch);
         close_src(&src);
     }
+    /* mistral with a sliding window (also named by architectures only); a
+     * null window is none; a llama config's window is ignored */
+    rc = hf_case(root, "mistral_swa",
+                 "{\"model_type\":\"mistral\",\"hidden_size\":8,\"sliding_window\":4096," CFG_REST "}", NULL,
+                 NULL, NULL, &src, &err);
+    CHECK(rc == 0, "mistral swa: %s", err.msg);
+    if (rc == 0) {
+        CHECK(!strcmp(src.arch, "mistral") && src.hp.swa_window == 4096, "mistral window: %s %d", src.arch,
+              src.hp.swa_window);
+        close_src(&src);
+    }
+    rc = hf_case(root, "mistral_arch",
+                 "{\"architectures\":[\"MistralForCausalLM\"],\"hidden_size\":8,\"sliding_window\":16," CFG_REST "}",
+                 NULL, NULL, NULL, &src, &err);
+    CHECK(rc == 0, "mistral by architectures: %s", err.msg);
+    if (rc == 0) {
+        CHECK(!strcmp(src.arch, "mistral") && src.hp.swa_window == 16, "mistral by architectures: %s %d", src.arch,
+              src.hp.swa_window);
+        close_src(&src);
+    }
+    rc = hf_case(root, "mistral_null",
+                 "{\"model_type\":\"mistral\",\"hidden_size\":8,\"sliding_window\":null," CFG_REST "}", NULL,
+                 NULL, NULL, &src, &err);
+    CHECK(rc == 0 && !strcmp(src.arch, "llama") && src.hp.swa_window == 0, "null window: %s", err.msg);
+    if (rc == 0) close_src(&src);
+    rc = hf_case(root, "llama_swa", "{\"model_type\":\"llama\",\"hidden_size\":8,\"sliding_window\":4," CFG_REST "}",
+                 NULL, NULL, NULL, &src, &err);
+    CHECK(rc == 0 && !strcmp(src.arch, "llama") && src.hp.swa_window == 0, "llama ignores sliding_window");
+    if (rc == 0) close_src(&src);
+    hf_fail(root, "swa_zero", "{\"model_type\":\"mistral\",\"hidden_size\":8,\"sliding_window\":0," CFG_REST "}",
+            NULL, NULL, NULL, "'sliding_window' = 0 is out of range", NULL);
+    hf_fail(root, "swa_neg", "{\"model_type\":\"mistral\",\"hidden_size\":8,\"sliding_window\":-3," CFG_REST "}",
+            NULL, NULL, NULL, "'sliding_window' = -3 is out of range", NULL);
+    hf_fail(root, "swa_str", "{\"model_type\":\"mistral\",\"hidden_size\":8,\"sliding_window\":\"4k\"," CFG_REST "}",
+            NULL, NULL, NULL, "'sliding_window' must be an integer", NULL);
+    hf_fail(root, "swa_big",
+            "{\"model_type\":\"mistral\",\"hidden_size\":8,\"sliding_window\":99999999999," CFG_REST "}", NULL,
+            NULL, NULL, "out of range", NULL);
     rc = hf_case(root, "llama3",
                  "{\"architectures\":[\"LlamaForCausalLM\"],\"hidden_size\":8,"
                  "\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"

@@ -56,7 +56,12 @@ int tk_cmd_convert(int argc, char **argv) {
         fprintf(stderr, "tokamak convert: %s\n", err.msg);
         return 1;
     }
-    if (strcmp(src.arch, "llama") != 0) {
+    if (!strcmp(src.arch, "mistral")) {
+        /* Written as Llama, as llama.cpp's converter does: the format's
+         * llama keys have no sliding window. */
+        fprintf(stderr, "tokamak convert: warning: %s: the %d-position sliding window is not kept (written as llama)\n",
+                in, src.hp.swa_window);
+    } else if (strcmp(src.arch, "llama") != 0) {
         /* The writer emits llama keys and tensors only; other architectures'
          * extra tensors and options (e.g. Gemma 3's norms and sliding
          * window) would be lost. */

@@ -49,9 +49,15 @@ int tk_cmd_info(int argc, char **argv) {
     printf("context:       %d\n", s.ctx_len);
     printf("norm eps:      %g\n", s.norm_eps);
     printf("rope:          theta %g, %s, scaling %s\n", s.rope_theta, s.rope_style, s.rope_scaling);
-    if (s.swa_window > 0)
+    if (s.swa_window > 0 && s.n_swa_layers == s.n_layers)
+        printf("attention:     all %d layers slide over %d positions (RoPE theta %g)\n", s.n_layers,
+               s.swa_window, s.rope_theta_swa);
+    else if (s.swa_window > 0)
         printf("attention:     %d of %d layers slide over %d positions (RoPE theta %g), the rest global\n",
                s.n_swa_layers, s.n_layers, s.swa_window, s.rope_theta_swa);
+    if (s.kv_window_release > 0)
+        printf("KV release:    blocks older than the %d-position window go back to the pool\n",
+               s.kv_window_release);
     printf("output head:   %s\n", s.tied_output ? "tied to the embedding" : "separate");
     printf("parameters:    %lld (%.2f M)\n", (long long)s.n_params, s.n_params / 1e6);
     printf("weight bytes:  %zu (%.2f MiB), %.3f bits per weight\n", s.weight_bytes, s.weight_bytes / 1048576.0,

@@ -62,6 +62,7 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
      * 128K-context model does not reserve gigabytes of KV by default. */
     e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? (hp->ctx_len < 4096 ? hp->ctx_len : 4096) : 2048;
     e->max_seqs = cfg->max_seqs > 0 ? cfg->max_seqs : 1;
+    e->kv_window = cfg->no_window_release ? 0 : e->model.kv_window;
     int block = cfg->kv_block_size > 0 ? cfg->kv_block_size : 16;
     if (block > 1024) {
         tk_err_set(err, "KV block size %d is too large (max 1024)", block);
@@ -106,7 +107,13 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
         goto fail;
     const char *fuse = cfg->fusions ? cfg->fusions : getenv("TK_FUSE");
     if (fuse && parse_fusions(fuse, &e->ws.fuse, err)) goto fail;
-    if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, err)) goto fail;
+    /* Logits rows for drafts: every sequence drafting the engine's longest
+     * draft at once, and at least one request's longest possible draft.  A
+     * draft engine (shared_pool) is only fed through tk_engine_decode. */
+    int draft_len = cfg->draft_max > 0 ? cfg->draft_max : 8;
+    int draft_rows = shared_pool ? 0 : e->max_seqs * draft_len;
+    if (!shared_pool && draft_rows < TK_SPEC_MAX_DRAFT) draft_rows = TK_SPEC_MAX_DRAFT;
+    if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, draft_rows, err)) goto fail;
     *out = e;
     return 0;
 fail:
@@ -142,6 +149,7 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
             .model_path = cfg->draft_model_path, .tokenizer_path = cfg->draft_tokenizer_path,
             .ctx_len = e->ctx_len, .max_seqs = e->max_seqs, .max_batch_tokens = e->ws.max_tokens,
             .kv_block_size = e->kv.block_size, .no_prefix_cache = true, .max_waiting = 1,
+            .no_window_release = cfg->no_window_release,
             .fusions = cfg->fusions, .reference_kernels = cfg->reference_kernels,
         };
         if (engine_open(&dc, e->pool, &e->draft, err)) {
@@ -225,6 +233,7 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     o->swa_window = m->swa_window;
     o->n_swa_layers = m->n_swa_layers;
     o->rope_theta_swa = m->rope_theta_swa;
+    o->kv_window_release = e->kv_window;
     for (int i = 0; i < m->src.n_tensors; i++) {
         const tk_tensor *t = &m->src.tensors[i];
         o->n_params += tk_tensor_nelems(t);

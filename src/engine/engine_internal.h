@@ -31,7 +31,15 @@ typedef struct tk_sched {
     int n_running, running_cap;
     int max_waiting;
     uint64_t admit_counter;
-    float *logits;               /* [max_batch_tokens][n_vocab] */
+    /* Logits of one step, compacted: only batch entries that ask for them
+     * get a row.  Each resident sample asks for at most one row of its own
+     * (a decode step, or the end of its prefill) plus its verified drafts,
+     * and drafts are granted from a per-step row budget, so
+     * logits_rows = max_seqs + draft_rows (at most max_batch_tokens). */
+    float *logits;               /* [logits_rows][n_vocab] */
+    int logits_rows;
+    int draft_rows;              /* rows for drafts per step */
+    int draft_rows_left;         /* what is left of them in the step being built */
     float *row;                  /* one logits row being sampled */
     int32_t *b_token, *b_pos, *b_seq;
     uint8_t *b_logits;
@@ -55,6 +63,8 @@ struct tk_engine {
     tk_forward_ws ws;
     int ctx_len;
     int max_seqs;
+    int kv_window;        /* model.kv_window unless release is switched off: the scheduler releases
+                             blocks before (next position - kv_window + 1); 0: never */
     tk_kv_seq *seqs;
     tk_kv_seq **seq_ptrs; /* NULL for free slots; what tk_forward indexes */
     int *saved_blocks;    /* per sequence, for undoing reservations */
@@ -72,7 +82,9 @@ struct tk_engine {
  * size, special tokens and token texts. */
 int tk_spec_check_vocab(const tk_engine *target, const tk_engine *draft, tk_err *err);
 
-int tk_sched_init(tk_engine *e, int max_waiting, tk_err *err);
+/* draft_rows: logits rows per step for speculative drafts (beyond one per
+ * sequence). */
+int tk_sched_init(tk_engine *e, int max_waiting, int draft_rows, tk_err *err);
 void tk_sched_free(tk_engine *e);
 
 #endif

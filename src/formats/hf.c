@@ -2,7 +2,8 @@
  * sharded model.safetensors.index.json) + optional generation_config.json.
  *
  * Llama-layout checkpoints (model_type "llama" or "mistral") are exposed
- * under GGUF tensor names.  HF stores a linear layer as [out, in] row-major,
+ * under GGUF tensor names; a Mistral config with a sliding_window gives the
+ * "mistral" architecture (every layer slides), otherwise "llama".  HF stores a linear layer as [out, in] row-major,
  * which is exactly GGUF's ne[0] = in, ne[1] = out: the data is used in place
  * (BF16 stays BF16).  Q/K rows stay in HF order, so hp.rope_style is
  * TK_ROPE_HALVES.
@@ -145,10 +146,13 @@ static bool arch_supported(const char *s) {
     return strcmp(s, "LlamaForCausalLM") == 0 || strcmp(s, "MistralForCausalLM") == 0;
 }
 
-static int parse_arch(const char *path, json_t *cfg, tk_err *err) {
+/* Checks the architecture; *mistral tells a Mistral checkpoint (model_type
+ * "mistral", or only a MistralForCausalLM entry) from a Llama one. */
+static int parse_arch(const char *path, json_t *cfg, bool *mistral, tk_err *err) {
     json_t *mt = cfg_get(cfg, "model_type");
     json_t *ar = cfg_get(cfg, "architectures");
     bool arch_ok = false;
+    *mistral = false;
     if (ar) {
         if (!json_is_array(ar)) return tk_err_set(err, "%s: 'architectures' must be an array", path);
         size_t i;
@@ -156,7 +160,10 @@ static int parse_arch(const char *path, json_t *cfg, tk_err *err) {
         json_array_foreach(ar, i, a) {
             if (!json_is_string(a))
                 return tk_err_set(err, "%s: 'architectures' must hold strings", path);
-            if (arch_supported(json_string_value(a))) arch_ok = true;
+            if (arch_supported(json_string_value(a))) {
+                arch_ok = true;
+                if (!strcmp(json_string_value(a), "MistralForCausalLM")) *mistral = true;
+            }
         }
     }
     if (mt) {
@@ -165,6 +172,7 @@ static int parse_arch(const char *path, json_t *cfg, tk_err *err) {
         if (strcmp(s, "llama") != 0 && strcmp(s, "mistral") != 0)
             return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: llama, mistral)",
                               path, s);
+        *mistral = strcmp(s, "mistral") == 0;
         return 0;
     }
     if (!ar) return tk_err_set(err, "%s: missing 'model_type'", path);
@@ -212,13 +220,21 @@ static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_
                       path, t);
 }
 
-static int parse_config(const char *dir, tk_hparams *hp, bool *tie, tk_err *err) {
+/* Mistral's sliding_window: an integer >= 1, or null / absent (none). */
+static int parse_sliding_window(const char *path, json_t *cfg, tk_hparams *hp, tk_err *err) {
+    json_t *v = cfg_get(cfg, "sliding_window");
+    hp->swa_window = 0;
+    if (!v || json_is_null(v)) return 0;
+    return cfg_int(path, cfg, "sliding_window", false, 0, 1, INT_MAX, &hp->swa_window, err);
+}
+
+static int parse_config(const char *dir, tk_hparams *hp, bool *tie, bool *mistral, tk_err *err) {
     char *path = path_join(dir, "config.json");
     if (!path) return tk_err_set(err, "%s: out of memory", dir);
     json_t *cfg = NULL;
     int rc = -1;
     if (load_json(path, &cfg, err) != 0) goto done;
-    if (parse_arch(path, cfg, err) != 0) goto done;
+    if (parse_arch(path, cfg, mistral, err) != 0) goto done;
 
     memset(hp, 0, sizeof *hp);
     if (cfg_int(path, cfg, "hidden_size", true, 0, 1, 1 << 20, &hp->dim, err) ||
@@ -255,6 +271,10 @@ static int parse_config(const char *dir, tk_hparams *hp, bool *tie, tk_err *err)
     }
     if (parse_rope_scaling(path, cfg, hp, err) != 0) goto done;
     hp->rope_style = TK_ROPE_HALVES;
+    /* A Mistral checkpoint with a window becomes the "mistral" architecture
+     * (every layer slides); without one it is plain Llama. */
+    if (*mistral && parse_sliding_window(path, cfg, hp, err) != 0) goto done;
+    if (hp->swa_window == 0) *mistral = false;
 
     json_t *tw = cfg_get(cfg, "tie_word_embeddings");
     *tie = false;
@@ -618,7 +638,8 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     tk_gen_defaults gen;
     bool tie = false;
     char *index_path = NULL, *single_path = NULL;
-    if (parse_config(dir, &hp, &tie, err) != 0) goto fail;
+    bool mistral = false;
+    if (parse_config(dir, &hp, &tie, &mistral, err) != 0) goto fail;
     if (parse_generation_config(dir, hp.n_vocab, &gen, err) != 0) goto fail;
 
     hf_load L = {.im = im, .hp = &hp, .tie = tie};
@@ -646,7 +667,7 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
 
     hp.tied_output = tie || !L.have_output;
     src->format = TK_FORMAT_HF;
-    snprintf(src->arch, sizeof src->arch, "llama");
+    snprintf(src->arch, sizeof src->arch, "%s", mistral ? "mistral" : "llama");
     dir_basename(dir, src->name, sizeof src->name);
     src->hp = hp;
     src->gen = gen;

@@ -212,13 +212,15 @@ int tk_kv_seq_blocks_needed(const tk_kv_pool *p, const tk_kv_seq *s, int from, i
     if (to <= from) return 0;
     int first = from / p->block_size, last = (to - 1) / p->block_size, need = 0;
     for (int i = first; i <= last; i++)
-        if (i >= s->n_blocks || p->refcount[s->blocks[i]] > 1) need++;
+        if (i >= s->n_blocks || s->blocks[i] < 0 || p->refcount[s->blocks[i]] > 1) need++;
     return need;
 }
 
 int tk_kv_seq_prepare_write(tk_kv_pool *p, tk_kv_seq *s, int from, int to, tk_err *err) {
     if (to <= from) return 0;
     int first = from / p->block_size, last = (to - 1) / p->block_size;
+    if (first < s->n_dropped)
+        return tk_err_set(err, "position %d lies in a KV block released by the sliding window", from);
     for (int i = first; i <= last && i < s->n_blocks; i++) {
         int b = s->blocks[i];
         if (p->refcount[b] > 1) {
@@ -237,7 +239,25 @@ int tk_kv_seq_prepare_write(tk_kv_pool *p, tk_kv_seq *s, int from, int to, tk_er
 }
 
 void tk_kv_seq_shrink(tk_kv_pool *p, tk_kv_seq *s, int n_blocks) {
-    while (s->n_blocks > n_blocks) release_block(p, s->blocks[--s->n_blocks]);
+    while (s->n_blocks > n_blocks) {
+        int b = s->blocks[--s->n_blocks];
+        if (b >= 0) release_block(p, b);
+    }
+    if (s->n_dropped > s->n_blocks) s->n_dropped = s->n_blocks;
+}
+
+int tk_kv_seq_drop_before(tk_kv_pool *p, tk_kv_seq *s, int pos) {
+    int upto = pos > 0 ? pos / p->block_size : 0; /* blocks [0, upto) end at or before pos */
+    if (upto > s->n_blocks) upto = s->n_blocks;
+    int n = 0;
+    for (; s->n_dropped < upto; s->n_dropped++) {
+        int b = s->blocks[s->n_dropped];
+        if (b < 0) continue;
+        release_block(p, b);
+        s->blocks[s->n_dropped] = -1;
+        n++;
+    }
+    return n;
 }
 
 void tk_kv_seq_truncate(tk_kv_pool *p, tk_kv_seq *s, int len) {
@@ -256,9 +276,10 @@ int tk_kv_seq_fork(tk_kv_pool *p, const tk_kv_seq *src, tk_kv_seq *dst, tk_err *
     if (grow_table(dst, src->n_blocks, err)) return -1;
     for (int i = 0; i < src->n_blocks; i++) {
         dst->blocks[i] = src->blocks[i];
-        p->refcount[src->blocks[i]]++;
+        if (src->blocks[i] >= 0) p->refcount[src->blocks[i]]++;
     }
     dst->n_blocks = src->n_blocks;
+    dst->n_dropped = src->n_dropped;
     dst->len = src->len;
     return 0;
 }
@@ -289,7 +310,7 @@ int tk_kv_seq_match_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, i
 uint64_t tk_kv_seq_register_block(tk_kv_pool *p, const tk_kv_seq *s, int i, uint64_t parent,
                                   const int32_t *block_tokens) {
     uint64_t h = tk_kv_block_hash(parent, block_tokens, p->block_size);
-    if (!p->prefix_cache || i >= s->n_blocks) return h;
+    if (!p->prefix_cache || i >= s->n_blocks || s->blocks[i] < 0) return h;
     int b = s->blocks[i];
     if (p->registered[b] || find_block(p, h, block_tokens) >= 0) return h;
     p->hash[b] = h;

@@ -53,10 +53,15 @@ typedef struct tk_kv_pool {
 } tk_kv_pool;
 
 typedef struct tk_kv_seq {
-    int *blocks;      /* block table */
+    int *blocks;      /* block table; -1 for a released entry */
     int n_blocks;
     int cap;
     int len;          /* tokens whose K/V are stored */
+    /* Sliding-window release (models whose layers all slide): the entries
+     * blocks[0, n_dropped) have been given back to the pool, so positions
+     * before n_dropped * block_size no longer have K/V.  The table keeps its
+     * logical indexing (block i holds positions [i*bs, (i+1)*bs)). */
+    int n_dropped;
 } tk_kv_seq;
 
 int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks,
@@ -83,13 +88,18 @@ int tk_kv_seq_blocks_needed(const tk_kv_pool *p, const tk_kv_seq *s, int from, i
  * alone: shared blocks are copied, registered ones unregistered.  Call after
  * reserve, before writing K/V.  Fails only when the pool is exhausted. */
 int tk_kv_seq_prepare_write(tk_kv_pool *p, tk_kv_seq *s, int from, int to, tk_err *err);
+/* Releases the blocks that lie wholly before position `pos` (they are
+ * marked -1 in the table; shared or cached blocks just lose this
+ * sequence's reference).  For sliding-window models: pos = next position -
+ * window + 1.  Returns how many blocks were released. */
+int tk_kv_seq_drop_before(tk_kv_pool *p, tk_kv_seq *s, int pos);
 /* Drops positions >= len, releasing blocks no longer needed. */
 void tk_kv_seq_truncate(tk_kv_pool *p, tk_kv_seq *s, int len);
 /* Gives back blocks past the first n_blocks (undoes a reservation). */
 void tk_kv_seq_shrink(tk_kv_pool *p, tk_kv_seq *s, int n_blocks);
 /* Releases all blocks and the table. */
 void tk_kv_seq_release(tk_kv_pool *p, tk_kv_seq *s);
-/* dst (empty) shares all of src's blocks. */
+/* dst (empty) shares all of src's blocks (released entries stay released). */
 int tk_kv_seq_fork(tk_kv_pool *p, const tk_kv_seq *src, tk_kv_seq *dst, tk_err *err);
 
 /* ---- prefix cache ---- */

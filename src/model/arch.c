@@ -70,6 +70,21 @@ static const tk_arch archs[] = {
         .rope_theta_swa = 10000.0f,
         .attn_scale = TK_ATTN_SCALE_GEMMA3,
     },
+    {
+        /* Mistral (v0.1 style): Llama's tensors, every layer attends to the
+         * last {arch}.attention.sliding_window positions (no window: plain
+         * Llama).  Sliding layers rotate like global ones (same base and
+         * scaling).  With every layer sliding, the scheduler releases KV
+         * blocks that leave the window (docs/serving.md). */
+        .name = "mistral",
+        .global_roles = llama_globals,
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = llama_layer,
+        .n_layer_roles = COUNT(llama_layer),
+        .ffn_act = TK_ACT_SILU,
+        .uses_swa = true,
+        .swa_pattern = 0,         /* all layers slide */
+    },
 };
 
 const tk_arch *tk_arch_find(const char *name) {

@@ -53,8 +53,11 @@ typedef struct tk_arch {
     /* Sliding-window attention.  Without uses_swa the
      * {arch}.attention.sliding_window key is ignored (as llama.cpp does). */
     bool uses_swa;
-    int swa_pattern;         /* default layer pattern (see tk_hparams.swa_pattern) */
-    float rope_theta_swa;    /* default RoPE base of sliding layers; 0: the global base */
+    int swa_pattern;         /* default layer pattern (see tk_hparams.swa_pattern; 0: all layers slide) */
+    /* default RoPE base of sliding layers (unscaled); 0: sliding layers
+     * rotate exactly like global ones (same base and scaling) unless the
+     * file gives {arch}.rope.freq_base_swa */
+    float rope_theta_swa;
     tk_attn_scale_rule attn_scale;
 } tk_arch;
 

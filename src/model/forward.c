@@ -205,6 +205,11 @@ static int validate_batch(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *co
         const tk_kv_seq *s = seqs[b->seq[i]];
         if (b->pos[i] < 0 || b->pos[i] >= s->n_blocks * kv->block_size)
             return tk_err_set(err, "position %d of sequence %d has no KV block reserved", b->pos[i], b->seq[i]);
+        /* Released blocks: every layer must slide, and this token's window
+         * must start at or after them. */
+        if (s->n_dropped > 0 && (m->kv_window <= 0 || b->pos[i] + 1 - m->kv_window < s->n_dropped * kv->block_size))
+            return tk_err_set(err, "position %d of sequence %d reads KV blocks released by the sliding window",
+                              b->pos[i], b->seq[i]);
         /* Every earlier position must be cached already or be in this batch. */
         if (b->pos[i] > s->len) {
             int covered = s->len;
@@ -282,8 +287,9 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
 
     for (int l = 0; l < hp->n_layers; l++) {
         const tk_layer *L = &m->layers[l];
-        const float *rcos = L->swa ? ws->rope_cos_swa : ws->rope_cos;
-        const float *rsin = L->swa ? ws->rope_sin_swa : ws->rope_sin;
+        bool own_rope = L->swa && m->rope_inv_freq_swa;
+        const float *rcos = own_rope ? ws->rope_cos_swa : ws->rope_cos;
+        const float *rsin = own_rope ? ws->rope_sin_swa : ws->rope_sin;
         const tk_tensor *qkv[3] = {L->wq, L->wk, L->wv};
         if (ws->fuse & TK_FUSE_NORM_QUANT)
             tk_rmsnorm_pack(pool, &ws->mm, 3, qkv, ws->x, L->attn_norm, hp->norm_eps, T, D, ws->xn);
@@ -321,11 +327,10 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
                 tk_kv_store(kv, ws->v + (size_t)t * kv_dim + (size_t)h * hd, tk_kv_v(kv, seq, l, h, batch->pos[t]));
             }
         }
-        /* Sliding layers see the last swa_window positions.  Their older
-         * KV blocks cannot be freed: the global layers of the same model
-         * keep reading them (blocks hold every layer).  A model whose layers
-         * all slide (Mistral-style) could release blocks that fall out of
-         * the window. */
+        /* Sliding layers see the last swa_window positions.  Older KV
+         * blocks can only be released when every layer slides (kv_window):
+         * Gemma's global layers keep reading them (a block holds every
+         * layer).  The scheduler does the releasing (tk_kv_seq_drop_before). */
         attention(m, kv, seqs, batch, l, L->swa ? m->swa_window : 0, ws, pool);
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->wo, ws->att, T, q_dim);
         residual_matmul(pool, ws, L->wo, ws->att, q_dim, T, D, a->post_norms ? L->attn_post_norm : NULL,

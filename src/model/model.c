@@ -126,10 +126,12 @@ static int init_layer_options(tk_model *m, tk_err *err) {
         }
     }
     if (m->n_swa_layers == 0) m->swa_window = 0;
-    if (m->swa_window > 0) {
-        double theta = hp->rope_theta_swa > 0 ? hp->rope_theta_swa
-                       : a->rope_theta_swa > 0 ? a->rope_theta_swa
-                                               : hp->rope_theta;
+    m->kv_window = m->swa_window > 0 && m->n_swa_layers == hp->n_layers ? m->swa_window : 0;
+    if (m->swa_window > 0 && !(hp->rope_theta_swa > 0) && !(a->rope_theta_swa > 0)) {
+        /* sliding layers share the global RoPE table (Mistral) */
+        m->rope_theta_swa = hp->rope_theta;
+    } else if (m->swa_window > 0) {
+        double theta = hp->rope_theta_swa > 0 ? hp->rope_theta_swa : a->rope_theta_swa;
         m->rope_theta_swa = (float)theta;
         m->rope_inv_freq_swa = malloc((size_t)hp->head_dim / 2 * sizeof(float));
         if (!m->rope_inv_freq_swa) return tk_err_set(err, "out of memory");

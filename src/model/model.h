@@ -40,7 +40,12 @@ typedef struct tk_model {
      * rope_inv_freq_swa (the local base, no scaling). */
     int swa_window;
     int n_swa_layers;
-    float *rope_inv_freq_swa;
+    /* swa_window when every layer slides (Mistral-style), else 0: then no
+     * query at position p reads K/V before p - kv_window + 1, in any layer,
+     * and KV blocks wholly before that can be released.  Gemma 3 (global
+     * layers among the sliding ones) keeps 0. */
+    int kv_window;
+    float *rope_inv_freq_swa; /* NULL: sliding layers use rope_inv_freq */
     float rope_theta_swa;
     float attn_scale;     /* multiplies q.k: 1/sqrt(head_dim) or the architecture's rule */
     float embd_scale;     /* multiplies token embeddings (1 or sqrt(dim)) */

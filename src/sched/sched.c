@@ -95,7 +95,7 @@ static void observe(uint64_t *buckets, double *sum, uint64_t *count, double v) {
 
 /* ---- setup ---- */
 
-int tk_sched_init(tk_engine *e, int max_waiting, tk_err *err) {
+int tk_sched_init(tk_engine *e, int max_waiting, int draft_rows, tk_err *err) {
     tk_sched *s = &e->sched;
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
@@ -103,7 +103,13 @@ int tk_sched_init(tk_engine *e, int max_waiting, tk_err *err) {
     s->max_waiting = max_waiting;
     s->next_id = 1;
     size_t T = (size_t)e->ws.max_tokens, nv = (size_t)e->model.hp.n_vocab;
-    s->logits = malloc(T * nv * sizeof(float));
+    /* one row per resident sample plus the drafts' budget, never more than
+     * a batch has tokens */
+    int rows = e->max_seqs < e->ws.max_tokens ? e->max_seqs : e->ws.max_tokens;
+    s->draft_rows = draft_rows < e->ws.max_tokens - rows ? draft_rows : e->ws.max_tokens - rows;
+    if (s->draft_rows < 0) s->draft_rows = 0;
+    s->logits_rows = rows + s->draft_rows;
+    s->logits = malloc((size_t)s->logits_rows * nv * sizeof(float));
     s->row = malloc(nv * sizeof(float));
     s->b_token = malloc(T * sizeof(int32_t));
     s->b_pos = malloc(T * sizeof(int32_t));
@@ -201,6 +207,11 @@ static int validate(tk_engine *e, const tk_request_params *p, tk_err *err) {
                           p->max_tokens, e->ctx_len);
     int64_t total = p->max_tokens > 0 ? (int64_t)p->n_prompt + p->max_tokens : e->ctx_len;
     int64_t blocks = (total + e->kv.block_size - 1) / e->kv.block_size;
+    if (e->kv_window > 0) {
+        /* at most the window before the next position plus one batch */
+        int64_t held = ((int64_t)e->kv_window - 1 + e->ws.max_tokens + e->kv.block_size - 1) / e->kv.block_size + 1;
+        if (held < blocks) blocks = held;
+    }
     if (blocks > e->kv.n_blocks)
         return tk_err_set(err, "the request needs up to %lld KV blocks; the pool has %d", (long long)blocks,
                           e->kv.n_blocks);
@@ -689,6 +700,7 @@ static int add_tokens(tk_engine *e, tk_sample_state *ss, int budget, int *n_batc
 static int add_verify_tokens(tk_engine *e, tk_sample_state *ss, int budget, int *n_batch) {
     tk_sched *s = &e->sched;
     int k = ss->n_draft < budget - 1 ? ss->n_draft : budget - 1;
+    if (k > s->draft_rows_left) k = s->draft_rows_left; /* logits rows */
     ss->n_draft = 0;
     if (k <= 0) return add_tokens(e, ss, budget, n_batch);
     tk_kv_seq *seq = &e->seqs[ss->slot];
@@ -700,6 +712,7 @@ static int add_verify_tokens(tk_engine *e, tk_sample_state *ss, int budget, int 
         tk_kv_seq_reserve(&e->kv, seq, to, &err) || tk_kv_seq_prepare_write(&e->kv, seq, from, to, &err))
         return add_tokens(e, ss, budget, n_batch);
     ss->n_draft = k;
+    s->draft_rows_left -= k;
     ss->group_start = *n_batch;
     ss->group_len = to - from;
     for (int pos = from; pos < to; pos++) {
@@ -1025,20 +1038,53 @@ static void consume_batch(tk_engine *e, int n_batch) {
     }
 }
 
+/* Sliding-window release (models whose layers all slide): gives back the
+ * KV blocks that lie wholly before the window of every future query of a
+ * sample, i.e. before (next position - window + 1).  The next position is
+ * the committed one: speculative rollback never goes below it (the target
+ * cache holds only committed tokens after verification; the draft cache's
+ * rollback point is at least the committed tokens).  Runs after the step's
+ * blocks were registered in the prefix cache, so a released block can
+ * still serve as a cached prefix (it keeps its registration and goes to
+ * the LRU list once no one else holds it). */
+static void release_out_of_window(tk_engine *e) {
+    tk_sched *s = &e->sched;
+    int wd = e->draft ? e->draft->kv_window : 0;
+    if (e->kv_window <= 0 && wd <= 0) return;
+    for (int i = 0; i < s->n_running; i++) {
+        tk_request *r = s->running[i];
+        for (int k = 0; k < r->n; k++) {
+            tk_sample_state *ss = &r->samples[k];
+            if (e->kv_window > 0 && ss->slot >= 0)
+                tk_kv_seq_drop_before(&e->kv, &e->seqs[ss->slot], ss->n_computed - e->kv_window + 1);
+            if (wd > 0 && ss->d_slot >= 0) {
+                int next = ss->d_computed < ss->n_tokens ? ss->d_computed : ss->n_tokens;
+                tk_kv_seq_drop_before(&e->draft->kv, &e->draft->seqs[ss->d_slot], next - wd + 1);
+            }
+        }
+    }
+}
+
 int tk_engine_step(tk_engine *e, tk_err *err) {
     tk_sched *s = &e->sched;
     process_cancels(e);
     if (spec_propose(e, err)) return -1;
     int budget = e->ws.max_tokens, n_batch = 0;
+    s->draft_rows_left = s->draft_rows;
     schedule_running(e, &budget, &n_batch);
     admit_waiting(e, &budget, &n_batch);
     if (n_batch > 0) {
+        int rows = 0;
+        for (int b = 0; b < n_batch; b++) rows += s->b_logits[b] != 0;
+        if (rows > s->logits_rows) /* cannot happen: one row per sample plus the draft budget */
+            return tk_err_set(err, "internal: %d logits rows in a step, room for %d", rows, s->logits_rows);
         tk_batch batch = {n_batch, s->b_token, s->b_pos, s->b_seq, s->b_logits};
         double t0 = now_seconds();
         if (tk_forward(&e->model, &e->kv, e->seq_ptrs, e->max_seqs, &batch, s->logits, &e->ws, e->pool, err))
             return -1;
         tk_spec_cost_observe(&e->cost, 0, n_batch, now_seconds() - t0);
         consume_batch(e, n_batch);
+        release_out_of_window(e);
     }
     for (int i = s->n_running - 1; i >= 0; i--) finish_request_if_done(e, i);
 

@@ -6,6 +6,7 @@
  * (TPOT) and inter-token latency (ITL).  Bounded: a request count, a
  * per-request timeout and an overall duration. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -105,6 +106,7 @@ typedef struct lt_result {
     double start;           /* seconds since the benchmark started */
     double ttft, latency;   /* seconds */
     int prompt_words, prompt_tokens, output_tokens, chunks;
+    int cached_tokens;      /* usage.prompt_tokens_details.cached_tokens (prefix cache); -1: not reported */
     double *itl;            /* gaps between content chunks (seconds) */
     int n_itl, cap_itl;
 } lt_result;
@@ -183,6 +185,10 @@ static void on_sse_data(lt_stream *s, const char *data, size_t n) {
         json_t *pt = json_object_get(u, "prompt_tokens"), *ct = json_object_get(u, "completion_tokens");
         if (json_is_integer(pt)) r->prompt_tokens = (int)json_integer_value(pt);
         if (json_is_integer(ct)) r->output_tokens = (int)json_integer_value(ct);
+        json_t *d = json_object_get(u, "prompt_tokens_details");
+        json_t *cached = json_is_object(d) ? json_object_get(d, "cached_tokens") : NULL;
+        if (json_is_integer(cached) && json_integer_value(cached) >= 0 && json_integer_value(cached) <= INT_MAX)
+            r->cached_tokens = (int)json_integer_value(cached);
     }
     json_decref(o);
 }
@@ -459,6 +465,7 @@ static void usage(FILE *f) {
             "  --timeout SEC          per-request limit (default 300)\n"
             "  --duration SEC         overall limit; later requests are not sent (default 1800)\n"
             "  --json                 print the results as JSON\n"
+            "  --per-request          also list each request: send time, TTFT, latency, prompt and cached tokens\n"
             "  --svg FILE             write a latency-over-time chart\n");
 }
 
@@ -469,7 +476,7 @@ int tk_cmd_loadtest(int argc, char **argv) {
     b.n_requests = 100;
     b.timeout = 300;
     b.duration = 1800;
-    bool json_out = false;
+    bool json_out = false, per_request = false;
     float rate = 0, timeout = 300, duration = 1800;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -490,6 +497,7 @@ int tk_cmd_loadtest(int argc, char **argv) {
         else if (!strcmp(a, "--timeout")) rc = tk_arg_float(cmd, argc, argv, &i, 0.1, 86400, &timeout);
         else if (!strcmp(a, "--duration")) rc = tk_arg_float(cmd, argc, argv, &i, 0.1, 86400, &duration);
         else if (!strcmp(a, "--json")) json_out = true;
+        else if (!strcmp(a, "--per-request")) per_request = true;
         else if (!strcmp(a, "--svg")) rc = tk_arg_str(cmd, argc, argv, &i, &svg);
         else {
             fprintf(stderr, "tokamak loadtest: unknown option '%s'\n", a);
@@ -543,6 +551,7 @@ int tk_cmd_loadtest(int argc, char **argv) {
     lt_job *jobs = NULL;
     b.res = calloc((size_t)b.n_requests, sizeof *b.res);
     if (!b.res) goto out;
+    for (int i = 0; i < b.n_requests; i++) b.res[i].cached_tokens = -1;
     if (b.shared_prefix > 0) {
         tk_sbuf s = {0};
         uint64_t x = b.seed ^ 0x5eedULL;
@@ -611,7 +620,8 @@ int tk_cmd_loadtest(int argc, char **argv) {
 
     /* Aggregate. */
     int n_ok = 0, n_fail = 0, n_unsent = 0;
-    long long in_tok = 0, out_tok = 0;
+    long long in_tok = 0, out_tok = 0, cached_tok = 0;
+    bool cached_known = false;
     double *ttft = calloc((size_t)b.n_requests + 1, sizeof *ttft);
     double *tpot = calloc((size_t)b.n_requests + 1, sizeof *tpot);
     double *e2e = calloc((size_t)b.n_requests + 1, sizeof *e2e);
@@ -644,6 +654,10 @@ int tk_cmd_loadtest(int argc, char **argv) {
         n_ok++;
         in_tok += r->prompt_tokens;
         out_tok += r->output_tokens;
+        if (r->cached_tokens >= 0) {
+            cached_tok += r->cached_tokens;
+            cached_known = true;
+        }
         if (r->output_tokens > 1) tpot[n_tpot++] = (r->latency - r->ttft) / (r->output_tokens - 1);
         for (int j = 0; j < r->n_itl; j++) itl[k++] = r->itl[j];
     }
@@ -663,6 +677,18 @@ int tk_cmd_loadtest(int argc, char **argv) {
             json_object_set_new(o, "concurrency", b.concurrency ? json_integer(b.concurrency) : json_null());
             json_object_set_new(o, "shared_prefix", json_integer(b.shared_prefix));
             json_object_set_new(o, "first_error", first_err ? json_string(first_err) : json_null());
+            json_object_set_new(o, "total_cached_tokens", cached_known ? json_integer(cached_tok) : json_null());
+            json_t *list = per_request ? json_array() : NULL;
+            for (int i = 0; list && i < b.n_requests; i++) {
+                const lt_result *r = &b.res[i];
+                if (!r->sent) continue;
+                json_array_append_new(
+                    list, json_pack("{s:i,s:b,s:f,s:f,s:f,s:i,s:i,s:o}", "index", i, "ok", r->ok, "start_s", r->start,
+                                    "ttft_ms", r->ttft * 1e3, "e2e_latency_ms", r->latency * 1e3, "prompt_tokens",
+                                    r->prompt_tokens, "output_tokens", r->output_tokens, "cached_tokens",
+                                    r->cached_tokens >= 0 ? json_integer(r->cached_tokens) : json_null()));
+            }
+            if (list) json_object_set_new(o, "per_request", list);
             char *txt = json_dumps(o, JSON_INDENT(2) | JSON_REAL_PRECISION(6));
             if (txt) puts(txt);
             free(txt);
@@ -674,7 +700,9 @@ int tk_cmd_loadtest(int argc, char **argv) {
         printf("duration:        %.2f s\n", duration_s);
         printf("throughput:      %.2f requests/s, %.1f output tokens/s, %.1f total tokens/s\n", rps, tps,
                duration_s > 0 ? (in_tok + out_tok) / duration_s : 0.0);
-        printf("tokens:          %lld input, %lld output\n", in_tok, out_tok);
+        printf("tokens:          %lld input, %lld output", in_tok, out_tok);
+        if (cached_known) printf(", %lld input from the prefix cache", cached_tok);
+        printf("\n");
         printf("%-16s %10s %10s %10s %10s\n", "latency (ms)", "mean", "p50", "p90", "p99");
         const lt_stat *st[] = {&s_ttft, &s_tpot, &s_itl, &s_e2e};
         const char *nm[] = {"TTFT", "TPOT", "ITL", "end-to-end"};
@@ -682,6 +710,19 @@ int tk_cmd_loadtest(int argc, char **argv) {
             printf("%-16s %10.2f %10.2f %10.2f %10.2f\n", nm[i], st[i]->mean * 1e3, st[i]->p50 * 1e3,
                    st[i]->p90 * 1e3, st[i]->p99 * 1e3);
         if (first_err) printf("first error:     %s\n", first_err);
+        if (per_request) {
+            printf("%5s %10s %10s %12s %8s %8s\n", "req", "start s", "TTFT ms", "latency ms", "prompt", "cached");
+            for (int i = 0; i < b.n_requests; i++) {
+                const lt_result *r = &b.res[i];
+                if (!r->sent) continue;
+                if (!r->ok) {
+                    printf("%5d %10.3f  failed: %s\n", i, r->start, r->err);
+                    continue;
+                }
+                printf("%5d %10.3f %10.2f %12.2f %8d %8d\n", i, r->start, r->ttft * 1e3, r->latency * 1e3,
+                       r->prompt_tokens, r->cached_tokens);
+            }
+        }
     }
     free(ttft);
     free(tpot);

@@ -55,6 +55,8 @@ static void usage(FILE *f) {
             "  --block-size N           tokens per KV block (default 16)\n"
             "  --kv-type TYPE           KV cache element type: f32 (default), f16, q8_0\n"
             "  --no-prefix-cache        disable automatic prefix caching\n"
+            "  --no-window-release      keep KV blocks that left the sliding window (models whose layers all\n"
+            "                           slide release them by default)\n"
             "  --max-queue N            waiting requests before 429 (default 256)\n"
             "  --max-connections N      concurrent HTTP connections (default 256)\n");
 }
@@ -197,6 +199,7 @@ int tk_cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--block-size")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 4096, &cfg.kv_block_size);
         else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
         else if (!strcmp(a, "--no-prefix-cache")) cfg.no_prefix_cache = true;
+        else if (!strcmp(a, "--no-window-release")) cfg.no_window_release = true;
         else if (!strcmp(a, "--max-queue")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &cfg.max_waiting);
         else if (!strcmp(a, "--max-connections")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 65536, &scfg.max_connections);
         else {

@@ -653,6 +653,39 @@ def test_loadtest_smoke(tokamak_bin, server, tmp_path):
     assert out["failed"] == 2 and "401" in out["first_error"]
 
 
+def test_loadtest_shared_prefix(tokamak_bin, server):
+    """8 sequential requests sharing a 200-word prefix (loadtest --shared-prefix): the later ones are
+    served from the prefix cache (cached tokens reported per request and in /metrics, hit rate > 0,
+    the server computes only their tails) and their TTFT is below the first request's."""
+    before = server.wait_idle()
+    p = subprocess.run([tokamak_bin, "loadtest", "--url", server.url, "--requests", "8", "--concurrency", "1",
+                        "--shared-prefix", "200", "--prompt-len", "8", "--output-len", "4", "--seed", "11",
+                        "--api-key", API_KEY, "--json", "--per-request"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert out["completed"] == 8 and out["failed"] == 0
+    reqs = sorted(out["per_request"], key=lambda r: r["start_s"])
+    assert len(reqs) == 8 and all(r["ok"] for r in reqs)
+    first, later = reqs[0], reqs[1:]
+    assert first["prompt_tokens"] >= 200
+    assert first["cached_tokens"] == 0, first
+    for r in later:
+        # all full KV blocks of the shared prefix (the tails differ)
+        assert r["cached_tokens"] >= first["prompt_tokens"] - 8 - 32, r
+    assert out["total_cached_tokens"] == sum(r["cached_tokens"] for r in reqs)
+    after = server.wait_idle()
+    hits = after["tokamak_prefix_cache_hits_total"] - before["tokamak_prefix_cache_hits_total"]
+    queries = after["tokamak_prefix_cache_queries_total"] - before["tokamak_prefix_cache_queries_total"]
+    computed = after["tokamak_prompt_tokens_total"] - before["tokamak_prompt_tokens_total"]
+    assert hits == out["total_cached_tokens"] and queries == out["total_input_tokens"]
+    assert after["tokamak_prefix_cache_hit_rate"] > 0
+    assert computed == out["total_input_tokens"] - hits  # cached tokens are not recomputed
+    # qualitative: the first request prefills the whole prefix, the others only their tails
+    later_ttft = sorted(r["ttft_ms"] for r in later)
+    assert later_ttft[len(later_ttft) // 2] < first["ttft_ms"], (first["ttft_ms"], later_ttft)
+
+
 def test_zz_all_blocks_returned(server):
     m = server.wait_idle()
     assert m["tokamak_kv_blocks_used"] == 0
