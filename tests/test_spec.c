@@ -154,6 +154,32 @@ static void test_accept_rule(void) {
     CHECK(tk_spec_rate_probe(&rate, 3) == 3 && rate.probe_every == 16, "drafting again resets the probes");
 }
 
+/* The online cost model: pass times by size, robust to a descheduled pass. */
+static void test_cost_model(void) {
+    tk_spec_cost m;
+    tk_spec_cost_init(&m, 0.3, 0.2);
+    double c, v;
+    CHECK(tk_spec_cost_estimate(&m, &c, &v) == 0 && c == 0.3 && v == 0.2, "priors before any pass");
+    for (int i = 0; i < 20; i++) {
+        tk_spec_cost_observe(&m, 0, 1, 1e-3);   /* target: 1 ms + 0.25 ms per extra token */
+        tk_spec_cost_observe(&m, 0, 3, 1.5e-3);
+        tk_spec_cost_observe(&m, 1, 1, 0.2e-3); /* draft: one sequence, 0.2 ms */
+    }
+    int meas = tk_spec_cost_estimate(&m, &c, &v);
+    CHECK(meas == 3 && fabs(c - 0.2) < 1e-9 && fabs(v - 0.25) < 1e-9, "measured c %.4f, v_slope %.4f", c, v);
+    /* a pass that took 10x (the thread was descheduled) moves the average
+     * by at most an eighth of a quarter */
+    tk_spec_cost_observe(&m, 0, 1, 10e-3);
+    CHECK(m.t[0][1] <= 1e-3 * (1 + 0.125 * 0.25) + 1e-12, "outlier capped: %.4f ms", m.t[0][1] * 1e3);
+    /* a lasting change still gets through */
+    for (int i = 0; i < 60; i++) tk_spec_cost_observe(&m, 0, 1, 2e-3);
+    CHECK(m.t[0][1] > 1.9e-3, "lasting slow-down followed: %.4f ms", m.t[0][1] * 1e3);
+    double vt[9];
+    tk_spec_cost_table(&m, &c, vt, 8);
+    CHECK(fabs(c - m.t[1][1] / m.t[0][1]) < 1e-9 && fabs(vt[2] - m.t[0][3] / m.t[0][1]) < 1e-9,
+          "table: c and v(2) from the observed passes");
+}
+
 /* ---- engines and requests ---- */
 
 #define MAX_GEN 160
@@ -663,6 +689,7 @@ int main(int argc, char **argv) {
     if (want(argc, argv, "units")) {
         test_ngram();
         test_accept_rule();
+        test_cost_model();
         test_refusals();
         printf("[units: %.1f s]\n", now_s() - t0);
     }

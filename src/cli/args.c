@@ -67,7 +67,8 @@ size_t tk_peak_rss(void) {
     return (size_t)ru.ru_maxrss * 1024;
 }
 
-int tk_arg_spec_mode(const char *cmd, int argc, char **argv, int *i, int *out) {
+/* --spec MODE: "ngram", "draft" or "off" (tk_spec_mode). */
+static int arg_spec_mode(const char *cmd, int argc, char **argv, int *i, int *out) {
     const char *opt = argv[*i], *s;
     if (tk_arg_str(cmd, argc, argv, i, &s)) return -1;
     if (!strcmp(s, "ngram")) *out = TK_SPEC_NGRAM;
@@ -78,6 +79,34 @@ int tk_arg_spec_mode(const char *cmd, int argc, char **argv, int *i, int *out) {
         return -1;
     }
     return 0;
+}
+
+const char tk_spec_usage[] =
+    "  --draft-model PATH    a smaller model with the same vocabulary drafts tokens\n"
+    "  --draft-tokenizer PATH  tokenizer for the draft model (llama2.c drafts)\n"
+    "  --spec MODE           ngram (prompt lookup), draft (default with --draft-model) or off\n"
+    "  --draft-max N         most draft tokens per step (default 8)\n"
+    "  --draft-min N         fewest draft tokens per step (default 0: drafting pauses when it\n"
+    "                        does not pay)\n";
+
+int tk_arg_spec(const char *cmd, int argc, char **argv, int *i, tk_spec_args *out) {
+    const char *a = argv[*i];
+    int rc;
+    if (!strcmp(a, "--draft-model")) rc = tk_arg_str(cmd, argc, argv, i, &out->draft_model);
+    else if (!strcmp(a, "--draft-tokenizer")) rc = tk_arg_str(cmd, argc, argv, i, &out->draft_tokenizer);
+    else if (!strcmp(a, "--spec")) rc = arg_spec_mode(cmd, argc, argv, i, &out->spec_mode);
+    else if (!strcmp(a, "--draft-max")) rc = tk_arg_int(cmd, argc, argv, i, 1, 32, &out->draft_max);
+    else if (!strcmp(a, "--draft-min")) rc = tk_arg_int(cmd, argc, argv, i, 0, 32, &out->draft_min);
+    else return 0;
+    return rc ? -1 : 1;
+}
+
+void tk_spec_args_apply(const tk_spec_args *a, tk_engine_config *cfg) {
+    cfg->draft_model_path = a->draft_model;
+    cfg->draft_tokenizer_path = a->draft_tokenizer;
+    cfg->spec_mode = a->spec_mode;
+    cfg->draft_max = a->draft_max;
+    cfg->draft_min = a->draft_min;
 }
 
 void tk_print_spec_stats(FILE *f, struct tk_engine *e, long drafted, long accepted, long passes, long tokens) {

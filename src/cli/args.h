@@ -14,8 +14,24 @@ int tk_arg_int(const char *cmd, int argc, char **argv, int *i, int64_t lo, int64
 int tk_arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out);
 int tk_arg_float(const char *cmd, int argc, char **argv, int *i, double lo, double hi, float *out);
 
-/* --spec MODE: "ngram", "draft" or "off" (tk_spec_mode). */
-int tk_arg_spec_mode(const char *cmd, int argc, char **argv, int *i, int *out);
+/* The speculative decoding options shared by run, bench and serve:
+ * --draft-model PATH, --draft-tokenizer PATH, --spec ngram|draft|off,
+ * --draft-max N, --draft-min N. */
+typedef struct tk_spec_args {
+    const char *draft_model, *draft_tokenizer;
+    int spec_mode;            /* tk_spec_mode; 0: the engine's default */
+    int draft_max, draft_min; /* 0: the engine's defaults */
+} tk_spec_args;
+
+/* If argv[*i] is one of the options above, parses it (and its value) into
+ * *out and returns 1; returns 0 if it is not one of them, -1 (after
+ * printing) if its value is invalid. */
+int tk_arg_spec(const char *cmd, int argc, char **argv, int *i, tk_spec_args *out);
+/* Copies the options into an engine configuration (which validates them). */
+struct tk_engine_config;
+void tk_spec_args_apply(const tk_spec_args *a, struct tk_engine_config *cfg);
+/* The options' help text (lines starting with two spaces). */
+extern const char tk_spec_usage[];
 
 struct tk_engine;
 /* Prints acceptance rate, mean accepted length, tokens per model pass and

@@ -44,8 +44,15 @@ static double quartile(double *v, int n) {
 typedef struct pass_timer {
     tk_engine *e;
     int seq, ctx;
+    bool cpu; /* time in this thread's CPU time (--cpu-time: one thread) */
     float *logits;
 } pass_timer;
+
+static double thread_cpu_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static int timer_init(pass_timer *t, tk_engine *e, int ctx, tk_err *err) {
     t->e = e;
@@ -78,9 +85,9 @@ static double timer_pass(pass_timer *t, int n, tk_err *err) {
         seq[i] = t->seq;
         flag[i] = 1;
     }
-    double t0 = now_seconds();
+    double t0 = t->cpu ? thread_cpu_seconds() : now_seconds();
     if (tk_engine_decode(t->e, &(tk_batch){n, tok, pos, seq, flag}, t->logits, err)) return -1;
-    return now_seconds() - t0;
+    return (t->cpu ? thread_cpu_seconds() : now_seconds()) - t0;
 }
 
 static void timer_free(pass_timer *t) {
@@ -92,9 +99,9 @@ static void timer_free(pass_timer *t) {
  * draft one-token pass / target one-token pass (0 without a draft).  As in
  * decoding, draft passes come in runs after a target pass: c is timed as the
  * mean of a run of 4. */
-static int measure_costs(tk_engine *e, tk_engine *draft, int ctx, int reps, double *v, double *c, double *t1,
-                         tk_err *err) {
-    pass_timer tt = {.seq = -1}, td = {.seq = -1};
+static int measure_costs(tk_engine *e, tk_engine *draft, int ctx, int reps, bool cpu, double *v, double *c,
+                         double *t1, tk_err *err) {
+    pass_timer tt = {.seq = -1, .cpu = cpu}, td = {.seq = -1, .cpu = cpu};
     int rc = -1;
     static double times[MAX_K + 2][256];
     if (reps > 256) reps = 256;
@@ -136,7 +143,7 @@ static double v_at(const double *v, double k) {
 int tk_bench_verify_cost(tk_engine *e, int ctx, int reps) {
     double v[MAX_K + 1], c, t1;
     tk_err err;
-    if (measure_costs(e, NULL, ctx, reps, v, &c, &t1, &err)) {
+    if (measure_costs(e, NULL, ctx, reps, false, v, &c, &t1, &err)) {
         fprintf(stderr, "tokamak bench: %s\n", err.msg);
         return 1;
     }
@@ -302,12 +309,12 @@ int tk_bench_spec(tk_engine *e, const tk_bench_spec_opts *o) {
         int ctx = o->n_gen / 2;
         for (int i = 0; i < n_prompts; i++) ctx += ps[i].n_prompt / n_prompts;
         tk_engine *draft = mode == TK_SPEC_DRAFT ? tk_engine_draft(e) : NULL;
-        if (measure_costs(e, draft, ctx, 41, v, &c, &t1, &err)) {
+        if (measure_costs(e, draft, ctx, 41, o->cpu_time, v, &c, &t1, &err)) {
             fprintf(stderr, "tokamak bench: %s\n", err.msg);
             rc = 1;
         } else {
-            printf("costs at context %d (lower quartile of 41; target one-token pass %.2f ms): c = %.3f; v(k) =", ctx,
-                   t1 * 1e3, c);
+            printf("costs at context %d (lower quartile of 41, %s time; target one-token pass %.2f ms): c = %.3f; "
+                   "v(k) =", ctx, o->cpu_time ? "CPU" : "wall", t1 * 1e3, c);
             for (int i = 1; i <= MAX_K; i++) printf(" %.3f", v[i]);
             printf(" for k = 1..%d\n", MAX_K);
         }

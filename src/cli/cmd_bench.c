@@ -134,24 +134,29 @@ static void usage(FILE *f) {
                "  --verify-cost    time a pass over k + 1 tokens relative to one token, k = 1..8 (at\n"
                "                   context -p), and nothing else\n"
                "speculative decoding (decodes real prompts plainly and speculatively, alternating):\n"
-               "  --draft-model PATH   draft model (same vocabulary)   --spec ngram|draft\n"
-               "  --draft-max N  --draft-min N   bounds of the adaptive draft length (8, 0)\n"
+               "%s"
                "  -f FILE        text to cut prompts from (required)\n"
                "  --prompt-chars N   characters per prompt (default 600; 0: the whole file, one prompt)\n"
                "  --n-prompts N  prompts (default 4)   -n N tokens each   -r N repetitions\n"
                "  --temp T       temperature (default 0)   --seed S\n"
-               "  --cpu-time     decode speed in process CPU time (with -t 1: robust on a busy machine)\n");
+               "  --cpu-time     decode speed in process CPU time (with -t 1: robust on a busy machine)\n",
+            tk_spec_usage);
 }
 
 int tk_cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *cmd = "bench", *draft = NULL;
+    const char *model = NULL, *cmd = "bench";
+    tk_spec_args spec = {0};
     int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1, verify_cost = 0;
     tk_bench_spec_opts so = {.prompt_chars = 600, .n_prompts = 4, .seed = 1};
     bool tg_given = false, reps_given = false;
     const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int rc = 0;
+        int rc = tk_arg_spec(cmd, argc, argv, &i, &spec);
+        if (rc) {
+            if (rc < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -160,10 +165,6 @@ int tk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "-n")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &tg), tg_given = true;
         else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 256, &reps), reps_given = true;
         else if (!strcmp(a, "--verify-cost")) verify_cost = 1;
-        else if (!strcmp(a, "--draft-model")) rc = tk_arg_str(cmd, argc, argv, &i, &draft);
-        else if (!strcmp(a, "--spec")) rc = tk_arg_spec_mode(cmd, argc, argv, &i, &so.spec_mode);
-        else if (!strcmp(a, "--draft-max")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 32, &so.draft_max);
-        else if (!strcmp(a, "--draft-min")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 32, &so.draft_min);
         else if (!strcmp(a, "-f") || !strcmp(a, "--file")) rc = tk_arg_str(cmd, argc, argv, &i, &so.prompt_file);
         else if (!strcmp(a, "--prompt-chars")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 24, &so.prompt_chars);
         else if (!strcmp(a, "--n-prompts")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &so.n_prompts);
@@ -188,7 +189,10 @@ int tk_cmd_bench(int argc, char **argv) {
         usage(stderr);
         return 2;
     }
-    if (draft || (so.spec_mode && so.spec_mode != TK_SPEC_OFF)) {
+    so.spec_mode = spec.spec_mode;
+    so.draft_max = spec.draft_max;
+    so.draft_min = spec.draft_min;
+    if (spec.draft_model || (so.spec_mode && so.spec_mode != TK_SPEC_OFF)) {
         if (!so.prompt_file) {
             fprintf(stderr, "tokamak bench: speculative decoding is measured on real text: give -f FILE\n");
             return 2;
@@ -199,10 +203,9 @@ int tk_cmd_bench(int argc, char **argv) {
             fprintf(stderr, "tokamak bench: -n must be at least 2 for speculative decoding\n");
             return 2;
         }
-        tk_engine_config sc = {.model_path = model, .n_threads = threads, .draft_model_path = draft,
-                               .spec_mode = so.spec_mode, .no_prefix_cache = true, .require_tokenizer = true,
-                               .draft_max = so.draft_max, .draft_min = so.draft_min, .kv_type = kv_type,
-                               .fusions = fusions};
+        tk_engine_config sc = {.model_path = model, .n_threads = threads, .no_prefix_cache = true,
+                               .require_tokenizer = true, .kv_type = kv_type, .fusions = fusions};
+        tk_spec_args_apply(&spec, &sc);
         tk_engine *se;
         tk_err serr;
         if (tk_engine_open(&sc, &se, &serr)) {

@@ -30,12 +30,8 @@ static void usage(FILE *f) {
             "  --no-bos              do not prepend BOS\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
             "speculative decoding:\n"
-            "  --draft-model PATH    a smaller model with the same vocabulary drafts tokens\n"
-            "  --draft-tokenizer PATH  tokenizer for the draft model (llama2.c drafts)\n"
-            "  --spec MODE           ngram (prompt lookup), draft (default with --draft-model) or off\n"
-            "  --draft-max N         most draft tokens per step (default 8)\n"
-            "  --draft-min N         fewest draft tokens per step (default 0: drafting pauses when it\n"
-            "                        does not pay)\n");
+            "%s",
+            tk_spec_usage);
 }
 
 static int write_text(void *user, const char *text, int len) {
@@ -51,9 +47,14 @@ int tk_cmd_run(int argc, char **argv) {
     tk_sampling_defaults(&gp.sampling);
     const char *prompt = NULL, *prompt_file = NULL;
     const char *cmd = "run";
+    tk_spec_args spec = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int rc = 0;
+        int rc = tk_arg_spec(cmd, argc, argv, &i, &spec);
+        if (rc) {
+            if (rc < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -76,11 +77,6 @@ int tk_cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
         else if (!strcmp(a, "--no-bos")) gp.add_bos = false;
         else if (!strcmp(a, "--ignore-eos")) gp.ignore_eos = true;
-        else if (!strcmp(a, "--draft-model")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.draft_model_path);
-        else if (!strcmp(a, "--draft-tokenizer")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.draft_tokenizer_path);
-        else if (!strcmp(a, "--spec")) rc = tk_arg_spec_mode(cmd, argc, argv, &i, &cfg.spec_mode);
-        else if (!strcmp(a, "--draft-max")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 32, &cfg.draft_max);
-        else if (!strcmp(a, "--draft-min")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 32, &cfg.draft_min);
         else {
             fprintf(stderr, "tokamak run: unknown option '%s'\n", a);
             usage(stderr);
@@ -106,6 +102,7 @@ int tk_cmd_run(int argc, char **argv) {
         }
         prompt = file_text;
     }
+    tk_spec_args_apply(&spec, &cfg);
     cfg.require_tokenizer = true;
     tk_engine *e;
     if (tk_engine_open(&cfg, &e, &err)) {

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../spec/spec.h"
+
 void tk_api_error_set(tk_api_error *e, int status, const char *type, const char *code, const char *param,
                       const char *fmt, ...) {
     e->status = status;
@@ -257,6 +259,58 @@ static int parse_stop(tk_api_req *r, json_t *root, tk_api_error *e) {
     return 0;
 }
 
+/* The extension field "speculative": an object {"mode": "off" | "ngram" |
+ * "draft" | "default", "draft_max": 1..32, "draft_min": 0..32} (every
+ * member optional; draft_min 0 means the server's), or just the mode as a
+ * string.  Unknown members are refused: a misspelt option must not be
+ * silently ignored. */
+static int parse_speculative(tk_api_req *r, json_t *root, tk_api_error *e) {
+    json_t *v = field(root, "speculative");
+    if (!v) return 0;
+    json_t *mode = v;
+    const char *mparam = "speculative";
+    if (json_is_object(v)) {
+        const char *key;
+        json_t *val;
+        json_object_foreach(v, key, val) {
+            if (strcmp(key, "mode") && strcmp(key, "draft_max") && strcmp(key, "draft_min"))
+                return bad(e, "speculative", "'speculative' has an unknown member '%.64s' (known: mode, draft_max, "
+                           "draft_min)", key);
+        }
+        static const char *const names[2] = {"draft_max", "draft_min"};
+        long long x[2] = {0, 0};
+        for (int i = 0; i < 2; i++) {
+            json_t *n = field(v, names[i]);
+            if (!n) continue;
+            char param[32];
+            snprintf(param, sizeof param, "speculative.%s", names[i]);
+            if (!json_is_integer(n)) return bad(e, param, "'%s' must be an integer", param);
+            x[i] = json_integer_value(n);
+            long long lo = i == 0 ? 1 : 0;
+            if (x[i] < lo || x[i] > TK_SPEC_MAX_DRAFT)
+                return bad(e, param, "'%s' must be between %lld and %d, got %lld", param, lo, TK_SPEC_MAX_DRAFT, x[i]);
+        }
+        if (x[0] > 0 && x[1] > x[0])
+            return bad(e, "speculative.draft_min", "'speculative.draft_min' (%lld) is larger than "
+                       "'speculative.draft_max' (%lld)", x[1], x[0]);
+        r->draft_max = (int)x[0];
+        r->draft_min = (int)x[1];
+        mode = field(v, "mode");
+        mparam = "speculative.mode";
+    } else if (!json_is_string(v)) {
+        return bad(e, "speculative", "'speculative' must be an object {\"mode\", \"draft_max\", \"draft_min\"} or a "
+                   "mode string");
+    }
+    if (!mode) return 0;
+    const char *m = json_is_string(mode) ? json_string_value(mode) : NULL;
+    if (m && !strcmp(m, "off")) r->spec_mode = TK_SPEC_OFF;
+    else if (m && !strcmp(m, "ngram")) r->spec_mode = TK_SPEC_NGRAM;
+    else if (m && !strcmp(m, "draft")) r->spec_mode = TK_SPEC_DRAFT;
+    else if (m && !strcmp(m, "default")) r->spec_mode = TK_SPEC_DEFAULT;
+    else return bad(e, mparam, "'%s' must be \"off\", \"ngram\", \"draft\" or \"default\"", mparam);
+    return 0;
+}
+
 /* Fields whose non-default values we cannot honour: refuse them clearly. */
 static int reject_unsupported(tk_api_req *r, json_t *root, tk_api_error *e) {
     bool b = false;
@@ -370,6 +424,7 @@ static int parse_body(tk_api_req *r, json_t *root, const char *model_name, int n
         if (rc && !lp) return bad(e, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
         if (lp) r->logprobs = rc ? (int)x : 0;
     }
+    if (parse_speculative(r, root, e)) return -1;
     return reject_unsupported(r, root, e);
 }
 

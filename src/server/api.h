@@ -54,6 +54,9 @@ typedef struct tk_api_req {
     int n_stop;
     bool stream, include_usage;
     int logprobs;               /* -1: none; else alternatives per token */
+    /* extension "speculative": {"mode", "draft_max", "draft_min"}; 0: the server's */
+    int spec_mode;              /* tk_spec_mode */
+    int draft_max, draft_min;
 } tk_api_req;
 
 /* Parses a request body.  On failure fills *e (status 400/404) and leaves

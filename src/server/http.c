@@ -518,6 +518,11 @@ static enum MHD_Result handle_generate(http_req *r) {
     free(r->body);
     r->body = NULL;
 
+    if (r->api.spec_mode == TK_SPEC_DRAFT && !s->has_draft_model) {
+        tk_api_error_set(&e, 400, "invalid_request_error", NULL, "speculative.mode",
+                         "speculative mode \"draft\" needs a draft model: start the server with --draft-model");
+        return send_error(r, &e);
+    }
     int32_t *ids;
     int n;
     if (build_prompt(r, &ids, &n, &e)) return send_error(r, &e);
@@ -539,7 +544,9 @@ static enum MHD_Result handle_generate(http_req *r) {
 
     tk_request_params p = {.prompt = ids, .n_prompt = n, .max_tokens = r->api.max_tokens, .n = r->api.n,
                            .sampling = r->api.sampling, .ignore_eos = r->api.ignore_eos, .stop = r->api.stop,
-                           .n_stop = r->api.n_stop, .top_logprobs = r->api.logprobs};
+                           .n_stop = r->api.n_stop, .top_logprobs = r->api.logprobs,
+                           .speculative = r->api.spec_mode, .draft_max = r->api.draft_max,
+                           .draft_min = r->api.draft_min};
     uint64_t seq = atomic_fetch_add(&s->id_counter, 1);
     if (!r->api.seed_given) {
         /* Unseeded requests should differ from each other. */
@@ -780,6 +787,9 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
     s->kv_blocks_total = ms.kv_blocks;
+    tk_spec_info si;
+    tk_engine_spec_info(e, &si);
+    s->has_draft_model = si.has_draft_model;
     /* No token stands for more text than 4x its longest stored piece (pieces
      * spell spaces as 3-byte U+2581, bytes as <0xNN>), so text beyond that
      * bound times the context is over the context for sure; refusing it

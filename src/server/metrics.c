@@ -54,6 +54,17 @@ char *tk_server_metrics_text(tk_server *s) {
     counter(&b, "tokamak_generation_tokens_total", "Tokens generated.", (unsigned long long)m.generation_tokens);
     counter(&b, "tokamak_requests_finished_total", "Requests finished by the engine.",
             (unsigned long long)m.requests_finished);
+    counter(&b, "tokamak_spec_draft_tokens_total", "Speculative decoding: draft tokens proposed.",
+            (unsigned long long)m.spec_drafted);
+    counter(&b, "tokamak_spec_accepted_tokens_total", "Speculative decoding: draft tokens accepted.",
+            (unsigned long long)m.spec_accepted);
+    counter(&b, "tokamak_spec_target_passes_total",
+            "Speculative decoding: decode passes of speculating sequences (one per sequence per step).",
+            (unsigned long long)m.spec_target_passes);
+    counter(&b, "tokamak_spec_tokens_total", "Speculative decoding: tokens produced by those passes.",
+            (unsigned long long)m.spec_tokens);
+    gauge(&b, "tokamak_spec_acceptance_ratio", "Accepted / proposed draft tokens, since start.",
+          m.spec_drafted ? (double)m.spec_accepted / (double)m.spec_drafted : 0.0);
     counter(&b, "tokamak_http_requests_total", "HTTP requests received.",
             (unsigned long long)atomic_load(&s->http_requests));
     counter(&b, "tokamak_http_errors_total", "HTTP requests answered with an error status.",

@@ -58,7 +58,11 @@ static void usage(FILE *f) {
             "  --no-window-release      keep KV blocks that left the sliding window (models whose layers all\n"
             "                           slide release them by default)\n"
             "  --max-queue N            waiting requests before 429 (default 256)\n"
-            "  --max-connections N      concurrent HTTP connections (default 256)\n");
+            "  --max-connections N      concurrent HTTP connections (default 256)\n"
+            "speculative decoding (server-wide defaults; a request may override them with\n"
+            "\"speculative\": {\"mode\": \"off\"|\"ngram\"|\"draft\", \"draft_max\": N, \"draft_min\": N}):\n"
+            "%s",
+            tk_spec_usage);
 }
 
 /* "512M", "2G", "65536", "1.5G" -> bytes. */
@@ -178,9 +182,14 @@ int tk_cmd_serve(int argc, char **argv) {
     tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256};
     const char *tmpl_file = NULL, *kv_mem = NULL;
     const char *cmd = "serve";
+    tk_spec_args spec = {0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        int rc = 0;
+        int rc = tk_arg_spec(cmd, argc, argv, &i, &spec);
+        if (rc) {
+            if (rc < 0) return 2;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             usage(stdout);
             return 0;
@@ -258,6 +267,7 @@ int tk_cmd_serve(int argc, char **argv) {
     }
     free(tmpl_src);
 
+    tk_spec_args_apply(&spec, &cfg);
     cfg.require_tokenizer = true;
     tk_engine *e;
     if (tk_engine_open(&cfg, &e, &err)) {
@@ -312,6 +322,12 @@ int tk_cmd_serve(int argc, char **argv) {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
         fprintf(stderr, "tokamak serve: model '%s' (%s), context %d, %d KV blocks of %d tokens, chat template from %s\n",
                 name, ms.format, srv->ctx_len, ms.kv_blocks, ms.kv_block_size, tmpl_origin);
+        tk_spec_info si;
+        tk_engine_spec_info(e, &si);
+        if (si.spec_mode == TK_SPEC_NGRAM || si.spec_mode == TK_SPEC_DRAFT || si.has_draft_model)
+            fprintf(stderr, "tokamak serve: speculative decoding by default: %s; draft model: %s; draft length %d..%d\n",
+                    si.spec_mode == TK_SPEC_NGRAM ? "prompt lookup" : si.spec_mode == TK_SPEC_DRAFT ? "draft model" : "off",
+                    si.has_draft_model ? spec.draft_model : "none", si.draft_min, si.draft_max);
         printf("tokamak serve: listening on http://%s:%d\n", scfg.host, srv->cfg.port);
         fflush(stdout);
         while (!g_stop) {

@@ -37,6 +37,7 @@ typedef struct tk_server {
     char *bos_text, *eos_text;  /* for the chat template */
     tk_server_config cfg;
     int ctx_len, n_vocab;
+    bool has_draft_model;      /* requests may ask for speculative mode "draft" */
     int kv_blocks_total;       /* the pool size, for /metrics before the first step */
     size_t max_text_bytes;     /* longer prompt text cannot fit the context: refuse it untokenized */
     time_t created;

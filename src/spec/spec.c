@@ -86,8 +86,13 @@ void tk_spec_cost_observe(tk_spec_cost *m, int which, int n_tokens, double secon
     if (which < 0 || which > 1 || n_tokens < 1 || n_tokens > TK_SPEC_COST_N || !(seconds > 0)) return;
     int *cnt = &m->n[which][n_tokens];
     double *t = &m->t[which][n_tokens];
-    /* plain mean for the first observations, then a moving average */
+    /* plain mean for the first observations, then a moving average.  On a
+     * shared machine a pass is sometimes descheduled part-way, which only
+     * ever adds time: once the average has settled, an observation counts
+     * at most 1.25x the average (a real change still gets through, at up
+     * to ~3 % per pass), so stray preemptions do not inflate the costs. */
     double w = *cnt < 8 ? 1.0 / (*cnt + 1) : 0.125;
+    if (*cnt >= 8 && seconds > 1.25 * *t) seconds = 1.25 * *t;
     *t += w * (seconds - *t);
     (*cnt)++;
 }

@@ -61,9 +61,12 @@ int tk_spec_choose_k(double alpha, double c, double v_slope, int k_min, int k_ma
 int tk_spec_choose_k_table(double alpha, double c, const double *v, int k_min, int k_max);
 
 /* ---- cost model, measured online ----
- * Pass times by token count (1..TK_SPEC_COST_N) for the target and the draft
- * model, as exponential moving averages; a line t(n) = a + b (n - 1) fitted
- * to each gives c = draft a / target a and v_slope = target b / target a. */
+ * Pass times by token count (1..TK_SPEC_COST_N) for the target, and for the
+ * draft model by the number of sequences drafting in the pass (its drafting
+ * passes feed one or two tokens per sequence; catch-up passes over many
+ * tokens are prefill and not observed), as exponential moving averages; a
+ * line t(n) = a + b (n - 1) fitted to each gives c = draft a / target a and
+ * v_slope = target b / target a. */
 #define TK_SPEC_COST_N 40
 
 typedef struct tk_spec_cost {
