@@ -107,8 +107,8 @@ tk_isa tk_attn_isa(tk_isa want, int head_dim) {
 size_t tk_attn_tile_scratch_floats(int head_dim, int block_size, int max_rows) {
     size_t hd = (size_t)head_dim, ch = TK_ATTN_CHUNK;
     /* SIMD: transposed K chunk, converted V chunk, scores, per-row factors,
-     * each rounded up to 64 bytes */
-    size_t simd = (hd * ch + 16) + (ch * hd + 16) + ((size_t)max_rows * ch + 16) + ((size_t)max_rows + 16) + 16;
+     * a row of zeros, each rounded up to 64 bytes */
+    size_t simd = (hd * ch + 16) + (ch * hd + 16) + ((size_t)max_rows * ch + 16) + ((size_t)max_rows + 16) + (hd + 16) + 16;
     size_t scalar = (size_t)block_size * (2 * hd + 1);
     return simd > scalar ? simd : scalar;
 }

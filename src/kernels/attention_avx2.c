@@ -58,7 +58,7 @@ static inline vf vexp_scale2(vf p, vf n) {
 static inline vf vzero_where_lt(vf y, vf x, float c) {
     return _mm256_andnot_ps(_mm256_cmp_ps(x, vset1(c), _CMP_LT_OQ), y);
 }
-static inline void transpose(vf r[8]) {
+static inline __attribute__((always_inline)) void transpose(vf r[8]) {
     vf t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
     vf t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
     vf t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);

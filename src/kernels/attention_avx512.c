@@ -60,7 +60,7 @@ static inline vf vzero_where_lt(vf y, vf x, float c) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, vset1(c), _CMP_NLT_UQ), y);
 }
 /* 16 x 16: pairs interleaved, then quads (as 8 x 8), then 128-bit lanes. */
-static inline void transpose(vf r[16]) {
+static inline __attribute__((always_inline)) void transpose(vf r[16]) {
     vf t[16], u[16];
     for (int k = 0; k < 8; k++) {
         t[2 * k] = _mm512_unpacklo_ps(r[2 * k], r[2 * k + 1]);

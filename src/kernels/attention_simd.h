@@ -67,15 +67,13 @@ AI vf vexp(vf x) {
     return vzero_where_lt(vexp_scale2(p, n), x, -87.0f);
 }
 
-/* kt[d][pos] for the vectors [j0, j1) of the chunk; missing rows are 0. */
+/* kt[d][pos] for the vectors [j0, j1) of the chunk (missing rows point to
+ * a row of zeros). */
 AI void build_kt_t(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, float *kt) {
     for (int j = j0; j < j1; j++)
         for (int d0 = 0; d0 < hd; d0 += VL) {
             vf r[VL];
-            _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) {
-                rowp p = krow[j * VL + i];
-                r[i] = p ? load_row(p, type, d0) : vzero();
-            }
+            _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) r[i] = load_row(krow[j * VL + i], type, d0);
             transpose(r);
             _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) vstore(kt + (size_t)(d0 + i) * CH + j * VL, r[i]);
         }
@@ -173,6 +171,21 @@ static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *cons
 
 static float *align16f(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
+/* Starts loading the K and V rows of positions [a, b) into the cache. */
+static void prefetch_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int a, int b) {
+    for (int p = a; p < b;) {
+        int end = (p / kv->block_size + 1) * kv->block_size;
+        if (end > b) end = b;
+        const char *k = (const char *)tk_kv_k(kv, s, layer, kv_head, p), *v = (const char *)tk_kv_v(kv, s, layer, kv_head, p);
+        size_t bytes = (size_t)(end - p) * kv->row_bytes;
+        for (size_t o = 0; o < bytes; o += 64) {
+            _mm_prefetch(k + o, _MM_HINT_T0);
+            _mm_prefetch(v + o, _MM_HINT_T0);
+        }
+        p = end;
+    }
+}
+
 /* Row pointers of positions [a, b) (chunk lanes a - c0 ...), block by block. */
 static void chunk_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int c0, int a, int b,
                        rowp *krow, rowp *vrow) {
@@ -194,6 +207,8 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     if (hd % VL || hd > 1024) return -1;
     float *kt = align16f(scratch), *vconv = align16f(kt + (size_t)hd * CH);
     float *P = align16f(vconv + (size_t)CH * hd), *alpha = align16f(P + (size_t)n_rows * CH);
+    float *zero_row = align16f(alpha + n_rows); /* hd floats: at least one row of any type */
+    memset(zero_row, 0, sizeof(float) * hd);
     int tlo = INT_MAX, thi = INT_MIN;
     for (int t = 0; t < tile->n_tok; t++) {
         int a = tile->lo[t] > seg_lo ? tile->lo[t] : seg_lo, b = tile->hi[t] < seg_hi ? tile->hi[t] : seg_hi;
@@ -208,8 +223,9 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     float *srow[RB], *arow[RB];
     for (int c0 = tlo / CH * CH; c0 < thi; c0 += CH) {
         const int da = c0 > tlo ? c0 : tlo, db = c0 + CH < thi ? c0 + CH : thi;
-        memset(krow, 0, sizeof krow);
+        for (int i = 0; i < CH; i++) krow[i] = (rowp)(const void *)zero_row;
         chunk_rows(kv, s, layer, kv_head, c0, da, db, krow, vrow);
+        if (db < thi) prefetch_rows(kv, s, layer, kv_head, db, db + CH < thi ? db + CH : thi);
         build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt);
         tk_kv_type vtype = kv->type;
         if (convert_v) {
