@@ -6,6 +6,9 @@
 
 #include "ops.h"
 
+/* Head dimensions the SIMD kernels handle (also bounds their stack use). */
+#define SIMD_MAX_HD 1024
+
 void tk_attn_init(int group, int hd, float *acc, float *mx, float *sum) {
     memset(acc, 0, sizeof(float) * (size_t)group * hd);
     for (int g = 0; g < group; g++) {
@@ -83,5 +86,49 @@ void tk_attn_output(int group, int hd, const float *acc, const float *sum, float
     for (int g = 0; g < group; g++) {
         float inv = sum[g] > 0 ? 1.0f / sum[g] : 0;
         for (int d = 0; d < hd; d++) out[(size_t)g * hd + d] = acc[(size_t)g * hd + d] * inv;
+    }
+}
+
+/* ---- tiles ---- */
+
+tk_isa tk_attn_isa(tk_isa want, int head_dim) {
+#if defined(__x86_64__) || defined(_M_X64)
+    if (head_dim <= 0 || head_dim > SIMD_MAX_HD || !tk_isa_supported(want)) return TK_ISA_SCALAR;
+    if (want == TK_ISA_AVX512 && head_dim % 16 == 0) return TK_ISA_AVX512;
+    if ((want == TK_ISA_AVX512 || want == TK_ISA_AVX2) && head_dim % 8 == 0 && tk_isa_supported(TK_ISA_AVX2))
+        return TK_ISA_AVX2;
+#else
+    (void)want;
+    (void)head_dim;
+#endif
+    return TK_ISA_SCALAR;
+}
+
+size_t tk_attn_tile_scratch_floats(int head_dim, int block_size, int max_rows) {
+    size_t hd = (size_t)head_dim, ch = TK_ATTN_CHUNK;
+    /* SIMD: transposed K chunk, converted V chunk, scores, per-row factors,
+     * a row of zeros, each rounded up to 64 bytes */
+    size_t simd = (hd * ch + 16) + (ch * hd + 16) + ((size_t)max_rows * ch + 16) + ((size_t)max_rows + 16) + (hd + 16) + 16;
+    size_t scalar = (size_t)block_size * (2 * hd + 1);
+    return simd > scalar ? simd : scalar;
+}
+
+void tk_attn_tile_range(tk_isa isa, const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head,
+                        const tk_attn_tile *tile, float scale, int seg_lo, int seg_hi, float *acc, float *mx,
+                        float *sum, float *scratch) {
+    if (isa == TK_ISA_AVX512 &&
+        tk_attn_tile_avx512(kv, s, layer, kv_head, tile, scale, seg_lo, seg_hi, acc, mx, sum, scratch) == 0)
+        return;
+    if (isa == TK_ISA_AVX2 &&
+        tk_attn_tile_avx2(kv, s, layer, kv_head, tile, scale, seg_lo, seg_hi, acc, mx, sum, scratch) == 0)
+        return;
+    /* the scalar reference, one token at a time */
+    const int hd = kv->head_dim, group = tile->group;
+    for (int t = 0; t < tile->n_tok; t++) {
+        int lo = tile->lo[t] > seg_lo ? tile->lo[t] : seg_lo, hi = tile->hi[t] < seg_hi ? tile->hi[t] : seg_hi;
+        if (lo >= hi) continue;
+        size_t r = (size_t)t * group;
+        tk_attn_range(kv, s, layer, kv_head, tile->q + (size_t)t * tile->q_stride, group, scale, lo, hi,
+                      acc + r * hd, mx + r, sum + r, scratch);
     }
 }

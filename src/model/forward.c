@@ -10,10 +10,13 @@
 #include "../kernels/ops.h"
 #include "model.h"
 
-/* Positions per attention split (see attention() below). */
+/* Positions per attention segment (see attention() below); a multiple of
+ * TK_ATTN_CHUNK. */
 #define ATTN_SPLIT 512
+/* Query rows (tokens x query heads of one KV head) per attention tile. */
+#define ATTN_TILE_ROWS 64
 
-static size_t part_floats(const tk_forward_ws *ws) { return (size_t)ws->att_group * (ws->att_hd + 2); }
+_Static_assert(ATTN_SPLIT % TK_ATTN_CHUNK == 0, "segments are whole chunks");
 
 int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int ctx_len, int kv_block_size,
                        int n_threads, bool reference, tk_err *err) {
@@ -56,21 +59,29 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
         tk_forward_ws_free(ws);
         return -1;
     }
-    /* Attention: per-thread block scratch, partial states and task lists.
-     * A task's range is at most ATTN_SPLIT long; a wave holds at least one
-     * token, so the part capacity covers one token's splits at any context. */
+    /* Attention: per-thread kernel scratch and two tile states; partial
+     * states for tiles split into segments (flash-decoding), enough for
+     * every segment of a full-context tile of each KV head. */
     ws->att_group = hp->n_heads / hp->n_kv_heads;
     ws->att_hd = hp->head_dim;
-    ws->att_scratch_stride = (size_t)kv_block_size * (2 * (size_t)hp->head_dim + 1);
+    ws->att_isa = reference ? TK_ISA_SCALAR : tk_attn_isa(tk_cpu_isa(), hp->head_dim);
+    ws->att_tile_tokens = ATTN_TILE_ROWS / ws->att_group > 1 ? ATTN_TILE_ROWS / ws->att_group : 1;
+    if (ws->att_tile_tokens > max_tokens) ws->att_tile_tokens = max_tokens;
+    size_t tile_rows = (size_t)ws->att_tile_tokens * ws->att_group, state = tile_rows * (hp->head_dim + 2);
+    ws->att_kernel_floats = tk_attn_tile_scratch_floats(hp->head_dim, kv_block_size, (int)tile_rows);
+    ws->att_scratch_stride = (ws->att_kernel_floats + 2 * state + 15) & ~(size_t)15;
     ws->att_scratch = malloc(ws->att_scratch_stride * (size_t)n_threads * sizeof(float));
-    int max_splits = (ctx_len + ATTN_SPLIT - 1) / ATTN_SPLIT;
-    ws->att_parts_cap = max_tokens * hp->n_kv_heads * 2;
-    if (ws->att_parts_cap < max_splits * hp->n_kv_heads) ws->att_parts_cap = max_splits * hp->n_kv_heads;
-    ws->att_parts = malloc((size_t)ws->att_parts_cap * part_floats(ws) * sizeof(float));
-    ws->att_tasks = malloc((size_t)ws->att_parts_cap * sizeof(tk_attn_task));
-    ws->att_first = malloc(((size_t)ws->att_parts_cap + 1) * sizeof(int));
+    int max_splits = (ctx_len + ATTN_SPLIT - 1) / ATTN_SPLIT + 1;
+    ws->att_parts_cap = (size_t)max_splits * hp->n_kv_heads * state;
+    ws->att_parts = malloc(ws->att_parts_cap * sizeof(float));
+    ws->att_tasks_cap = max_tokens * hp->n_kv_heads + max_splits * hp->n_kv_heads;
+    ws->att_tasks = malloc((size_t)ws->att_tasks_cap * sizeof(tk_attn_task));
+    ws->att_merge = malloc(2 * (size_t)ws->att_tasks_cap * sizeof(int));
+    ws->att_lo = malloc(T * sizeof(int));
+    ws->att_hi = malloc(T * sizeof(int));
     if (!ws->x || !ws->xn || !ws->q || !ws->k || !ws->v || !ws->att || !ws->h1 || !ws->h2 || !ws->logits_in ||
-        !ws->rope_cos || !ws->rope_sin || !ws->att_scratch || !ws->att_parts || !ws->att_tasks || !ws->att_first) {
+        !ws->rope_cos || !ws->rope_sin || !ws->att_scratch || !ws->att_parts || !ws->att_tasks || !ws->att_merge ||
+        !ws->att_lo || !ws->att_hi) {
         tk_forward_ws_free(ws);
         return tk_err_set(err, "out of memory for the forward workspace (%d tokens)", max_tokens);
     }
@@ -95,7 +106,9 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     free(ws->att_scratch);
     free(ws->att_parts);
     free(ws->att_tasks);
-    free(ws->att_first);
+    free(ws->att_merge);
+    free(ws->att_lo);
+    free(ws->att_hi);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -112,12 +125,17 @@ static void rope_apply(float *x, int head_dim, tk_rope_style style, const float 
     }
 }
 
-/* Attention in waves of tokens.  Each token's visible range is cut into
- * splits of ATTN_SPLIT positions; a task is (token, KV head, split) and
- * leaves a partial online-softmax state, and the splits of each (token, KV
- * head) are merged in order.  The split size does not depend on the thread
- * count or the batch, so results do not either; long contexts still give
- * every core work when only one token is decoded (flash-decoding). */
+/* Attention in tiles.  Consecutive batch tokens of one sequence form a
+ * tile (up to ATTN_TILE_ROWS query rows), so each K/V chunk is loaded once
+ * for all of them.  Each token's visible range is cut at multiples of
+ * ATTN_SPLIT (absolute positions) into segments; a token's result is the
+ * in-order fold of its segments' partial states, whether one task folds
+ * them all (the usual case) or, when there are too few tiles to keep every
+ * thread busy (decoding one long sequence), each segment is a task of its
+ * own and a merge task folds them (flash-decoding).  Neither the segments
+ * nor the fold order depend on the thread count, the tile or the batch, and
+ * the kernels compute each row independently of its tile, so results do not
+ * either. */
 
 typedef struct attn_job {
     const tk_model *m;
@@ -126,68 +144,114 @@ typedef struct attn_job {
     const tk_batch *batch;
     tk_forward_ws *ws;
     int layer;
-    int n_tasks;
 } attn_job;
+
+static void attn_output(const attn_job *j, const tk_attn_task *at, const float *state) {
+    const tk_forward_ws *ws = j->ws;
+    const int group = ws->att_group, hd = ws->att_hd, rows = at->n_tok * group;
+    const float *sum = state + (size_t)rows * hd + rows;
+    for (int t = 0; t < at->n_tok; t++)
+        tk_attn_output(group, hd, state + (size_t)t * group * hd, sum + (size_t)t * group,
+                       ws->att + ((size_t)(at->t0 + t) * j->m->hp.n_heads + (size_t)at->kv_head * group) * hd);
+}
 
 static void attn_task(void *ctx, int task, int thread) {
     const attn_job *j = ctx;
     tk_forward_ws *ws = j->ws;
     const tk_hparams *hp = &j->m->hp;
     const tk_attn_task *at = &ws->att_tasks[task];
-    int group = ws->att_group, hd = ws->att_hd;
-    float *acc = ws->att_parts + (size_t)task * part_floats(ws);
-    float *mx = acc + (size_t)group * hd, *sum = mx + group;
-    tk_attn_init(group, hd, acc, mx, sum);
-    const float *q = ws->q + ((size_t)at->token * hp->n_heads + (size_t)at->kv_head * group) * hd;
-    tk_attn_range(j->kv, j->seqs[j->batch->seq[at->token]], j->layer, at->kv_head, q, group, j->m->attn_scale,
-                  at->lo, at->hi, acc, mx, sum, ws->att_scratch + (size_t)thread * ws->att_scratch_stride);
+    const int group = ws->att_group, hd = ws->att_hd, rows = at->n_tok * group;
+    float *scratch = ws->att_scratch + (size_t)thread * ws->att_scratch_stride;
+    float *state = at->part >= 0 ? ws->att_parts + at->part : scratch + ws->att_kernel_floats;
+    float *tmp = scratch + ws->att_kernel_floats + (size_t)rows * (hd + 2);
+    float *acc = state, *mx = acc + (size_t)rows * hd, *sum = mx + rows;
+    float *acc2 = tmp, *mx2 = acc2 + (size_t)rows * hd, *sum2 = mx2 + rows;
+    tk_attn_tile tile = {ws->q + ((size_t)at->t0 * hp->n_heads + (size_t)at->kv_head * group) * hd,
+                         (size_t)hp->n_heads * hd, at->n_tok, group, ws->att_lo + at->t0, ws->att_hi + at->t0};
+    const tk_kv_seq *seq = j->seqs[j->batch->seq[at->t0]];
+    tk_attn_init(rows, hd, acc, mx, sum);
+    for (int sg = at->seg_a; sg < at->seg_b; sg++) {
+        int lo = sg * ATTN_SPLIT, hi = lo + ATTN_SPLIT;
+        if (sg == at->seg_a) {
+            /* the first fold step: merging into an empty state is a copy */
+            tk_attn_tile_range((tk_isa)ws->att_isa, j->kv, seq, j->layer, at->kv_head, &tile, j->m->attn_scale, lo,
+                               hi, acc, mx, sum, scratch);
+        } else {
+            tk_attn_init(rows, hd, acc2, mx2, sum2);
+            tk_attn_tile_range((tk_isa)ws->att_isa, j->kv, seq, j->layer, at->kv_head, &tile, j->m->attn_scale, lo,
+                               hi, acc2, mx2, sum2, scratch);
+            tk_attn_merge(rows, hd, acc, mx, sum, acc2, mx2, sum2);
+        }
+    }
+    if (at->part < 0) attn_output(j, at, state);
 }
 
-/* Merges the splits of one (token, KV head) into the output. */
+/* Folds the segments of one split (tile, KV head) in order; writes the output. */
 static void attn_merge_task(void *ctx, int task, int thread) {
     (void)thread;
     const attn_job *j = ctx;
     tk_forward_ws *ws = j->ws;
-    const tk_hparams *hp = &j->m->hp;
-    int first = ws->att_first[task], last = ws->att_first[task + 1];
-    int group = ws->att_group, hd = ws->att_hd;
-    float *acc = ws->att_parts + (size_t)first * part_floats(ws);
-    float *mx = acc + (size_t)group * hd, *sum = mx + group;
-    for (int p = first + 1; p < last; p++) {
-        const float *b = ws->att_parts + (size_t)p * part_floats(ws);
-        tk_attn_merge(group, hd, acc, mx, sum, b, b + (size_t)group * hd, b + (size_t)group * hd + group);
-    }
+    const int first = ws->att_merge[2 * task], end = ws->att_merge[2 * task + 1];
     const tk_attn_task *at = &ws->att_tasks[first];
-    tk_attn_output(group, hd, acc, sum, ws->att + ((size_t)at->token * hp->n_heads + (size_t)at->kv_head * group) * hd);
+    const int hd = ws->att_hd, rows = at->n_tok * ws->att_group;
+    float *acc = ws->att_parts + at->part, *mx = acc + (size_t)rows * hd, *sum = mx + rows;
+    for (int p = first + 1; p < end; p++) {
+        const float *b = ws->att_parts + ws->att_tasks[p].part;
+        tk_attn_merge(rows, hd, acc, mx, sum, b, b + (size_t)rows * hd, b + (size_t)rows * hd + rows);
+    }
+    attn_output(j, at, acc);
 }
 
 static void attention(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *const *seqs, const tk_batch *batch,
                       int layer, int window, tk_forward_ws *ws, tk_pool *pool) {
     const tk_hparams *hp = &m->hp;
-    int T = batch->n_tokens;
-    for (int t0 = 0; t0 < T;) {
-        int n_tasks = 0, n_groups = 0, t1 = t0;
-        for (; t1 < T; t1++) {
-            int hi = batch->pos[t1] + 1, lo = window > 0 && hi > window ? hi - window : 0;
-            int splits = (hi - lo + ATTN_SPLIT - 1) / ATTN_SPLIT;
-            if (t1 > t0 && n_tasks + splits * hp->n_kv_heads > ws->att_parts_cap) break;
-            for (int h = 0; h < hp->n_kv_heads; h++) {
-                ws->att_first[n_groups++] = n_tasks;
-                for (int sp = 0; sp < splits; sp++) {
-                    tk_attn_task *at = &ws->att_tasks[n_tasks++];
-                    at->token = t1;
-                    at->kv_head = h;
-                    at->lo = lo + sp * ATTN_SPLIT;
-                    at->hi = at->lo + ATTN_SPLIT < hi ? at->lo + ATTN_SPLIT : hi;
+    const int T = batch->n_tokens, n_kv = hp->n_kv_heads;
+    for (int t = 0; t < T; t++) {
+        ws->att_hi[t] = batch->pos[t] + 1;
+        ws->att_lo[t] = window > 0 && ws->att_hi[t] > window ? ws->att_hi[t] - window : 0;
+    }
+    /* tiles: runs of consecutive tokens of one sequence */
+    int n_tiles = 0;
+    for (int t = 0; t < T;) {
+        int e = t + 1;
+        while (e < T && e - t < ws->att_tile_tokens && batch->seq[e] == batch->seq[t]) e++;
+        n_tiles++;
+        t = e;
+    }
+    /* Split tiles into per-segment tasks only when there are too few tiles
+     * for the threads (results are the same either way). */
+    bool split = n_tiles * n_kv < 4 * tk_pool_size(pool);
+    int n_tasks = 0, n_merge = 0;
+    size_t parts_used = 0;
+    for (int t = 0; t < T;) {
+        int e = t + 1;
+        while (e < T && e - t < ws->att_tile_tokens && batch->seq[e] == batch->seq[t]) e++;
+        int lo = ws->att_lo[t], hi = ws->att_hi[t];
+        for (int k = t + 1; k < e; k++) {
+            if (ws->att_lo[k] < lo) lo = ws->att_lo[k];
+            if (ws->att_hi[k] > hi) hi = ws->att_hi[k];
+        }
+        int seg_a = lo / ATTN_SPLIT, seg_b = (hi - 1) / ATTN_SPLIT + 1, n_seg = seg_b - seg_a;
+        size_t state = (size_t)(e - t) * ws->att_group * (ws->att_hd + 2);
+        for (int h = 0; h < n_kv; h++) {
+            bool sp = split && n_seg > 1 && parts_used + n_seg * state <= ws->att_parts_cap &&
+                      n_tasks + n_seg + (T - t) * n_kv <= ws->att_tasks_cap;
+            if (sp) {
+                ws->att_merge[2 * n_merge] = n_tasks;
+                for (int sg = seg_a; sg < seg_b; sg++) {
+                    ws->att_tasks[n_tasks++] = (tk_attn_task){t, e - t, h, sg, sg + 1, (long)parts_used};
+                    parts_used += state;
                 }
+                ws->att_merge[2 * n_merge++ + 1] = n_tasks;
+            } else {
+                ws->att_tasks[n_tasks++] = (tk_attn_task){t, e - t, h, seg_a, seg_b, -1};
             }
         }
-        ws->att_first[n_groups] = n_tasks;
-        attn_job j = {m, kv, seqs, batch, ws, layer, n_tasks};
-        tk_pool_run(pool, n_tasks, attn_task, &j);
-        tk_pool_run(pool, n_groups, attn_merge_task, &j);
-        t0 = t1;
+        t = e;
     }
+    attn_job j = {m, kv, seqs, batch, ws, layer};
+    tk_pool_run(pool, n_tasks, attn_task, &j);
+    if (n_merge) tk_pool_run(pool, n_merge, attn_merge_task, &j);
 }
 
 static int validate_batch(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs,
@@ -195,7 +259,8 @@ static int validate_batch(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *co
     if (b->n_tokens <= 0) return tk_err_set(err, "empty batch");
     if (b->n_tokens > ws->max_tokens)
         return tk_err_set(err, "batch of %d tokens exceeds the capacity %d", b->n_tokens, ws->max_tokens);
-    if (kv->block_size * (2 * (size_t)kv->head_dim + 1) > ws->att_scratch_stride)
+    if (tk_attn_tile_scratch_floats(kv->head_dim, kv->block_size, ws->att_tile_tokens * ws->att_group) >
+        ws->att_kernel_floats)
         return tk_err_set(err, "KV block size %d is larger than the workspace was sized for", kv->block_size);
     for (int i = 0; i < b->n_tokens; i++) {
         if (b->token[i] < 0 || b->token[i] >= m->hp.n_vocab)

@@ -63,8 +63,14 @@ enum {
     TK_FUSE_ALL = 15
 };
 
+/* One attention task: a tile of n_tok consecutive batch tokens (one
+ * sequence) against one KV head, over the segments [seg_a, seg_b) of
+ * ATTN_SPLIT positions; part < 0: the task covers every segment of its tile
+ * and writes the output itself, else its partial state is at att_parts +
+ * part and a merge task folds it with the tile's other segments. */
 typedef struct tk_attn_task {
-    int token, kv_head, lo, hi;
+    int t0, n_tok, kv_head, seg_a, seg_b;
+    long part;
 } tk_attn_task;
 
 /* Scratch for one forward pass of up to max_tokens tokens; allocated once. */
@@ -76,13 +82,17 @@ typedef struct tk_forward_ws {
     float *rope_cos_swa, *rope_sin_swa; /* the same for sliding layers (when the model has them) */
     tk_matmul_ws mm;            /* packed activations, dequant rows */
     unsigned fuse;              /* TK_FUSE_* operator fusions in use */
-    float *att_scratch;         /* per-thread block scratch (converted K/V, scores) */
-    size_t att_scratch_stride;
+    float *att_scratch;         /* per-thread: kernel scratch and two tile states */
+    size_t att_scratch_stride, att_kernel_floats;
     int att_group, att_hd;
-    float *att_parts;           /* partial softmax states, one per task of a wave */
+    int att_tile_tokens;        /* tokens per tile (ATTN_TILE_ROWS / group) */
+    int att_isa;                /* tk_isa of the attention kernels (scalar for reference_kernels) */
+    int *att_lo, *att_hi;       /* per batch token: visible positions (this layer) */
+    float *att_parts;           /* partial softmax states of split tiles */
+    size_t att_parts_cap;       /* floats */
     struct tk_attn_task *att_tasks;
-    int *att_first;             /* first task of each (token, KV head) */
-    int att_parts_cap;
+    int att_tasks_cap;
+    int *att_merge;             /* per split (tile, KV head): first task, end task */
     int n_threads;
     /* Optional: called with the input of every weight matmul (calibration
      * for GPTQ/AWQ).  x holds n_tok rows of `dim` floats. */

@@ -1,0 +1,298 @@
+/* The SIMD attention tile kernel, written once for any vector width.
+ * Included by attention_avx2.c and attention_avx512.c after they define:
+ *
+ *   VL                      floats per vector; vf the vector type; FN(name)
+ *   QK_MR, QK_NR            score micro-kernel: rows x vectors of positions
+ *   PV_MR, PV_NV            P·V micro-kernel: rows x vectors of head dims
+ *   vzero vset1 vload vstore vfma vmul vadd vsub vmax vmin vround
+ *   vload_f16(const uint16_t *)  VL halves -> floats
+ *   vload_i8(const int8_t *)     VL int8 -> floats
+ *   h2f(uint16_t)                one half -> float
+ *   vhmax vhsum                  horizontal max / sum (a fixed order)
+ *   vmask(s, la, lb)             lanes outside [la, lb) -> -inf
+ *   vexp_scale2(p, n)            p * 2^n (n integral, in [-126, 127])
+ *   vzero_where_lt(y, x, c)      y with lanes where x < c set to 0
+ *   transpose(vf r[VL])          in place
+ *
+ * Layout of one chunk of TK_ATTN_CHUNK positions (starting at a multiple of
+ * the chunk size): K is converted and transposed into kt[d][pos] once per
+ * tile, so a score vector holds VL positions of one query row and needs no
+ * horizontal sums; V rows are used as stored (F32, or converted in the
+ * load: F16 with vcvtph2ps, Q8_0 as int8 * scale), or, for tiles of more
+ * than one row block, converted once into a float chunk.
+ *
+ * Exactness across tiles: a row's scores, its mask, max, exps and the
+ * order of its sums and of its P·V accumulation depend only on the row and
+ * the absolute chunk.  Lanes outside the row's range hold -inf scores and
+ * exactly 0 probabilities; adding 0 or 0·v (v finite) leaves a float
+ * unchanged (the state never holds -0), so processing a wider range for the
+ * other rows of a tile changes nothing. */
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../formats/quant_blocks.h"
+
+#define CH TK_ATTN_CHUNK
+#define RB 8 /* rows per row block (one GQA group of 8, or 8 tokens of MHA) */
+#define AI static inline __attribute__((always_inline))
+
+typedef const unsigned char *rowp;
+
+AI vf load_row(rowp row, tk_kv_type type, int d0) {
+    if (type == TK_KV_F32) return vload((const float *)(const void *)row + d0);
+    if (type == TK_KV_F16) return vload_f16((const uint16_t *)(const void *)row + d0);
+    const tk_block_q8_0 *b = (const tk_block_q8_0 *)(const void *)row + d0 / 32;
+    return vmul(vload_i8(b->qs + d0 % 32), vset1(h2f(b->d)));
+}
+
+/* exp(x) for x <= 88: Cody-Waite reduction to r in [-ln2/2, ln2/2], a
+ * degree-7 polynomial (Cephes' expf coefficients), then the 2^n scaling;
+ * about 1-2 ulp.  Lanes below -87 (exp < 1.7e-38; -inf from the mask) give
+ * exactly 0. */
+AI vf vexp(vf x) {
+    vf xc = vmin(vmax(x, vset1(-87.0f)), vset1(88.0f));
+    vf n = vround(vmul(xc, vset1(1.44269504088896341f)));
+    vf r = vfma(n, vset1(-0.693359375f), xc);
+    r = vfma(n, vset1(2.12194440e-4f), r);
+    vf p = vset1(1.9875691500e-4f);
+    p = vfma(p, r, vset1(1.3981999507e-3f));
+    p = vfma(p, r, vset1(8.3334519073e-3f));
+    p = vfma(p, r, vset1(4.1665795894e-2f));
+    p = vfma(p, r, vset1(1.6666665459e-1f));
+    p = vfma(p, r, vset1(5.0000001201e-1f));
+    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+    return vzero_where_lt(vexp_scale2(p, n), x, -87.0f);
+}
+
+/* kt[d][pos] for the vectors [j0, j1) of the chunk (missing rows point to
+ * a row of zeros). */
+AI void build_kt_t(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, float *kt) {
+    for (int j = j0; j < j1; j++)
+        for (int d0 = 0; d0 < hd; d0 += VL) {
+            vf r[VL];
+            _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) r[i] = load_row(krow[j * VL + i], type, d0);
+            transpose(r);
+            _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) vstore(kt + (size_t)(d0 + i) * CH + j * VL, r[i]);
+        }
+}
+
+static void build_kt(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, float *kt) {
+    switch (type) {
+    case TK_KV_F32: build_kt_t(TK_KV_F32, hd, krow, j0, j1, kt); break;
+    case TK_KV_F16: build_kt_t(TK_KV_F16, hd, krow, j0, j1, kt); break;
+    case TK_KV_Q8_0: build_kt_t(TK_KV_Q8_0, hd, krow, j0, j1, kt); break;
+    }
+}
+
+/* Scores of MR rows x NR vectors (positions j*VL...): an FMA chain over the
+ * head dimensions in order, then the scale. */
+AI void qk_block(const int MR, const int NR, const float *const *qr, const float *kt, int hd, int j,
+                 float *const *srow, float scale) {
+    vf acc[QK_MR][QK_NR];
+    _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) acc[m][n] = vzero();
+    for (int d = 0; d < hd; d++) {
+        vf k[QK_NR];
+        _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) k[n] = vload(kt + (size_t)d * CH + (j + n) * VL);
+        _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
+            vf qb = vset1(qr[m][d]);
+            _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) acc[m][n] = vfma(qb, k[n], acc[m][n]);
+        }
+    }
+    vf sc = vset1(scale);
+    _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) vstore(srow[m] + (j + n) * VL, vmul(acc[m][n], sc));
+}
+
+static void qk_rows(int nr, const float *const *qr, const float *kt, int hd, int va, int vb, float *const *srow,
+                    float scale) {
+    int m = 0;
+    for (; m + QK_MR <= nr; m += QK_MR) {
+        int j = va;
+        for (; j + QK_NR <= vb; j += QK_NR) qk_block(QK_MR, QK_NR, qr + m, kt, hd, j, srow + m, scale);
+        for (; j < vb; j++) qk_block(QK_MR, 1, qr + m, kt, hd, j, srow + m, scale);
+    }
+    for (; m < nr; m++) {
+        int j = va;
+        for (; j + QK_NR <= vb; j += QK_NR) qk_block(1, QK_NR, qr + m, kt, hd, j, srow + m, scale);
+        for (; j < vb; j++) qk_block(1, 1, qr + m, kt, hd, j, srow + m, scale);
+    }
+}
+
+/* acc rows (MR rows, NV vectors from head dim d0) = acc * alpha + sum over
+ * positions [ia, ib) of p * v, in position order. */
+AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, const float *const *prow, int ia,
+                 int ib, int d0, float *const *arow, const float *alpha) {
+    vf acc[PV_MR][PV_NV];
+    _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
+        vf a = vset1(alpha[m]);
+        _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) acc[m][n] = vmul(vload(arow[m] + d0 + n * VL), a);
+    }
+    for (int i = ia; i < ib; i++) {
+        vf v[PV_NV];
+        _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = load_row(vrow[i], type, d0 + n * VL);
+        _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
+            vf pb = vset1(prow[m][i]);
+            _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) acc[m][n] = vfma(pb, v[n], acc[m][n]);
+        }
+    }
+    _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) vstore(arow[m] + d0 + n * VL, acc[m][n]);
+}
+
+AI void pv_rows_t(tk_kv_type type, int nr, rowp const *vrow, const float *const *prow, int ia, int ib, int hd,
+                  float *const *arow, const float *alpha) {
+    int m = 0;
+    for (; m + PV_MR <= nr; m += PV_MR) {
+        int d0 = 0;
+        for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL)
+            pv_block(PV_MR, PV_NV, type, vrow, prow + m, ia, ib, d0, arow + m, alpha + m);
+        for (; d0 < hd; d0 += VL) pv_block(PV_MR, 1, type, vrow, prow + m, ia, ib, d0, arow + m, alpha + m);
+    }
+    for (; m < nr; m++) {
+        int d0 = 0;
+        for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL)
+            pv_block(1, PV_NV, type, vrow, prow + m, ia, ib, d0, arow + m, alpha + m);
+        for (; d0 < hd; d0 += VL) pv_block(1, 1, type, vrow, prow + m, ia, ib, d0, arow + m, alpha + m);
+    }
+}
+
+static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *const *prow, int ia, int ib, int hd,
+                    float *const *arow, const float *alpha) {
+    switch (type) {
+    case TK_KV_F32: pv_rows_t(TK_KV_F32, nr, vrow, prow, ia, ib, hd, arow, alpha); break;
+    case TK_KV_F16: pv_rows_t(TK_KV_F16, nr, vrow, prow, ia, ib, hd, arow, alpha); break;
+    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, nr, vrow, prow, ia, ib, hd, arow, alpha); break;
+    }
+}
+
+static float *align16f(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* Starts loading the K and V rows of positions [a, b) into the cache. */
+static void prefetch_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int a, int b) {
+    for (int p = a; p < b;) {
+        int end = (p / kv->block_size + 1) * kv->block_size;
+        if (end > b) end = b;
+        const char *k = (const char *)tk_kv_k(kv, s, layer, kv_head, p), *v = (const char *)tk_kv_v(kv, s, layer, kv_head, p);
+        size_t bytes = (size_t)(end - p) * kv->row_bytes;
+        for (size_t o = 0; o < bytes; o += 64) {
+            _mm_prefetch(k + o, _MM_HINT_T0);
+            _mm_prefetch(v + o, _MM_HINT_T0);
+        }
+        p = end;
+    }
+}
+
+/* Row pointers of positions [a, b) (chunk lanes a - c0 ...), block by block. */
+static void chunk_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int c0, int a, int b,
+                       rowp *krow, rowp *vrow) {
+    for (int p = a; p < b;) {
+        int end = (p / kv->block_size + 1) * kv->block_size;
+        if (end > b) end = b;
+        rowp k = tk_kv_k(kv, s, layer, kv_head, p), v = tk_kv_v(kv, s, layer, kv_head, p);
+        for (int i = p; i < end; i++, k += kv->row_bytes, v += kv->row_bytes) {
+            krow[i - c0] = k;
+            vrow[i - c0] = v;
+        }
+        p = end;
+    }
+}
+
+int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
+                     float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch) {
+    const int hd = kv->head_dim, group = tile->group, n_rows = tile->n_tok * group;
+    if (hd % VL || hd > 1024) return -1;
+    float *kt = align16f(scratch), *vconv = align16f(kt + (size_t)hd * CH);
+    float *P = align16f(vconv + (size_t)CH * hd), *alpha = align16f(P + (size_t)n_rows * CH);
+    float *zero_row = align16f(alpha + n_rows); /* hd floats: at least one row of any type */
+    memset(zero_row, 0, sizeof(float) * hd);
+    int tlo = INT_MAX, thi = INT_MIN;
+    for (int t = 0; t < tile->n_tok; t++) {
+        int a = tile->lo[t] > seg_lo ? tile->lo[t] : seg_lo, b = tile->hi[t] < seg_hi ? tile->hi[t] : seg_hi;
+        if (a >= b) continue;
+        if (a < tlo) tlo = a;
+        if (b > thi) thi = b;
+    }
+    if (tlo >= thi) return 0;
+    const bool convert_v = kv->type != TK_KV_F32 && n_rows > RB;
+    rowp krow[CH], vrow[CH];
+    const float *qr[RB];
+    float *srow[RB], *arow[RB];
+    for (int c0 = tlo / CH * CH; c0 < thi; c0 += CH) {
+        const int da = c0 > tlo ? c0 : tlo, db = c0 + CH < thi ? c0 + CH : thi;
+        for (int i = 0; i < CH; i++) krow[i] = (rowp)(const void *)zero_row;
+        chunk_rows(kv, s, layer, kv_head, c0, da, db, krow, vrow);
+        if (db < thi) prefetch_rows(kv, s, layer, kv_head, db, db + CH < thi ? db + CH : thi);
+        build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt);
+        tk_kv_type vtype = kv->type;
+        if (convert_v) {
+            for (int i = da - c0; i < db - c0; i++) {
+                float *dst = vconv + (size_t)i * hd;
+                switch (vtype) {
+                case TK_KV_F16:
+                    for (int d0 = 0; d0 < hd; d0 += VL) vstore(dst + d0, load_row(vrow[i], TK_KV_F16, d0));
+                    break;
+                default:
+                    for (int d0 = 0; d0 < hd; d0 += VL) vstore(dst + d0, load_row(vrow[i], TK_KV_Q8_0, d0));
+                    break;
+                }
+                vrow[i] = (rowp)(const void *)dst;
+            }
+            vtype = TK_KV_F32;
+        }
+        for (int r0 = 0; r0 < n_rows; r0 += RB) {
+            const int nr = n_rows - r0 < RB ? n_rows - r0 : RB;
+            int ra[RB], rb[RB], ua = INT_MAX, ub = INT_MIN;
+            for (int m = 0; m < nr; m++) {
+                int t = (r0 + m) / group, g = (r0 + m) % group;
+                int a = tile->lo[t], b = tile->hi[t];
+                if (a < seg_lo) a = seg_lo;
+                if (a < c0) a = c0;
+                if (b > seg_hi) b = seg_hi;
+                if (b > c0 + CH) b = c0 + CH;
+                ra[m] = a - c0;
+                rb[m] = b - c0;
+                if (a < b) {
+                    if (ra[m] < ua) ua = ra[m];
+                    if (rb[m] > ub) ub = rb[m];
+                }
+                qr[m] = tile->q + (size_t)t * tile->q_stride + (size_t)g * hd;
+                srow[m] = P + (size_t)(r0 + m) * CH;
+                arow[m] = acc + (size_t)(r0 + m) * hd;
+            }
+            if (ua >= ub) continue;
+            const int va = ua / VL, vb = (ub + VL - 1) / VL;
+            qk_rows(nr, qr, kt, hd, va, vb, srow, scale);
+            for (int m = 0; m < nr; m++) {
+                float *sr = srow[m];
+                const int row = r0 + m;
+                if (ra[m] >= rb[m]) {
+                    for (int j = va; j < vb; j++) vstore(sr + j * VL, vzero());
+                    alpha[m] = 1.0f;
+                    continue;
+                }
+                vf vmx = vset1(-INFINITY);
+                for (int j = va; j < vb; j++) {
+                    vf x = vmask(vload(sr + j * VL), ra[m] - j * VL, rb[m] - j * VL);
+                    vstore(sr + j * VL, x);
+                    vmx = vmax(vmx, x);
+                }
+                float mc = vhmax(vmx), mold = mx[row], mnew = mc > mold ? mc : mold;
+                alpha[m] = mnew > mold ? expf(mold - mnew) : 1.0f;
+                vf vm = vset1(mnew), ps = vzero();
+                for (int j = va; j < vb; j++) {
+                    vf p = vexp(vsub(vload(sr + j * VL), vm));
+                    vstore(sr + j * VL, p);
+                    ps = vadd(ps, p);
+                }
+                sum[row] = sum[row] * alpha[m] + vhsum(ps);
+                mx[row] = mnew;
+            }
+            pv_rows(vtype, nr, vrow, (const float *const *)srow, ua, ub, hd, arow, alpha);
+        }
+    }
+    return 0;
+}
