@@ -121,6 +121,12 @@ typedef struct tk_model_summary {
 int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err);
 void tk_engine_close(tk_engine *e);
 void tk_engine_summary(const tk_engine *e, tk_model_summary *out);
+
+/* Later passes use at most n of the engine's threads (clamped to [1,
+ * n_threads]; the thread count it was opened with is the maximum).  Not
+ * while a pass runs.  Returns the count in effect.  Results do not depend
+ * on it. */
+int tk_engine_set_threads(tk_engine *e, int n);
 const tk_tokenizer *tk_engine_tokenizer(const tk_engine *e); /* NULL if none */
 int tk_engine_n_vocab(const tk_engine *e);
 int tk_engine_ctx_len(const tk_engine *e);

@@ -129,6 +129,8 @@ static void usage(FILE *f) {
                "  --no-bandwidth   skip the memory bandwidth measurement\n"
                "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
                "                   context (prefill t/s, decode ms/token), with the peak RSS\n"
+               "  --context-threads N  also time the decode at each context with only N threads\n"
+               "                   (after the same prefill; shows what split-KV attention gains)\n"
                "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n"
                "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,residual\n"
                "  --verify-cost    time a pass over k + 1 tokens relative to one token, k = 1..8 (at\n"
@@ -147,6 +149,7 @@ int tk_cmd_bench(int argc, char **argv) {
     const char *model = NULL, *cmd = "bench";
     tk_spec_args spec = {0};
     int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1, verify_cost = 0;
+    int ctx_threads = 0;
     tk_bench_spec_opts so = {.prompt_chars = 600, .n_prompts = 4, .seed = 1};
     bool tg_given = false, reps_given = false;
     const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
@@ -176,6 +179,7 @@ int tk_cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--no-bandwidth")) bandwidth = 0;
         else if (!strcmp(a, "--context")) rc = tk_arg_str(cmd, argc, argv, &i, &contexts);
+        else if (!strcmp(a, "--context-threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 4096, &ctx_threads);
         else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_type);
         else if (!strcmp(a, "--fuse")) rc = tk_arg_str(cmd, argc, argv, &i, &fusions);
         else {
@@ -306,7 +310,9 @@ int tk_cmd_bench(int argc, char **argv) {
         }
     }
     /* attention scaling: prefill each context, then decode at it */
-    double ctx_pp[8] = {0}, ctx_tg_ms[8] = {0};
+    double ctx_pp[8] = {0}, ctx_tg_ms[8] = {0}, ctx_tg_alt_ms[8] = {0};
+    int all_threads = tk_engine_set_threads(e, 1 << 20), alt_threads = ctx_threads ? tk_engine_set_threads(e, ctx_threads) : 0;
+    tk_engine_set_threads(e, all_threads);
     size_t ctx_rss[8] = {0};
     for (int c = 0; c < n_ctx_list && rc == 0; c++) {
         seq = tk_engine_seq_new(e, &err);
@@ -318,6 +324,15 @@ int tk_cmd_bench(int argc, char **argv) {
         for (int i = 0; i < n_dec && rc == 0; i++)
             rc |= feed(e, &fd, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
         ctx_tg_ms[c] = 1e3 * (now_seconds() - t0) / n_dec;
+        if (alt_threads) {
+            /* the same positions again (their K/V are rewritten with the same values) */
+            tk_engine_set_threads(e, alt_threads);
+            t0 = now_seconds();
+            for (int i = 0; i < n_dec && rc == 0; i++)
+                rc |= feed(e, &fd, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
+            ctx_tg_alt_ms[c] = 1e3 * (now_seconds() - t0) / n_dec;
+            tk_engine_set_threads(e, all_threads);
+        }
         ctx_rss[c] = tk_peak_rss();
         tk_engine_seq_free(e, seq);
     }
@@ -354,8 +369,13 @@ int tk_cmd_bench(int argc, char **argv) {
         if (n_ctx_list) {
             printf(", \"contexts\": [");
             for (int c = 0; c < n_ctx_list; c++)
-                printf("%s{\"context\": %d, \"prefill_tps\": %.3f, \"decode_ms_per_token\": %.3f, \"peak_rss\": %zu}",
+            {
+                printf("%s{\"context\": %d, \"prefill_tps\": %.3f, \"decode_ms_per_token\": %.3f, \"peak_rss\": %zu",
                        c ? ", " : "", ctx_list[c], ctx_pp[c], ctx_tg_ms[c], ctx_rss[c]);
+                if (alt_threads)
+                    printf(", \"alt_threads\": %d, \"alt_decode_ms_per_token\": %.3f", alt_threads, ctx_tg_alt_ms[c]);
+                printf("}");
+            }
             printf("]");
         }
         printf(", \"kv_type\": \"%s\", \"kv_bytes\": %zu}\n", kv_type ? kv_type : "f32", ms.kv_bytes);
@@ -373,9 +393,14 @@ int tk_cmd_bench(int argc, char **argv) {
             printf("memory read bandwidth %.2f GB/s; %.1f MB read per decoded token; roofline %.2f t/s; decode "
                    "reaches %.1f %%\n",
                    bw, bytes_per_token / 1e6, roofline, 100 * tg_med / roofline);
-        for (int c = 0; c < n_ctx_list; c++)
+        for (int c = 0; c < n_ctx_list; c++) {
             printf("context %6d: prefill %8.2f t/s, decode %8.2f ms/token (%.2f t/s), peak RSS %.0f MiB\n",
                    ctx_list[c], ctx_pp[c], ctx_tg_ms[c], 1e3 / ctx_tg_ms[c], ctx_rss[c] / 1048576.0);
+            if (alt_threads)
+                printf("                decode with %d thread%s: %8.2f ms/token (%.2f t/s); %d threads are %.2fx faster\n",
+                       alt_threads, alt_threads == 1 ? "" : "s", ctx_tg_alt_ms[c], 1e3 / ctx_tg_alt_ms[c], all_threads,
+                       ctx_tg_alt_ms[c] / ctx_tg_ms[c]);
+        }
         printf("KV cache: %s, %.1f MiB\n", kv_type ? kv_type : "f32", ms.kv_bytes / 1048576.0);
     }
     free(tokens);

@@ -208,6 +208,8 @@ const tk_tokenizer *tk_engine_tokenizer(const tk_engine *e) { return e->tok; }
 int tk_engine_n_vocab(const tk_engine *e) { return e->model.hp.n_vocab; }
 int tk_engine_ctx_len(const tk_engine *e) { return e->ctx_len; }
 
+int tk_engine_set_threads(tk_engine *e, int n) { return tk_pool_set_active(e->pool, n); }
+
 void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     const tk_model *m = &e->model;
     const tk_hparams *hp = &m->hp;

@@ -7,6 +7,7 @@
 
 struct tk_pool {
     int n_threads; /* including the caller */
+    atomic_int active; /* threads that take tasks (tk_pool_set_active) */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake;
@@ -54,7 +55,7 @@ static void *worker_main(void *arg) {
         }
         if (p->stop) return NULL;
         seen = gen;
-        run_tasks(p, index);
+        if (index < atomic_load(&p->active)) run_tasks(p, index);
         if (atomic_fetch_sub(&p->busy_workers, 1) == 1) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->done);
@@ -68,6 +69,7 @@ tk_pool *tk_pool_new(int n_threads) {
     tk_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
+    atomic_init(&p->active, n_threads);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done, NULL);
@@ -90,6 +92,7 @@ tk_pool *tk_pool_new(int n_threads) {
             break;
         }
     }
+    atomic_store(&p->active, p->n_threads);
     return p;
 }
 
@@ -110,9 +113,16 @@ void tk_pool_free(tk_pool *p) {
 
 int tk_pool_size(const tk_pool *p) { return p->n_threads; }
 
+int tk_pool_set_active(tk_pool *p, int n) {
+    if (n < 1) n = 1;
+    if (n > p->n_threads) n = p->n_threads;
+    atomic_store(&p->active, n);
+    return n;
+}
+
 void tk_pool_run(tk_pool *p, int n_tasks, tk_task_fn fn, void *ctx) {
     if (n_tasks <= 0) return;
-    if (p->n_threads == 1 || n_tasks == 1) {
+    if (atomic_load(&p->active) == 1 || n_tasks == 1) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);
         return;
     }

@@ -12,6 +12,10 @@ typedef void (*tk_task_fn)(void *ctx, int task, int thread);
 tk_pool *tk_pool_new(int n_threads);
 void tk_pool_free(tk_pool *p);
 int tk_pool_size(const tk_pool *p);
+/* Later jobs use only the first n threads (clamped to [1, size]); the others
+ * stay idle.  Not while a job runs.  Returns the count in effect.  Work
+ * splits may still be planned for tk_pool_size threads. */
+int tk_pool_set_active(tk_pool *p, int n);
 void tk_pool_run(tk_pool *p, int n_tasks, tk_task_fn fn, void *ctx);
 
 #endif
