@@ -44,7 +44,7 @@ typedef struct tk_engine_config {
     int kv_block_size;          /* tokens per KV block; 0: 16 */
     bool require_tokenizer;     /* fail if no tokenizer can be loaded */
     size_t kv_memory;           /* KV pool bytes; 0: enough for max_seqs full contexts */
-    const char *kv_type;        /* "f32" (default), "f16" or "q8_0" */
+    const char *kv_type;        /* "f16" (default), "f32" or "q8_0" */
     bool no_prefix_cache;       /* disable automatic prefix caching */
     bool no_window_release;     /* models whose layers all slide (Mistral-style): keep KV blocks that
                                    left the window instead of returning them to the pool */

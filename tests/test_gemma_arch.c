@@ -223,7 +223,7 @@ static double max_diff(const float *a, const double *b, int n) {
 /* Engine logits for every position: prefill in chunks of `chunk` tokens,
  * the rest one token at a time. */
 static int engine_logits(const char *path, int threads, int block, int chunk, const int32_t *tok, int n, float *out) {
-    tk_engine_config cfg = {.model_path = path, .n_threads = threads, .kv_block_size = block, .max_seqs = 1,
+    tk_engine_config cfg = {.kv_type = "f32", .model_path = path, .n_threads = threads, .kv_block_size = block, .max_seqs = 1,
                             .max_batch_tokens = chunk};
     tk_engine *e;
     tk_err err;

@@ -24,7 +24,7 @@ static void check_llama2c_golden(const char *model, const char *tokenizer, const
     json_t *g = load_json(tk_shared(golden));
     CHECK(g != NULL, "%s", golden);
     if (!g) return;
-    tk_engine_config cfg = {.model_path = tk_shared(model), .tokenizer_path = tokenizer ? tk_shared(tokenizer) : NULL,
+    tk_engine_config cfg = {.kv_type = "f32", .model_path = tk_shared(model), .tokenizer_path = tokenizer ? tk_shared(tokenizer) : NULL,
                             .n_threads = 2};
     tk_engine *e;
     tk_err err;
@@ -75,7 +75,7 @@ static void check_fixture(const char *type, bool reference) {
     json_t *g = load_json(tk_shared(golden));
     CHECK(g != NULL, "%s", golden);
     if (!g) return;
-    tk_engine_config cfg = {.model_path = tk_shared(gguf), .n_threads = 2, .reference_kernels = reference};
+    tk_engine_config cfg = {.kv_type = "f32", .model_path = tk_shared(gguf), .n_threads = 2, .reference_kernels = reference};
     tk_engine *e;
     tk_err err;
     int rc = tk_engine_open(&cfg, &e, &err);

@@ -90,7 +90,7 @@ static int make_mistral_dir(const char *name, const char *model, int window, cha
 }
 
 static tk_engine *open_engine(const char *model, const char *draft, int max_seqs, size_t kv_memory, bool release) {
-    tk_engine_config cfg = {.model_path = model, .draft_model_path = draft,
+    tk_engine_config cfg = {.kv_type = "f32", .model_path = model, .draft_model_path = draft,
                             .tokenizer_path = tk_shared("models/code-target/tokenizer.json"),
                             .draft_tokenizer_path = draft ? tk_shared("models/code-target/tokenizer.json") : NULL,
                             .n_threads = 2, .max_seqs = max_seqs, .kv_memory = kv_memory, .kv_block_size = BS,
@@ -456,7 +456,7 @@ static int write_gguf(const weights *w, const char *path, const char *arch, int 
 
 /* Logits of every position, and the release window of the engine. */
 static int gguf_logits(const char *path, float *out, int *release) {
-    tk_engine_config cfg = {.model_path = path, .n_threads = 2, .kv_block_size = 4};
+    tk_engine_config cfg = {.kv_type = "f32", .model_path = path, .n_threads = 2, .kv_block_size = 4};
     tk_engine *e;
     tk_err err;
     if (tk_engine_open(&cfg, &e, &err)) {

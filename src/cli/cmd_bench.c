@@ -131,7 +131,7 @@ static void usage(FILE *f) {
                "                   context (prefill t/s, decode ms/token), with the peak RSS\n"
                "  --context-threads N  also time the decode at each context with only N threads\n"
                "                   (after the same prefill; shows what split-KV attention gains)\n"
-               "  --kv-type T      KV cache storage: f32 (default), f16, q8_0\n"
+               "  --kv-type T      KV cache storage: f16 (default), f32, q8_0\n"
                "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,residual\n"
                "  --verify-cost    time a pass over k + 1 tokens relative to one token, k = 1..8 (at\n"
                "                   context -p), and nothing else\n"
@@ -378,7 +378,7 @@ int tk_cmd_bench(int argc, char **argv) {
             }
             printf("]");
         }
-        printf(", \"kv_type\": \"%s\", \"kv_bytes\": %zu}\n", kv_type ? kv_type : "f32", ms.kv_bytes);
+        printf(", \"kv_type\": \"%s\", \"kv_bytes\": %zu}\n", kv_type ? kv_type : "f16", ms.kv_bytes);
     } else {
         printf("model: %s (%s, %.1f M params, %.1f MiB of weights)\n", model, ms.arch, ms.n_params / 1e6,
                ms.weight_bytes / 1048576.0);
@@ -401,7 +401,7 @@ int tk_cmd_bench(int argc, char **argv) {
                        alt_threads, alt_threads == 1 ? "" : "s", ctx_tg_alt_ms[c], 1e3 / ctx_tg_alt_ms[c], all_threads,
                        ctx_tg_alt_ms[c] / ctx_tg_ms[c]);
         }
-        printf("KV cache: %s, %.1f MiB\n", kv_type ? kv_type : "f32", ms.kv_bytes / 1048576.0);
+        printf("KV cache: %s, %.1f MiB\n", kv_type ? kv_type : "f16", ms.kv_bytes / 1048576.0);
     }
     free(tokens);
     free(logits);

@@ -26,7 +26,7 @@ static void usage(FILE *f) {
             "  --seed S              RNG seed (same seed, same output)\n"
             "  -c, --ctx-size N      context length (default: the model's)\n"
             "  -t, --threads N       threads (default: all cores)\n"
-            "  --kv-type T           KV cache storage: f32 (default), f16, q8_0\n"
+            "  --kv-type T           KV cache storage: f16 (default), f32, q8_0\n"
             "  --no-bos              do not prepend BOS\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
             "speculative decoding:\n"

@@ -72,7 +72,7 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
     int n_threads = cfg->n_threads > 0 ? cfg->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (n_threads < 1) n_threads = 1;
     int blocks_per_seq = (e->ctx_len + block - 1) / block;
-    int kv_type = cfg->kv_type ? tk_kv_type_from_name(cfg->kv_type) : TK_KV_F32;
+    int kv_type = cfg->kv_type ? tk_kv_type_from_name(cfg->kv_type) : TK_KV_F16;
     if (kv_type < 0) {
         tk_err_set(err, "unknown KV cache type '%s' (f32, f16 or q8_0)", cfg->kv_type);
         goto fail;
