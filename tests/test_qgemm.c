@@ -19,9 +19,10 @@
  *    E = sum |w_c| |x_c - xq_c| the activation quantization error, itself
  *    checked against the a priori bound |x - xq| <= (0.5 + 1e-4) d + 127 |d - d16|
  *    per element (d = amax/127 of the block, d16 its stored half-precision
- *    copy; Q8_K keeps d in float).  Q8_1's stored s = d*sum(q) is half
+ *    copy; Q8_K keeps d = 1/(127/amax) in float).  Q8_1's stored s = d*sum(q) is half
  *    precision too; its rounding, times |m|, is added to E.
- *  - Exact (bitwise) checks: SIMD activation packing == scalar packing;
+ *  - Exact (bitwise) checks: the packing convention (test_act_convention:
+ *    round(x * 127/amax), llama.cpp's); SIMD packing == scalar packing;
  *    results do not depend on how rows are split into [r0, r1) ranges, nor
  *    on how many tokens are in the batch; nothing outside the requested
  *    rows is written. */
@@ -387,10 +388,92 @@ static void test_isa_selection(void) {
     }
 }
 
+/* The packing convention, exactly, on every ISA: per block amax = max |x|,
+ * quant = round-half-even(x * (127/amax)), d = amax/127 as f16 (Q8_0, Q8_1)
+ * or d = 1/(127/amax) as float (Q8_K); Q8_K bsums are the sums of 16
+ * quants, Q8_1's s = f16(d * sum q).  This is llama.cpp's x86 convention
+ * (Q8_K: up to its sign flip), so both engines give the same dequantized
+ * activations.  The inputs are multiples of 1/4, so x * 127/amax often
+ * lands exactly on .5; the multiplier 1/(amax/127), one rounding off,
+ * rounds some of those ties the other way (counted below, must be > 0). */
+static void test_act_convention(void) {
+    const tk_dtype wts[] = {TK_Q8_0, TK_Q4_1, TK_Q4_K}; /* -> Q8_0, Q8_1, Q8_K activations */
+    const int64_t n = 512;
+    float x[512];
+    long ties = 0, other_mult_differs = 0;
+    for (int rep = 0; rep < 200; rep++) {
+        for (int64_t i = 0; i < n; i++) x[i] = (float)(rndi(81) - 40) * 0.25f;
+        /* amax per block of 32: sometimes pinned to awkward values */
+        for (int64_t b = 0; b < n; b += 32)
+            if (rndi(2)) x[b + rndi(32)] = (float)(rndi(2) ? 1 : -1) * (float)(20 + rndi(300)) * 0.25f;
+        for (int wi = 0; wi < 3; wi++)
+            for (int isa = 0; isa < TK_ISA_COUNT; isa++) {
+                if (!tk_isa_supported((tk_isa)isa)) continue;
+                const tk_qkernel *k = tk_qkernel_get(wts[wi], (tk_isa)isa);
+                if (!k || k->isa != (tk_isa)isa) continue;
+                uint8_t packed[2048];
+                CHECK(k->act_row_bytes(n) <= sizeof packed, "act row size");
+                k->quantize_act(x, packed, n);
+                const int bs = k->act_type == TK_Q8_K ? 256 : 32;
+                const size_t bb = k->act_type == TK_Q8_K ? sizeof(tk_block_q8_K)
+                                  : k->act_type == TK_Q8_1 ? sizeof(tk_block_q8_1) : sizeof(tk_block_q8_0);
+                const size_t qoff = k->act_type == TK_Q8_K ? 4 : k->act_type == TK_Q8_1 ? 4 : 2;
+                for (int64_t b = 0; b < n / bs; b++) {
+                    const float *xb = x + b * bs;
+                    const uint8_t *pb = packed + b * bb;
+                    float amax = 0.0f;
+                    for (int j = 0; j < bs; j++) amax = fmaxf(amax, fabsf(xb[j]));
+                    const float id = 127.0f / amax, id_other = 1.0f / (amax / 127.0f);
+                    int sum = 0, bad = 0;
+                    for (int j = 0; j < bs; j++) {
+                        const float v = xb[j] * id;
+                        const int want = (int)nearbyintf(v);
+                        const int q = (int8_t)pb[qoff + j];
+                        bad += q != want;
+                        sum += q;
+                        if (isa == 0 && wi == 0) {
+                            ties += v - floorf(v) == 0.5f;
+                            other_mult_differs += (int)nearbyintf(xb[j] * id_other) != want;
+                        }
+                    }
+                    CHECK(bad == 0, "%s: %d quants of block %lld are not round(x * 127/amax)", k->name, bad,
+                          (long long)b);
+                    if (k->act_type == TK_Q8_K) {
+                        float d;
+                        memcpy(&d, pb, 4);
+                        CHECK(d == 1.0f / id, "%s: Q8_K d %.9g != 1/(127/amax) %.9g", k->name, d, 1.0f / id);
+                        int16_t bsum[16];
+                        memcpy(bsum, pb + 4 + 256, sizeof bsum);
+                        int bs_bad = 0;
+                        for (int g = 0; g < 16; g++) {
+                            int s16 = 0;
+                            for (int j = 0; j < 16; j++) s16 += (int8_t)pb[4 + 16 * g + j];
+                            bs_bad += s16 != bsum[g];
+                        }
+                        CHECK(bs_bad == 0, "%s: Q8_K bsums", k->name);
+                    } else {
+                        uint16_t dh;
+                        memcpy(&dh, pb, 2);
+                        CHECK(dh == tk_f32_to_f16(amax / 127.0f), "%s: d is not f16(amax/127)", k->name);
+                        if (k->act_type == TK_Q8_1) {
+                            uint16_t sh;
+                            memcpy(&sh, pb + 2, 2);
+                            CHECK(sh == tk_f32_to_f16(amax / 127.0f * (float)sum), "%s: s", k->name);
+                        }
+                    }
+                }
+            }
+    }
+    printf("activation convention: %ld exact ties, %ld quants the multiplier 1/(amax/127) would round differently\n",
+           ties, other_mult_differs);
+    CHECK(ties > 100 && other_mult_differs > 0, "the inputs exercise ties (%ld, %ld)", ties, other_mult_differs);
+}
+
 int main(void) {
     const char *seed = getenv("TK_TEST_SEED");
     if (seed) rng_state = strtoull(seed, NULL, 0);
     test_isa_selection();
+    test_act_convention();
 
     const tk_dtype types[] = {TK_F32, TK_F16, TK_BF16, TK_Q4_0, TK_Q4_1, TK_Q5_0, TK_Q5_1, TK_Q8_0,
                               TK_IQ4_NL, TK_Q2_K, TK_Q3_K, TK_Q4_K, TK_Q5_K, TK_Q6_K, TK_IQ4_XS};

@@ -58,13 +58,15 @@ int tk_cmd_logits(int argc, char **argv) {
         const char *a = argv[i];
         int rc = 0;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE] [-t N]\n"
-                   "  text output: one row of logits per position; -o writes raw little-endian float32 rows\n");
+            printf("usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE] [-t N] [--kv-type f32|f16|q8_0]\n"
+                   "  text output: one row of logits per position; -o writes raw little-endian float32 rows\n"
+                   "  --kv-type: KV cache element type (default f32)\n");
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.model_path);
         else if (!strcmp(a, "--tokens")) rc = tk_arg_str(cmd, argc, argv, &i, &tokens_arg);
         else if (!strcmp(a, "-o")) rc = tk_arg_str(cmd, argc, argv, &i, &out_path);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &cfg.n_threads);
+        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
         else {
             fprintf(stderr, "tokamak logits: unknown option '%s'\n", a);
             return 2;

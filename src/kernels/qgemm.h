@@ -11,9 +11,14 @@
  *                                                            (Q2_K..Q6_K IQ4_XS)
  *   act_type TK_F32   the floats themselves                  (F32 F16 BF16)
  *
- * The activation quantizers round to nearest-even with scale amax/127, so
- * every quant lies in [-127, 127].  Each ISA's quantizer produces the same
- * bytes as the scalar one.
+ * The activation quantizers compute q = round(x * (127/amax)) (nearest,
+ * ties to even) per block, so every quant lies in [-127, 127], with scale
+ * d = amax/127 (Q8_0, Q8_1) or d = 1/(127/amax) (Q8_K).  That is how
+ * llama.cpp's x86 quantizers compute them: tokamak's Q8_0/Q8_1 bytes are
+ * identical to llama.cpp's, and its Q8_K blocks differ only in sign
+ * convention (llama.cpp negates d and the quants when the largest-magnitude
+ * element is positive), with d * q identical.  Each ISA's quantizer produces
+ * the same bytes as the scalar one.
  *
  * gemm then computes, for r in [r0, r1) and t in [0, n_tok):
  *

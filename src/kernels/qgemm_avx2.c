@@ -94,17 +94,14 @@ AI float hmax8(__m256 v) {
     return _mm_cvtss_f32(m);
 }
 
-AI float scale_of(float amax, float *id) {
-    const float d = amax / 127.0f;
-    *id = d != 0.0f ? 1.0f / d : 0.0f;
-    return d;
-}
+/* The quantization multiplier 127/amax (0 for an all-zero group); see
+ * group_amax in qgemm_scalar.c. */
+AI float mult_of(float amax) { return amax != 0.0f ? 127.0f / amax : 0.0f; }
 
 void tk_qk_avx2_quant_q8_0(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_0)) {
-        float id;
-        const float d = scale_of(hmax8(absmax8(x, 32)), &id);
+        const float amax = hmax8(absmax8(x, 32)), d = amax / 127.0f, id = mult_of(amax);
         const uint16_t dh = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         memcpy(o, &dh, 2);
         _mm256_storeu_si256((__m256i *)(o + 2), quant32(x, _mm256_set1_ps(id)));
@@ -121,8 +118,7 @@ AI int sum_i8x32(__m256i q) {
 void tk_qk_avx2_quant_q8_1(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_1)) {
-        float id;
-        const float d = scale_of(hmax8(absmax8(x, 32)), &id);
+        const float amax = hmax8(absmax8(x, 32)), d = amax / 127.0f, id = mult_of(amax);
         const __m256i q = quant32(x, _mm256_set1_ps(id));
         const uint16_t dh = _cvtss_sh(d, _MM_FROUND_TO_NEAREST_INT);
         const uint16_t sh = _cvtss_sh(d * (float)sum_i8x32(q), _MM_FROUND_TO_NEAREST_INT);
@@ -135,8 +131,7 @@ void tk_qk_avx2_quant_q8_1(const float *x, void *out, int64_t n) {
 void tk_qk_avx2_quant_q8_K(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 256; i++, x += 256, o += sizeof(tk_block_q8_K)) {
-        float id;
-        const float d = scale_of(hmax8(absmax8(x, 256)), &id);
+        const float id = mult_of(hmax8(absmax8(x, 256))), d = id != 0.0f ? 1.0f / id : 0.0f;
         memcpy(o, &d, 4);
         const __m256 idv = _mm256_set1_ps(id);
         int16_t bs[16];

@@ -32,16 +32,19 @@ static inline int8_t q8_round(float x) {
     return (int8_t)r;
 }
 
-/* amax/127 scale of a group; id = 1/d (0 for an all-zero group). */
-static inline float group_scale(const float *x, int n, float *id) {
+/* A group's largest magnitude and the quantization multiplier id = 127/amax
+ * (0 for an all-zero group).  The quants are round(x * id); llama.cpp's
+ * x86 quantizers compute the multiplier the same way (127/amax, not
+ * 1/(amax/127), which can differ in the last bit and move a quant that sits
+ * on a rounding tie). */
+static inline float group_amax(const float *x, int n, float *id) {
     float amax = 0.0f;
     for (int j = 0; j < n; j++) {
         const float a = fabsf(x[j]);
         amax = amax > a ? amax : a;
     }
-    const float d = amax / 127.0f;
-    *id = d != 0.0f ? 1.0f / d : 0.0f;
-    return d;
+    *id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    return amax;
 }
 
 void tk_qk_quant_q8_0(const float *x, void *out, int64_t n) {
@@ -49,7 +52,7 @@ void tk_qk_quant_q8_0(const float *x, void *out, int64_t n) {
     for (int64_t i = 0; i < n / TK_QK8_0; i++, x += TK_QK8_0) {
         tk_block_q8_0 b;
         float id;
-        const float d = group_scale(x, TK_QK8_0, &id);
+        const float d = group_amax(x, TK_QK8_0, &id) / 127.0f;
         b.d = tk_f32_to_f16(d);
         for (int j = 0; j < TK_QK8_0; j++) b.qs[j] = q8_round(x[j] * id);
         memcpy(o + i * sizeof b, &b, sizeof b);
@@ -61,7 +64,7 @@ void tk_qk_quant_q8_1(const float *x, void *out, int64_t n) {
     for (int64_t i = 0; i < n / TK_QK8_1; i++, x += TK_QK8_1) {
         tk_block_q8_1 b;
         float id;
-        const float d = group_scale(x, TK_QK8_1, &id);
+        const float d = group_amax(x, TK_QK8_1, &id) / 127.0f;
         int sum = 0;
         for (int j = 0; j < TK_QK8_1; j++) {
             b.qs[j] = q8_round(x[j] * id);
@@ -78,7 +81,11 @@ void tk_qk_quant_q8_K(const float *x, void *out, int64_t n) {
     for (int64_t i = 0; i < n / TK_QK_K; i++, x += TK_QK_K) {
         tk_block_q8_K b;
         float id;
-        b.d = group_scale(x, TK_QK_K, &id);
+        /* d = 1/id, so that d * q equals llama.cpp's Q8_K value exactly
+         * (it stores d = 1/iscale with iscale = -127/max and the quants
+         * negated when the largest-magnitude element is positive). */
+        group_amax(x, TK_QK_K, &id);
+        b.d = id != 0.0f ? 1.0f / id : 0.0f;
         for (int j = 0; j < TK_QK_K; j++) b.qs[j] = q8_round(x[j] * id);
         for (int g = 0; g < TK_QK_K / 16; g++) {
             int s = 0;

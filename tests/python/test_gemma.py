@@ -3,15 +3,19 @@
 
 - logits at every position of 5 prompts (short, ~600 tokens so the 512-token
   sliding window matters, code, non-ASCII text, a chat turn): max |diff|,
-  mean KL(llama.cpp || tokamak), top-1 agreement.  Twice: on the Q4_K_M file,
-  where both engines quantize activations to int8 for their integer dot
-  products and differ by that rounding noise, and on a float32 copy of the
-  same weights, where both compute in float32 and must agree closely;
+  mean KL(llama.cpp || tokamak), top-1 agreement.  On a float32 copy of the
+  weights both engines compute in float32 and must agree closely; tokamak
+  on the Q4_K_M file with float32 activations must match that too.  On the
+  Q4_K_M file as shipped both engines quantize activations to int8 for
+  their integer dot products; that rounding is chaotic on this model (any
+  float-level difference grows to the size of the rounding noise), so the
+  yardstick is llama.cpp against itself in another configuration;
 - tokenization of a few thousand lines, with and without special-token
   parsing, identical to llama.cpp's;
-- greedy generation: 32 tokens identical to llama.cpp's on 5 prompts, both
-  through `tokamak run` (the decode path with its KV cache) and position by
-  position on the all-positions logits.
+- greedy generation, 32 tokens on 5 prompts: on the float32 copy identical
+  to llama.cpp's, both through `tokamak run` (the decode path with its KV
+  cache) and position by position on the all-positions logits; on Q4_K_M
+  differing only at llama.cpp's own near-ties.
 
 Setup: tools/oracles.sh installs the oracles into .venv and assembles the
 GGUF (and its float32 copy) into .cache/models/.  Without them these tests
@@ -170,11 +174,14 @@ def prompts(vocab):
     }
 
 
-def tokamak_logits(gguf, ids, tmp_path):
+def tokamak_logits(gguf, ids, tmp_path, reference=False):
+    """All-positions logits; reference=True: TK_REFERENCE=1 (float32
+    activations, dequantized weights: no int8 rounding)."""
     out = tmp_path / "logits.f32"
+    env = dict(os.environ, TK_REFERENCE="1") if reference else None
     proc = subprocess.run(
         [BIN, "logits", "-m", gguf, "--tokens", ",".join(map(str, ids)), "-o", str(out), "-t", str(THREADS)],
-        capture_output=True, timeout=600,
+        capture_output=True, timeout=600, env=env,
     )
     assert proc.returncode == 0, proc.stderr.decode("utf-8", "replace")
     a = np.fromfile(out, dtype=np.float32)
@@ -242,22 +249,37 @@ def test_logits_match_llama_cpp(gguf, gguf_f32, llama_cpp, llm, vocab, tmp_path)
     table and RoPE cache aside): top-1 >= 99 % and mean KL < 1e-3, per prompt.
     That is the check of the architecture.
 
+    Q4_K_M with float32 activations (TK_REFERENCE=1) against the float32
+    copy in llama.cpp: the same weights decoded from the quantized blocks
+    (Q8_0 embedding and tied head included), the same math: KL < 1e-5 per
+    prompt, top-1 >= 99.5 %.
+
     Q4_K_M, as shipped: both engines multiply int8-quantized activations with
     the quantized weights (Q8_0 blocks for Q5_0/Q8_0 weights, Q8_K for the
-    K-quants).  Gemma's activations have large outliers, so that rounding is
-    coarse, and each engine lands around KL 5e-3 from the exact result (the
-    float32 run of llama.cpp on the same weights), in different directions.
-    Requirement: tokamak is no further from the exact result than llama.cpp
-    is, and the two stay within the loose bounds below."""
+    K-quants), packed the same way (tests/test_qgemm.c pins llama.cpp's
+    convention).  Gemma's activations have large outliers, so that rounding
+    is coarse (each engine lands around KL 6.5e-3 from the float result),
+    and it is chaotic: any difference upstream of a quantizer, down to float
+    summation order, moves some values across rounding boundaries, and the
+    difference grows to the size of the rounding noise itself within a few
+    layers.  So two correct engines, or one engine in two configurations,
+    differ by about that much.  Measured yardstick: llama.cpp against itself
+    with an F32 instead of an F16 KV cache.  Requirements: tokamak is no
+    further from llama.cpp than that (x 1.5), no further from the exact
+    result than llama.cpp is, and within loose absolute bounds."""
     f32_llm = open_llama(llama_cpp, gguf_f32, type_k=0, type_v=0)
-    rows = {"f32": [], "exact~llama": [], "exact~tokamak": [], "llama~tokamak": []}
-    lines = {k: [] for k in rows}
+    kv32_llm = open_llama(llama_cpp, gguf, type_k=0, type_v=0)
+    pairs = {"f32": ("exact", "tk32"), "ref": ("exact", "tk_ref"), "exact~llama": ("exact", "llama"),
+             "exact~tokamak": ("exact", "tokamak"), "llama~tokamak": ("llama", "tokamak"),
+             "llama~llama_kv32": ("llama", "llama_kv32")}
+    rows = {k: [] for k in pairs}
+    lines = {k: [] for k in pairs}
     try:
         for name, ids in prompts(vocab).items():
             arrays = {"exact": llama_logits(f32_llm, ids), "tk32": tokamak_logits(gguf_f32, ids, tmp_path),
-                      "llama": llama_logits(llm, ids), "tokamak": tokamak_logits(gguf, ids, tmp_path)}
-            pairs = {"f32": ("exact", "tk32"), "exact~llama": ("exact", "llama"),
-                     "exact~tokamak": ("exact", "tokamak"), "llama~tokamak": ("llama", "tokamak")}
+                      "tk_ref": tokamak_logits(gguf, ids, tmp_path, reference=True),
+                      "llama": llama_logits(llm, ids), "llama_kv32": llama_logits(kv32_llm, ids),
+                      "tokamak": tokamak_logits(gguf, ids, tmp_path)}
             res = compare_many(arrays, list(pairs.values()))
             for key, pair in pairs.items():
                 rows[key].append((len(ids), res[pair]))
@@ -265,11 +287,14 @@ def test_logits_match_llama_cpp(gguf, gguf_f32, llama_cpp, llm, vocab, tmp_path)
             del arrays
     finally:
         f32_llm.close()
+        kv32_llm.close()
     summary = {k: pooled(v) for k, v in rows.items()}
     titles = {"f32": "float32 weights: llama.cpp vs tokamak",
+              "ref": "exact (llama.cpp on float32) vs tokamak on Q4_K_M with float32 activations (TK_REFERENCE=1)",
               "exact~llama": "Q4_K_M: exact (llama.cpp on float32) vs llama.cpp",
               "exact~tokamak": "Q4_K_M: exact (llama.cpp on float32) vs tokamak",
-              "llama~tokamak": "Q4_K_M: llama.cpp vs tokamak"}
+              "llama~tokamak": "Q4_K_M: llama.cpp vs tokamak",
+              "llama~llama_kv32": "Q4_K_M: llama.cpp vs llama.cpp with an F32 KV cache (the yardstick)"}
     table = "\n".join(f"{titles[k]}\n" + "\n".join(lines[k]) + "\n" + fmt("all", sum(n for n, _ in rows[k]),
                                                                            summary[k]) for k in rows)
     print("\n" + table)
@@ -279,11 +304,18 @@ def test_logits_match_llama_cpp(gguf, gguf_f32, llama_cpp, llm, vocab, tmp_path)
     for n, (d, k, a) in rows["f32"]:
         assert k < 1e-3 and a >= 0.99, table
 
+    _, kl, top1 = summary["ref"]
+    assert top1 >= 0.995, table
+    for n, (d, k, a) in rows["ref"]:
+        assert k < 1e-5, table
+
     _, kl_ll, top1_ll = summary["exact~llama"]
     _, kl_tk, top1_tk = summary["exact~tokamak"]
     assert kl_tk <= 1.5 * kl_ll + 1e-3, table
     assert top1_tk >= top1_ll - 0.02, table
+    _, kl_self, top1_self = summary["llama~llama_kv32"]
     _, kl, top1 = summary["llama~tokamak"]
+    assert kl <= 1.5 * kl_self and top1 >= top1_self - 0.02, table
     assert kl < 2e-2 and top1 >= 0.9, table
 
 
@@ -414,8 +446,13 @@ def test_greedy_matches_llama_cpp(gguf, gguf_f32, llama_cpp, llm, vocab, tmp_pat
     near-ties, so the requirement is that every step where tokamak's argmax
     differs from llama.cpp's choice is a near-tie for llama.cpp itself
     (margin < 1 logit; the int8 noise moves single logits by up to ~4 on
-    this model, see the logits test); the count of fully identical prompts
-    is reported."""
+    this model, see the logits test), and that there are no more such steps
+    than twice llama.cpp's own count (+2) when its all-positions (batched)
+    logits are compared with its own one-token decode the same way: those
+    two llama.cpp paths sum in different orders and already disagree at
+    near-ties (measured: 5 steps over the 5 prompts; tokamak's prefill and
+    decode give identical logits).  The count of fully identical prompts is
+    reported."""
     n = 32
     f32_llm = open_llama(llama_cpp, gguf_f32, type_k=0, type_v=0)
     report = []
@@ -431,18 +468,26 @@ def test_greedy_matches_llama_cpp(gguf, gguf_f32, llama_cpp, llm, vocab, tmp_pat
         f32_llm.close()
 
     identical = 0
+    n_diff = n_self = 0
     for p in GREEDY_PROMPTS:
         ids = vocab.tokenize(p.encode("utf-8"), add_bos=True, special=True)
         want = greedy_llama(llm, ids, n)
         ref = np.array(llm.scores[len(ids) - 1: len(ids) - 1 + n])
+        own = llama_logits(llm, ids + want)[len(ids) - 1: len(ids) - 1 + n].argmax(1)
+        self_diffs = [i for i in range(n) if own[i] != want[i]]
         got = tokamak_logits(gguf, ids + want, tmp_path)[len(ids) - 1: len(ids) - 1 + n].argmax(1)
         diffs = [i for i in range(n) if got[i] != want[i]]
-        margins = [float(ref[i, want[i]] - ref[i, got[i]]) for i in diffs]
+        margins = [round(float(ref[i, want[i]] - ref[i, got[i]]), 3) for i in diffs]
+        n_diff += len(diffs)
+        n_self += len(self_diffs)
         text = vocab.detokenize(want, prev_tokens=ids).decode("utf-8", "replace").rstrip("\n")
         same_run = tokamak_run(gguf, p, n) == text
         identical += not diffs and same_run
         report.append(f"Q4_K_M {p[:30]!r:34s} steps differing {diffs} (llama.cpp margins {margins}), "
-                      f"tokamak run text {'identical' if same_run else 'differs'}")
+                      f"tokamak run text {'identical' if same_run else 'differs'}; "
+                      f"llama.cpp batched vs its own decode: steps differing {self_diffs}")
         assert all(m < 1.0 for m in margins), "\n".join(report)
-    print(f"\nQ4_K_M: {identical} of {len(GREEDY_PROMPTS)} prompts give llama.cpp's 32 greedy tokens exactly\n"
-          + "\n".join(report))
+    summary = (f"Q4_K_M: {identical} of {len(GREEDY_PROMPTS)} prompts give llama.cpp's 32 greedy tokens exactly; "
+               f"{n_diff} differing steps (llama.cpp against itself: {n_self})")
+    print("\n" + summary + "\n" + "\n".join(report))
+    assert n_diff <= 2 * n_self + 2, summary + "\n" + "\n".join(report)
