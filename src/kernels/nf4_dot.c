@@ -45,8 +45,9 @@ static void gemm_scalar(int dq, const void *w, size_t w_row_bytes, int64_t n, in
             float acc = 0;
             for (int64_t b = 0; b < nb; b++) {
                 const unsigned char *c;
-                const float am = block_absmax(dq, row, nb, ng, b, &c) * 0x1p-14f;
+                const float am = block_absmax(dq, row, nb, ng, b, &c);
                 const int full = n - TK_NF4_BLOCK * b >= TK_NF4_BLOCK;
+                float f = 0; /* the block's chunks, scaled by d * 2^-14 */
                 for (int h = 0; h < 1 + full; h++) {
                     if (full)
                         for (int j = 0; j < 32; j++) code[j] = h ? c[j] >> 4 : c[j] & 0xF;
@@ -57,8 +58,9 @@ static void gemm_scalar(int dq, const void *w, size_t w_row_bytes, int64_t n, in
                         }
                     tk_block_q8_0 ab;
                     memcpy(&ab, at + (size_t)(2 * b + h) * sizeof ab, sizeof ab);
-                    acc += (float)dot32(code, ab.qs) * (am * tk_f16_to_f32(ab.d));
+                    f += (float)dot32(code, ab.qs) * (tk_f16_to_f32(ab.d) * 0x1p-14f);
                 }
+                acc += f * am;
             }
             y[(size_t)t * ldy + r] = acc;
         }

@@ -15,16 +15,18 @@
  *   to 0.5/127 = 3.9e-3 of the block's amax, so the codebook error is over
  *   1000x below the former and 100x below the latter: negligible.
  *
- *   A row is walked in 32-element chunks k (a 64-block b gives chunks 2b:
- *   the low nibbles of its 32 code bytes, and 2b+1: the high nibbles; a
- *   32-element tail block gives one chunk: low nibbles of its 16 bytes, then
- *   high nibbles).  Chunk k meets Q8_0 activation block k:
+ *   A row is walked in absmax blocks b of 64 elements, each two 32-element
+ *   chunks k = 2b (the low nibbles of its 32 code bytes) and 2b+1 (the high
+ *   nibbles); a 32-element tail block has one chunk (the low nibbles of its
+ *   16 bytes, then the high nibbles).  Chunk k meets Q8_0 activation block k:
  *       isum_k = sum_j L[code_j] * q_j                  (exact int32)
- *       acc   += (float)isum_k * ((absmax_b * 2^-14) * d_k)
- *   with absmax_b the block's f32 absmax (NF4) or u8 * scale + min of its
- *   group (NF4_DQ), d_k the activation block's f16 scale.  The SIMD
- *   kernels split the float accumulation over vector lanes, so they agree
- *   with the scalar reference to float rounding (bound: tests/test_qgemm.c).
+ *       f_b    = sum over the block's chunks of (float)isum_k * (d_k * 2^-14)
+ *       acc   += f_b * absmax_b
+ *   with d_k the activation block's f16 scale and absmax_b the block's f32
+ *   absmax (NF4) or u8 * scale + min of its group (NF4_DQ).  The SIMD
+ *   kernels compute the same integers and split the float sums over vector
+ *   lanes, so they agree with the scalar reference to float rounding (the
+ *   bound is in tests/test_qgemm.c).
  *
  * Rows [r0, r1) of w (row r at w + r * w_row_bytes, n elements, n a
  * multiple of 32), tokens [0, n_tok) of act (act_row_bytes apart):

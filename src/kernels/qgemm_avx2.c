@@ -593,9 +593,10 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
  * with unpacklo/hi_epi8 into two int16 vectors (elements 0-7|16-23 and
  * 8-15|24-31); the activation bytes are sign-extended by the same unpacks,
  * once per token and shared by the MR rows.  Two pmaddwd give exact int32
- * lane sums (|L| <= 2^14, |q| <= 127), and one fma per chunk and (row,
- * token) adds float(lanes) * ((absmax * 2^-14) * d_act).  The weights of a
- * block are unpacked once per NT tokens. */
+ * lane sums (|L| <= 2^14, |q| <= 127).  Per block and (row, token) the
+ * chunks' float lanes are scaled by their d * 2^-14 and summed, and one fma
+ * adds that times the row's absmax.  The weights of a block are unpacked
+ * once per NT tokens. */
 
 /* Absmax of block b and its code bytes (rows: nb blocks, ng DQ groups). */
 AI float nf4_absmax(const int DQ, bptr row, int64_t nb, int64_t ng, int64_t b, bptr *codes) {
@@ -616,17 +617,14 @@ AI void nf4_lookup(__m256i codes, __m256i tlo, __m256i thi, __m256i *w0, __m256i
 
 /* One absmax block b (TAIL: the 32-element last block). */
 AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t nb,
-                  int64_t ng, int64_t b, size_t pf, __m256i tlo, __m256i thi, __m256 acc[4][4]) {
+                  int64_t ng, int64_t b, const float *amb, size_t pf, __m256i tlo, __m256i thi, __m256 acc[4][4]) {
     const int nh = TAIL ? 1 : 2; /* chunks in the block */
-    /* scale products s[i][2j + h] = absmax_i * 2^-14 * d(token j, chunk 2b + h) */
-    uint16_t dh[8] = {0};
-    UNROLL for (int j = 0; j < NT; j++) UNROLL for (int h = 0; h < nh; h++) memcpy(&dh[2 * j + h], ap[j] + (2 * b + h) * 34, 2);
-    const __m256 da = _mm256_cvtph_ps(ldu128(dh));
-    float s[4][8];
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
     bptr cp[4];
+    __m256 am[4];
     UNROLL for (int i = 0; i < MR; i++) {
-        const float am = nf4_absmax(DQ, wp[i], nb, ng, b, &cp[i]) * 0x1p-14f;
-        _mm256_storeu_ps(s[i], _mm256_mul_ps(da, _mm256_set1_ps(am)));
+        am[i] = amb ? _mm256_set1_ps(amb[16 * i]) : _mm256_set1_ps(nf4_absmax(DQ, wp[i], nb, ng, b, &cp[i]));
+        if (amb) cp[i] = wp[i] + 8 * ng + nb + 32 * b;
     }
     if (DQ) {
         pfetch(MR, cp, 0, 1, pf);
@@ -634,13 +632,17 @@ AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, cons
     } else {
         pfetch(MR, wp, 36 * b, 1, pf);
     }
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    /* f[i][j]: the block's two chunks scaled by their d * 2^-14 and summed */
+    __m256 f[4][4];
     UNROLL for (int h = 0; h < nh; h++) {
         __m256i a0[4], a1[4];
+        __m256 d[4];
         UNROLL for (int j = 0; j < NT; j++) {
-            const __m256i q = ldu(ap[j] + (2 * b + h) * 34 + 2), sg = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
+            const bptr blk = ap[j] + (2 * b + h) * 34;
+            const __m256i q = ldu(blk + 2), sg = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
             a0[j] = _mm256_unpacklo_epi8(q, sg);
             a1[j] = _mm256_unpackhi_epi8(q, sg);
+            d[j] = _mm256_set1_ps(ldh(blk) * 0x1p-14f);
         }
         UNROLL for (int i = 0; i < MR; i++) {
             __m256i codes;
@@ -649,11 +651,12 @@ AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, cons
             __m256i w0, w1;
             nf4_lookup(codes, tlo, thi, &w0, &w1);
             UNROLL for (int j = 0; j < NT; j++) {
-                const __m256i p = _mm256_add_epi32(_mm256_madd_epi16(w0, a0[j]), _mm256_madd_epi16(w1, a1[j]));
-                acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&s[i][2 * j + h]), acc[i][j]);
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(w0, a0[j]), _mm256_madd_epi16(w1, a1[j])));
+                f[i][j] = h ? _mm256_fmadd_ps(p, d[j], f[i][j]) : _mm256_mul_ps(p, d[j]);
             }
         }
     }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(f[i][j], am[i], acc[i][j]);
 }
 
 AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
@@ -669,8 +672,27 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
     const __m256i tlo = _mm256_broadcastsi128_si256(ldu128(tl)), thi = _mm256_broadcastsi128_si256(ldu128(th));
     __m256 acc[4][4];
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nbf; b++) nf4_block(DQ, 0, MR, NT, wp, ap, nb, ng, b, pf, tlo, thi, acc);
-    if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, pf, tlo, thi, acc);
+    if (!DQ) {
+        for (int64_t b = 0; b < nbf; b++) nf4_block(0, 0, MR, NT, wp, ap, nb, ng, b, NULL, pf, tlo, thi, acc);
+    } else {
+        /* NF4_DQ: the absmax of 16 blocks at a time (u8 * scale + min, one
+         * group: 256 is a multiple of 16; the 16 u8 read stay inside the
+         * row, whose codes follow) */
+        for (int64_t b0 = 0; b0 < nbf; b0 += 16) {
+            float amb[4][16];
+            UNROLL for (int i = 0; i < MR; i++) {
+                const bptr g = wp[i] + 8 * (b0 / TK_NF4_DQ_GROUP), qa = wp[i] + 8 * ng + b0;
+                const __m256 gs = _mm256_set1_ps(ldf(g)), gm = _mm256_set1_ps(ldf(g + 4));
+                UNROLL for (int k = 0; k < 2; k++) {
+                    const __m256 u = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qa + 8 * k))));
+                    _mm256_storeu_ps(&amb[i][8 * k], _mm256_add_ps(_mm256_mul_ps(u, gs), gm));
+                }
+            }
+            const int64_t b1 = b0 + 16 < nbf ? b0 + 16 : nbf;
+            for (int64_t b = b0; b < b1; b++) nf4_block(1, 0, MR, NT, wp, ap, nb, ng, b, &amb[0][b - b0], pf, tlo, thi, acc);
+        }
+    }
+    if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, NULL, pf, tlo, thi, acc);
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
 }
 

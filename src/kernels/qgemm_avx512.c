@@ -483,9 +483,11 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
  * nibbles are the words shifted right by 4.  The activations of the two
  * chunks are sign-extended to int16 in element order (vpmovsxbw), once per
  * token and shared by the MR rows; vpmaddwd gives exact int32 pair sums
- * (|L| <= 2^14, |q| <= 127), and one fma per chunk and (row, token) adds
- * float(lanes) * ((absmax * 2^-14) * d_act).  A 32-element tail block is
- * one chunk: [low nibbles | high nibbles] of its 16 bytes. */
+ * (|L| <= 2^14, |q| <= 127); per block and (row, token) the two chunks'
+ * lanes are scaled by their d * 2^-14 (broadcast once per token), summed,
+ * and one fma adds them times the row's absmax (broadcast once per row).  A
+ * 32-element tail block is one chunk: [low nibbles | high nibbles] of its
+ * 16 bytes. */
 
 AI float nf4_absmax(const int DQ, bptr row, int64_t nb, int64_t ng, int64_t b, bptr *codes) {
     if (!DQ) {
@@ -498,39 +500,37 @@ AI float nf4_absmax(const int DQ, bptr row, int64_t nb, int64_t ng, int64_t b, b
 }
 
 AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t nb,
-                  int64_t ng, int64_t b, size_t pf, __m512i tab, __m512 acc[8][8]) {
+                  int64_t ng, int64_t b, const float *amb, size_t pf, __m512i tab, __m512 acc[8][8]) {
     const int nh = TAIL ? 1 : 2;
-    /* scale products s[i][2j + h] = absmax_i * 2^-14 * d(token j, chunk 2b + h) */
-    uint16_t dh[16] = {0};
-    UNROLL for (int j = 0; j < NT; j++) UNROLL for (int h = 0; h < nh; h++) dh[2 * j + h] = (uint16_t)ld16(ap[j] + (2 * b + h) * 34);
-    const __m512 da = _mm512_cvtph_ps(ldy(dh));
-    float s[8][16];
-    bptr cp[8];
-    UNROLL for (int i = 0; i < MR; i++) {
-        const float am = nf4_absmax(DQ, wp[i], nb, ng, b, &cp[i]) * 0x1p-14f;
-        _mm512_storeu_ps(s[i], _mm512_mul_ps(da, _mm512_set1_ps(am)));
-    }
-    if (DQ) {
-        pfetch(MR, cp, 0, 1, pf);
-        if (b % 64 == 0) pfetch(MR, wp, 8 * ng + b, 1, pf);
-    } else {
-        pfetch(MR, wp, 36 * b, 1, pf);
-    }
+    /* per token: the int16 activations of the block's chunks and their
+     * scales d * 2^-14, broadcast */
     __m512i a[8][2];
-    UNROLL for (int j = 0; j < NT; j++) UNROLL for (int h = 0; h < nh; h++) a[j][h] = _mm512_cvtepi8_epi16(ldy(ap[j] + (2 * b + h) * 34 + 2));
+    __m512 d[8][2];
+    UNROLL for (int j = 0; j < NT; j++) UNROLL for (int h = 0; h < nh; h++) {
+            const bptr blk = ap[j] + (2 * b + h) * 34;
+            a[j][h] = _mm512_cvtepi8_epi16(ldy(blk + 2));
+            d[j][h] = _mm512_set1_ps(ldh(blk) * 0x1p-14f);
+        }
+    if (!DQ) pfetch(MR, wp, 36 * b, 1, pf);
+    else if (b % 64 == 0) pfetch(MR, wp, 8 * ng + b, 1, pf);
     UNROLL for (int i = 0; i < MR; i++) {
+        bptr cp;
+        const __m512 am = amb ? _mm512_set1_ps(amb[16 * i]) : _mm512_set1_ps(nf4_absmax(DQ, wp[i], nb, ng, b, &cp));
+        if (amb) cp = wp[i] + 8 * ng + nb + 32 * b;
+        if (DQ) pfetch(1, &cp, 0, 1, pf);
         __m512i w[2];
         if (TAIL) {
-            const __m128i x = ldx(cp[i]);
+            const __m128i x = ldx(cp);
             w[0] = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_srli_epi16(x, 4), x)), tab);
         } else {
-            const __m512i cz = _mm512_cvtepu8_epi16(ldy(cp[i]));
+            const __m512i cz = _mm512_cvtepu8_epi16(ldy(cp));
             w[0] = _mm512_permutexvar_epi16(cz, tab);
             w[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(cz, 4), tab);
         }
-        UNROLL for (int j = 0; j < NT; j++) UNROLL for (int h = 0; h < nh; h++) {
-            const __m512i p = _mm512_madd_epi16(w[h], a[j][h]);
-            acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_set1_ps(s[i][2 * j + h]), acc[i][j]);
+        UNROLL for (int j = 0; j < NT; j++) {
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(w[0], a[j][0])), d[j][0]);
+            if (!TAIL) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(w[1], a[j][1])), d[j][1], f);
+            acc[i][j] = _mm512_fmadd_ps(f, am, acc[i][j]);
         }
     }
 }
@@ -543,8 +543,24 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
     const __m512i tab = _mm512_broadcast_i64x4(ldy(lv));
     __m512 acc[8][8];
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nbf; b++) nf4_block(DQ, 0, MR, NT, wp, ap, nb, ng, b, pf, tab, acc);
-    if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, pf, tab, acc);
+    if (!DQ) {
+        for (int64_t b = 0; b < nbf; b++) nf4_block(0, 0, MR, NT, wp, ap, nb, ng, b, NULL, pf, tab, acc);
+    } else {
+        /* NF4_DQ: the absmax of 16 blocks at a time (u8 * scale + min, one
+         * group: 256 is a multiple of 16; the 16 u8 read stay inside the
+         * row, whose codes follow) */
+        for (int64_t b0 = 0; b0 < nbf; b0 += 16) {
+            float amb[8][16];
+            UNROLL for (int i = 0; i < MR; i++) {
+                const bptr g = wp[i] + 8 * (b0 / TK_NF4_DQ_GROUP);
+                const __m512 u = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ldx(wp[i] + 8 * ng + b0)));
+                _mm512_storeu_ps(amb[i], _mm512_add_ps(_mm512_mul_ps(u, _mm512_set1_ps(ldf(g))), _mm512_set1_ps(ldf(g + 4))));
+            }
+            const int64_t b1 = b0 + 16 < nbf ? b0 + 16 : nbf;
+            for (int64_t b = b0; b < b1; b++) nf4_block(1, 0, MR, NT, wp, ap, nb, ng, b, &amb[0][b - b0], pf, tab, acc);
+        }
+    }
+    if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, NULL, pf, tab, acc);
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
 }
 
