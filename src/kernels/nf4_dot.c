@@ -47,7 +47,7 @@ static void gemm_scalar(int dq, const void *w, size_t w_row_bytes, int64_t n, in
                 const unsigned char *c;
                 const float am = block_absmax(dq, row, nb, ng, b, &c);
                 const int full = n - TK_NF4_BLOCK * b >= TK_NF4_BLOCK;
-                float f = 0; /* the block's chunks, scaled by d * 2^-14 */
+                float f = 0; /* the block's chunks, scaled by their d */
                 for (int h = 0; h < 1 + full; h++) {
                     if (full)
                         for (int j = 0; j < 32; j++) code[j] = h ? c[j] >> 4 : c[j] & 0xF;
@@ -58,11 +58,11 @@ static void gemm_scalar(int dq, const void *w, size_t w_row_bytes, int64_t n, in
                         }
                     tk_block_q8_0 ab;
                     memcpy(&ab, at + (size_t)(2 * b + h) * sizeof ab, sizeof ab);
-                    f += (float)dot32(code, ab.qs) * (tk_f16_to_f32(ab.d) * 0x1p-14f);
+                    f += (float)dot32(code, ab.qs) * tk_f16_to_f32(ab.d);
                 }
                 acc += f * am;
             }
-            y[(size_t)t * ldy + r] = acc;
+            y[(size_t)t * ldy + r] = acc * 0x1p-14f;
         }
     }
 }

@@ -20,8 +20,8 @@
  *   nibbles); a 32-element tail block has one chunk (the low nibbles of its
  *   16 bytes, then the high nibbles).  Chunk k meets Q8_0 activation block k:
  *       isum_k = sum_j L[code_j] * q_j                  (exact int32)
- *       f_b    = sum over the block's chunks of (float)isum_k * (d_k * 2^-14)
- *       acc   += f_b * absmax_b
+ *       f_b    = sum over the block's chunks of (float)isum_k * d_k
+ *       acc   += f_b * absmax_b,        y = acc * 2^-14  (exact: a power of 2)
  *   with d_k the activation block's f16 scale and absmax_b the block's f32
  *   absmax (NF4) or u8 * scale + min of its group (NF4_DQ).  The SIMD
  *   kernels compute the same integers and split the float sums over vector

@@ -594,8 +594,8 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
  * 8-15|24-31); the activation bytes are sign-extended by the same unpacks,
  * once per token and shared by the MR rows.  Two pmaddwd give exact int32
  * lane sums (|L| <= 2^14, |q| <= 127).  Per block and (row, token) the
- * chunks' float lanes are scaled by their d * 2^-14 and summed, and one fma
- * adds that times the row's absmax.  The weights of a block are unpacked
+ * chunks' float lanes are scaled by their d and summed, and one fma adds
+ * that times the row's absmax; the sum is scaled by 2^-14 at the end.  The weights of a block are unpacked
  * once per NT tokens. */
 
 /* Absmax of block b and its code bytes (rows: nb blocks, ng DQ groups). */
@@ -632,7 +632,7 @@ AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, cons
     } else {
         pfetch(MR, wp, 36 * b, 1, pf);
     }
-    /* f[i][j]: the block's two chunks scaled by their d * 2^-14 and summed */
+    /* f[i][j]: the block's two chunks scaled by their d and summed */
     __m256 f[4][4];
     UNROLL for (int h = 0; h < nh; h++) {
         __m256i a0[4], a1[4];
@@ -642,7 +642,7 @@ AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, cons
             const __m256i q = ldu(blk + 2), sg = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
             a0[j] = _mm256_unpacklo_epi8(q, sg);
             a1[j] = _mm256_unpackhi_epi8(q, sg);
-            d[j] = _mm256_set1_ps(ldh(blk) * 0x1p-14f);
+            d[j] = _mm256_set1_ps(ldh(blk));
         }
         UNROLL for (int i = 0; i < MR; i++) {
             __m256i codes;
@@ -693,7 +693,7 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
         }
     }
     if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, NULL, pf, tlo, thi, acc);
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]) * 0x1p-14f;
 }
 
 /* ================= instantiation ================= */

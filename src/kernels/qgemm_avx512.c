@@ -484,8 +484,9 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
  * chunks are sign-extended to int16 in element order (vpmovsxbw), once per
  * token and shared by the MR rows; vpmaddwd gives exact int32 pair sums
  * (|L| <= 2^14, |q| <= 127); per block and (row, token) the two chunks'
- * lanes are scaled by their d * 2^-14 (broadcast once per token), summed,
- * and one fma adds them times the row's absmax (broadcast once per row).  A
+ * lanes are scaled by their d (broadcast once per token), summed, and one
+ * fma adds them times the row's absmax (broadcast once per row); the sum
+ * is scaled by 2^-14 at the end.  A
  * 32-element tail block is one chunk: [low nibbles | high nibbles] of its
  * 16 bytes. */
 
@@ -503,13 +504,13 @@ AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, cons
                   int64_t ng, int64_t b, const float *amb, size_t pf, __m512i tab, __m512 acc[8][8]) {
     const int nh = TAIL ? 1 : 2;
     /* per token: the int16 activations of the block's chunks and their
-     * scales d * 2^-14, broadcast */
+     * scales d, broadcast */
     __m512i a[8][2];
     __m512 d[8][2];
     UNROLL for (int j = 0; j < NT; j++) UNROLL for (int h = 0; h < nh; h++) {
             const bptr blk = ap[j] + (2 * b + h) * 34;
             a[j][h] = _mm512_cvtepi8_epi16(ldy(blk + 2));
-            d[j][h] = _mm512_set1_ps(ldh(blk) * 0x1p-14f);
+            d[j][h] = _mm512_set1_ps(ldh(blk));
         }
     if (!DQ) pfetch(MR, wp, 36 * b, 1, pf);
     else if (b % 64 == 0) pfetch(MR, wp, 8 * ng + b, 1, pf);
@@ -561,7 +562,7 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
         }
     }
     if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, NULL, pf, tab, acc);
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]) * 0x1p-14f;
 }
 
 /* ================= instantiation ================= */

@@ -8,7 +8,8 @@
  *   Q2_K Q4_K Q5_K:        acc += (float)isum * (d * da) - (float)msum * (dmin * da)
  *   Q3_K Q6_K IQ4_XS:      acc += (float)isum * (d * da)
  *   NF4 NF4_DQ:            acc += ((float)isum0 * da0 + (float)isum1 * da1) * absmax
- *                          (da = d * 2^-14 per 32-chunk, absmax per 64-block; nf4_dot.c)
+ *                          (da per 32-chunk, absmax per 64-block, int16 levels of
+ *                          scale 2^14 removed at the end; nf4_dot.c)
  *
  * where isum includes the sub-block scales of the k-quants and msum is the
  * sum of sub-block mins times activation block sums.  SIMD kernels compute
