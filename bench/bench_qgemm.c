@@ -1,7 +1,7 @@
 /* Micro-benchmark of the qgemm kernels on TinyLlama-like shapes, 1 thread.
  *
  *   bench_qgemm                 all types, all shapes, scalar vs best ISA
- *   TK_BENCH_TYPES=Q4_0,Q3_K    these types (default Q4_0 Q8_0 Q4_K Q6_K F16)
+ *   TK_BENCH_TYPES=Q4_0,NF4     these types (default Q4_0 Q8_0 Q4_K Q6_K F16)
  *   TK_BENCH_ISAS=avx2,avx512   only these ISAs (default: scalar + every
  *                               supported SIMD level)
  *   TK_BENCH_SHAPES=0,3         only these shapes (indices into the list)
@@ -60,6 +60,7 @@ static void fill(tk_dtype t, uint8_t *p, size_t bytes) {
         return;
     }
     const tk_dtype_info *info = tk_dtype_get(t);
+    if (!info->block_bytes) return; /* NF4 types: fill_nf4 per shape */
     int d_off = 0, m_off = -1;
     if (t == TK_Q4_1 || t == TK_Q5_1 || t == TK_Q4_K || t == TK_Q5_K) m_off = 2;
     if (t == TK_Q2_K) d_off = 80, m_off = 82;
@@ -69,6 +70,19 @@ static void fill(tk_dtype t, uint8_t *p, size_t bytes) {
     for (size_t b = 0; b + (size_t)info->block_bytes <= bytes; b += (size_t)info->block_bytes) {
         memcpy(p + b + d_off, &h, 2);
         if (m_off >= 0) memcpy(p + b + m_off, &h, 2);
+    }
+}
+
+/* NF4 / NF4_DQ (rows of in elements, wrb bytes): the float scale fields of
+ * every row in the first `bytes` of p (the codes stay random). */
+static void fill_nf4(tk_dtype t, uint8_t *p, size_t bytes, size_t wrb, int64_t in) {
+    const int64_t nb = (in + 63) / 64, ng = (nb + 255) / 256;
+    const float absmax = 0.05f, gs[2] = {0.05f / 255, 0.001f};
+    for (size_t r = 0; r + wrb <= bytes; r += wrb) {
+        if (t == TK_NF4)
+            for (int64_t b = 0; b < nb; b++) memcpy(p + r + 36 * b, &absmax, 4);
+        else
+            for (int64_t g = 0; g < ng; g++) memcpy(p + r + 8 * g, gs, 8);
     }
 }
 
@@ -131,6 +145,7 @@ int main(void) {
             const int64_t out = shapes[si].out, in = shapes[si].in;
             const size_t wrb = tk_dtype_row_bytes(t, in), mbytes = wrb * (size_t)out;
             const size_t copies = hot ? 1 : pool_bytes / mbytes;
+            if (t == TK_NF4 || t == TK_NF4_DQ) fill_nf4(t, pool, copies * mbytes, wrb, in);
             for (int ii = 0; ii < n_isa; ii++) {
                 const tk_qkernel *k = tk_qkernel_get(t, isas[ii]);
                 if (!k || (ii > 0 && k->isa != isas[ii])) continue; /* no kernel of its own */

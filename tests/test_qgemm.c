@@ -21,6 +21,13 @@
  *    per element (d = amax/127 of the block, d16 its stored half-precision
  *    copy; Q8_K keeps d = 1/(127/amax) in float).  Q8_1's stored s = d*sum(q) is half
  *    precision too; its rounding, times |m|, is added to E.
+ *  - NF4 / NF4_DQ: the kernels use the int16 code book L = round(level *
+ *    2^14) (kernels/nf4_dot.h), so y64 is computed with the weights
+ *    L[code] * 2^-14 * absmax decoded here from the documented layout; the
+ *    format's own dequantization (tk_nf4_values * absmax) differs from that
+ *    by at most 2^-15 * absmax per weight, so against the float weights and
+ *    activations the bound gains C = 2^-15 * sum |absmax_c * xq_c| (and the
+ *    code book itself is checked: every |L/2^14 - level| <= 2^-15).
  *  - Exact (bitwise) checks: the packing convention (test_act_convention:
  *    round(x * 127/amax), llama.cpp's); SIMD packing == scalar packing;
  *    results do not depend on how rows are split into [r0, r1) ranges, nor
@@ -34,6 +41,7 @@
 #include "formats/dtype.h"
 #include "formats/quant_blocks.h"
 #include "kernels/cpu.h"
+#include "kernels/nf4_dot.h"
 #include "kernels/qgemm.h"
 #include "tk_test.h"
 
@@ -85,6 +93,21 @@ static void make_weights(tk_dtype t, uint8_t *w, int64_t rows, int64_t n, int mo
         return;
     }
     for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = mode == 1 ? 0xFF : mode == 2 ? 0x80 : (uint8_t)rnd();
+    if (t == TK_NF4 || t == TK_NF4_DQ) {
+        /* float scale fields: NF4 absmax per block; NF4_DQ (scale, min) per
+         * group (the u8 absmax codes and the 4-bit codes stay random / 0xFF) */
+        const int64_t nb = (n + 63) / 64, ng = (nb + 255) / 256;
+        for (int64_t r = 0; r < rows; r++) {
+            uint8_t *row = w + (size_t)r * rb;
+            for (int64_t k = 0; k < (t == TK_NF4 ? nb : 2 * ng); k++) {
+                float v = mode ? 0.05f : rndf() * 0.05f * (rndi(4) ? 1.0f : 10.0f);
+                if (t == TK_NF4_DQ && k % 2) v *= 1e-3f * (float)mode + (1 - mode) * 0.5f; /* min */
+                else if (t == TK_NF4_DQ) v *= 1.0f / 255.0f;                                /* scale */
+                memcpy(t == TK_NF4 ? row + 36 * k : row + 4 * k, &v, 4);
+            }
+        }
+        return;
+    }
     const int64_t nblk = (int64_t)(rb * (size_t)rows) / info->block_bytes;
     int d_off, m_off;
     scale_fields(t, &d_off, &m_off);
@@ -119,6 +142,33 @@ static float *min_parts(tk_dtype t, const uint8_t *w, int64_t rows, int64_t n) {
     for (int64_t r = 0; r < rows; r++) tk_dequant_row(t, z + (size_t)r * rb, mu + r * n, n);
     free(z);
     return mu;
+}
+
+/* NF4 / NF4_DQ row r decoded with the kernels' int16 code book (exact in
+ * double), straight from the layout in docs/formats.md; amx[c] = |absmax|
+ * of element c's block. */
+static void nf4_decode_cb(tk_dtype t, const uint8_t *row, int64_t n, double *wcb, double *amx) {
+    static const int16_t L[16] = TK_NF4_LEVELS_I16;
+    const int64_t nb = (n + 63) / 64, ng = (nb + 255) / 256;
+    for (int64_t b = 0; b < nb; b++) {
+        float a;
+        const uint8_t *codes;
+        if (t == TK_NF4) {
+            memcpy(&a, row + 36 * b, 4);
+            codes = row + 36 * b + 4;
+        } else {
+            float g[2];
+            memcpy(g, row + 8 * (b / 256), 8);
+            a = (float)row[8 * ng + b] * g[0] + g[1];
+            codes = row + 8 * ng + nb + 32 * b;
+        }
+        const int len = n - 64 * b < 64 ? 32 : 64;
+        for (int j = 0; j < len / 2; j++) {
+            wcb[64 * b + j] = L[codes[j] & 15] * 0x1p-14 * a;
+            wcb[64 * b + j + len / 2] = L[codes[j] >> 4] * 0x1p-14 * a;
+            amx[64 * b + j] = amx[64 * b + j + len / 2] = fabs(a);
+        }
+    }
 }
 
 static void make_acts(float *x, int n_tok, int64_t n, int mode) {
@@ -183,6 +233,13 @@ static void run_case(tk_dtype wt, int64_t rows, int64_t n, int n_tok, int mode) 
     float *wd = malloc(sizeof(float) * (size_t)(rows * n));
     for (int64_t r = 0; r < rows; r++) tk_dequant_row(wt, w + (size_t)r * wrb, wd + r * n, n);
     float *mu = min_parts(wt, w, rows, n);
+    const int nf4 = wt == TK_NF4 || wt == TK_NF4_DQ;
+    double *wcb = NULL, *amx = NULL;
+    if (nf4) {
+        wcb = malloc(sizeof(double) * (size_t)(rows * n));
+        amx = malloc(sizeof(double) * (size_t)(rows * n));
+        for (int64_t r = 0; r < rows; r++) nf4_decode_cb(wt, w + (size_t)r * wrb, n, wcb + r * n, amx + r * n);
+    }
     float *x = malloc(sizeof(float) * (size_t)(n_tok * n));
     make_acts(x, n_tok, n, mode);
 
@@ -207,14 +264,24 @@ static void run_case(tk_dtype wt, int64_t rows, int64_t n, int n_tok, int mode) 
     for (int t = 0; t < n_tok; t++) {
         act_dequant(ref->act_type, act_ref + (size_t)t * arb, x + t * n, n, xq + t * n, s_err);
         for (int64_t r = 0; r < rows; r++) {
-            double a = 0, ax = 0, s = 0, e = 0;
+            double a = 0, ax = 0, s = 0, e = 0, adeq = 0, cbe = 0;
             for (int64_t c = 0; c < n; c++) {
-                const double wv = wd[r * n + c], m = mu ? mu[r * n + c] : 0.0;
+                const double wv = nf4 ? wcb[r * n + c] : wd[r * n + c], m = mu ? mu[r * n + c] : 0.0;
                 a += wv * xq[t * n + c];
-                ax += wv * x[t * n + c];
+                ax += (double)wd[r * n + c] * x[t * n + c];
                 s += (fabs(wv - m) + fabs(m)) * fabs(xq[t * n + c]);
                 e += fabs(wv) * fabs((double)x[t * n + c] - xq[t * n + c]);
+                if (nf4) {
+                    adeq += (double)wd[r * n + c] * xq[t * n + c];
+                    cbe += 0x1p-15 * amx[r * n + c] * fabs(xq[t * n + c]);
+                    e += 0x1p-15 * amx[r * n + c] * fabs(x[t * n + c]); /* code book vs float weights */
+                }
             }
+            /* the code book's effect on the exact result stays within its bound
+             * (plus the float rounding of the dequantized weights) */
+            if (nf4)
+                CHECK(fabs(adeq - a) <= cbe + 0x1p-23 * s + 1e-35, "%s r=%lld t=%d: code book error %g > %g",
+                      info->name, (long long)r, t, fabs(adeq - a), cbe);
             if (ref->act_type == TK_Q8_1) {
                 /* the kernel's min term is m * s with the stored s, which
                  * differs from m * sum(xq) by m * s_err: move it from y64
@@ -332,6 +399,8 @@ static void run_case(tk_dtype wt, int64_t rows, int64_t n, int n_tok, int mode) 
 out:
     free(w);
     free(wd);
+    free(wcb);
+    free(amx);
     free(mu);
     free(x);
 }
@@ -469,14 +538,28 @@ static void test_act_convention(void) {
     CHECK(ties > 100 && other_mult_differs > 0, "the inputs exercise ties (%ld, %ld)", ties, other_mult_differs);
 }
 
+/* The int16 NF4 code book of the kernels: round(level * 2^14), error <= 2^-15. */
+static void test_nf4_codebook(void) {
+    static const int16_t L[16] = TK_NF4_LEVELS_I16;
+    double worst = 0;
+    for (int c = 0; c < 16; c++) {
+        CHECK(L[c] == (int16_t)lrint(tk_nf4_values[c] * 16384.0), "level %d: %d", c, L[c]);
+        worst = fmax(worst, fabs(L[c] * 0x1p-14 - tk_nf4_values[c]));
+    }
+    CHECK(worst <= 0x1p-15, "code book error %g > 2^-15", worst);
+    printf("NF4 int16 code book: max |L/2^14 - level| = %.3g (bound 2^-15 = %.3g)\n", worst, 0x1p-15);
+}
+
 int main(void) {
     const char *seed = getenv("TK_TEST_SEED");
     if (seed) rng_state = strtoull(seed, NULL, 0);
     test_isa_selection();
     test_act_convention();
+    test_nf4_codebook();
 
     const tk_dtype types[] = {TK_F32, TK_F16, TK_BF16, TK_Q4_0, TK_Q4_1, TK_Q5_0, TK_Q5_1, TK_Q8_0,
-                              TK_IQ4_NL, TK_Q2_K, TK_Q3_K, TK_Q4_K, TK_Q5_K, TK_Q6_K, TK_IQ4_XS};
+                              TK_IQ4_NL, TK_Q2_K, TK_Q3_K, TK_Q4_K, TK_Q5_K, TK_Q6_K, TK_IQ4_XS,
+                              TK_NF4,  TK_NF4_DQ};
     const int ntoks[] = {1, 2, 3, 7, 16, 33};
     const int64_t rows_list[] = {1, 2, 3, 5, 7, 13, 33};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -495,6 +578,13 @@ int main(void) {
         for (size_t k = 0; k < 6; k++) run_case(wt, 9, be == 256 ? 512 : 64, ntoks[k], 0);
         run_case(wt, 5, be == 256 ? 512 : 96, 3, 1);
         if (wt == TK_Q8_0) run_case(wt, 5, 96, 3, 2);
+        if (wt == TK_NF4 || wt == TK_NF4_DQ) {
+            /* more than 256 blocks (two NF4_DQ groups) with a 32-element tail;
+             * prefill-sized batches (several token tiles, ragged last tile) */
+            run_case(wt, 3, 257 * 64 + 32, 2, 0);
+            run_case(wt, 11, 2048, 37, 0);
+            run_case(wt, 6, 288, 9, 1);
+        }
     }
     printf("max |simd - scalar| / S = %.3g, max |y - y64| / S = %.3g\n", max_rel_simd, max_rel_ref);
     TK_TEST_END();

@@ -14,6 +14,7 @@
  * same instruction sequence whatever the tile shape, so results do not
  * depend on how rows or tokens are split; ragged row tiles repeat the last
  * row (results discarded) instead of using a different code path. */
+#include "nf4_dot.h"
 #include "qgemm_impl.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -580,6 +581,116 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
 }
 
+/* ================= NF4 / NF4_DQ (definition: nf4_dot.h) ================= */
+
+/* Per 32-element chunk, the int16 levels of the codes are looked up with two
+ * pshufb (the low and the high bytes of TK_NF4_LEVELS_I16) and interleaved
+ * with unpacklo/hi_epi8 into two int16 vectors (elements 0-7|16-23 and
+ * 8-15|24-31); the activation bytes are sign-extended by the same unpacks,
+ * once per token and shared by the MR rows.  Two pmaddwd give exact int32
+ * lane sums (|L| <= 2^14, |q| <= 127).  Per block and (row, token) the
+ * chunks' float lanes are scaled by their d and summed, and one fma adds
+ * that times the row's absmax; the sum is scaled by 2^-14 at the end.  The weights of a block are unpacked
+ * once per NT tokens. */
+
+/* Absmax of block b and its code bytes (rows: nb blocks, ng DQ groups). */
+AI float nf4_absmax(const int DQ, bptr row, int64_t nb, int64_t ng, int64_t b, bptr *codes) {
+    if (!DQ) {
+        *codes = row + 36 * b + 4;
+        return ldf(row + 36 * b);
+    }
+    const bptr g = row + 8 * (b / TK_NF4_DQ_GROUP), qa = row + 8 * ng;
+    *codes = qa + nb + 32 * b;
+    return (float)qa[b] * ldf(g) + ldf(g + 4);
+}
+
+AI void nf4_lookup(__m256i codes, __m256i tlo, __m256i thi, __m256i *w0, __m256i *w1) {
+    const __m256i lo = _mm256_shuffle_epi8(tlo, codes), hi = _mm256_shuffle_epi8(thi, codes);
+    *w0 = _mm256_unpacklo_epi8(lo, hi);
+    *w1 = _mm256_unpackhi_epi8(lo, hi);
+}
+
+/* One absmax block b (TAIL: the 32-element last block). */
+AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t nb,
+                  int64_t ng, int64_t b, const float *amb, size_t pf, __m256i tlo, __m256i thi, __m256 acc[4][4]) {
+    const int nh = TAIL ? 1 : 2; /* chunks in the block */
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    bptr cp[4];
+    __m256 am[4];
+    UNROLL for (int i = 0; i < MR; i++) {
+        am[i] = amb ? _mm256_set1_ps(amb[16 * i]) : _mm256_set1_ps(nf4_absmax(DQ, wp[i], nb, ng, b, &cp[i]));
+        if (amb) cp[i] = wp[i] + 8 * ng + nb + 32 * b;
+    }
+    if (DQ) {
+        pfetch(MR, cp, 0, 1, pf);
+        if (b % 64 == 0) pfetch(MR, wp, 8 * ng + b, 1, pf);
+    } else {
+        pfetch(MR, wp, 36 * b, 1, pf);
+    }
+    /* f[i][j]: the block's two chunks scaled by their d and summed */
+    __m256 f[4][4];
+    UNROLL for (int h = 0; h < nh; h++) {
+        __m256i a0[4], a1[4];
+        __m256 d[4];
+        UNROLL for (int j = 0; j < NT; j++) {
+            const bptr blk = ap[j] + (2 * b + h) * 34;
+            const __m256i q = ldu(blk + 2), sg = _mm256_cmpgt_epi8(_mm256_setzero_si256(), q);
+            a0[j] = _mm256_unpacklo_epi8(q, sg);
+            a1[j] = _mm256_unpackhi_epi8(q, sg);
+            d[j] = _mm256_set1_ps(ldh(blk));
+        }
+        UNROLL for (int i = 0; i < MR; i++) {
+            __m256i codes;
+            if (TAIL) codes = nib32(cp[i]);
+            else codes = _mm256_and_si256(h ? _mm256_srli_epi16(ldu(cp[i]), 4) : ldu(cp[i]), m4);
+            __m256i w0, w1;
+            nf4_lookup(codes, tlo, thi, &w0, &w1);
+            UNROLL for (int j = 0; j < NT; j++) {
+                const __m256 p = _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_madd_epi16(w0, a0[j]), _mm256_madd_epi16(w1, a1[j])));
+                f[i][j] = h ? _mm256_fmadd_ps(p, d[j], f[i][j]) : _mm256_mul_ps(p, d[j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(f[i][j], am[i], acc[i][j]);
+}
+
+AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+               float *out) {
+    const int64_t nb = (n + TK_NF4_BLOCK - 1) / TK_NF4_BLOCK, nbf = n / TK_NF4_BLOCK;
+    const int64_t ng = (nb + TK_NF4_DQ_GROUP - 1) / TK_NF4_DQ_GROUP;
+    static const int16_t lv[16] = TK_NF4_LEVELS_I16;
+    int8_t tl[16], th[16];
+    for (int k = 0; k < 16; k++) {
+        tl[k] = (int8_t)(lv[k] & 0xFF);
+        th[k] = (int8_t)(lv[k] >> 8);
+    }
+    const __m256i tlo = _mm256_broadcastsi128_si256(ldu128(tl)), thi = _mm256_broadcastsi128_si256(ldu128(th));
+    __m256 acc[4][4];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
+    if (!DQ) {
+        for (int64_t b = 0; b < nbf; b++) nf4_block(0, 0, MR, NT, wp, ap, nb, ng, b, NULL, pf, tlo, thi, acc);
+    } else {
+        /* NF4_DQ: the absmax of 16 blocks at a time (u8 * scale + min, one
+         * group: 256 is a multiple of 16; the 16 u8 read stay inside the
+         * row, whose codes follow) */
+        for (int64_t b0 = 0; b0 < nbf; b0 += 16) {
+            float amb[4][16];
+            UNROLL for (int i = 0; i < MR; i++) {
+                const bptr g = wp[i] + 8 * (b0 / TK_NF4_DQ_GROUP), qa = wp[i] + 8 * ng + b0;
+                const __m256 gs = _mm256_set1_ps(ldf(g)), gm = _mm256_set1_ps(ldf(g + 4));
+                UNROLL for (int k = 0; k < 2; k++) {
+                    const __m256 u = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qa + 8 * k))));
+                    _mm256_storeu_ps(&amb[i][8 * k], _mm256_add_ps(_mm256_mul_ps(u, gs), gm));
+                }
+            }
+            const int64_t b1 = b0 + 16 < nbf ? b0 + 16 : nbf;
+            for (int64_t b = b0; b < b1; b++) nf4_block(1, 0, MR, NT, wp, ap, nb, ng, b, &amb[0][b - b0], pf, tlo, thi, acc);
+        }
+    }
+    if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, NULL, pf, tlo, thi, acc);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]) * 0x1p-14f;
+}
+
 /* ================= instantiation ================= */
 
 #define MK4(NAME, MR, CALL)                                                                      \
@@ -612,6 +723,8 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 #define C_F32(MR, NT, ...) mk_float(F_F32, MR, NT, __VA_ARGS__)
 #define C_F16(MR, NT, ...) mk_float(F_F16, MR, NT, __VA_ARGS__)
 #define C_BF16(MR, NT, ...) mk_float(F_BF16, MR, NT, __VA_ARGS__)
+#define C_NF4(MR, NT, ...) mk_nf4(0, MR, NT, __VA_ARGS__)
+#define C_NF4_DQ(MR, NT, ...) mk_nf4(1, MR, NT, __VA_ARGS__)
 
 /* Tile shapes (rows x tokens), tuned with bench_qgemm for 16 ymm
  * registers (the file is built without AVX-512, so EVEX ymm16-31 are never
@@ -630,6 +743,12 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 #endif
 #ifndef MR_F
 #define MR_F 4
+#endif
+#ifndef MR_N
+#define MR_N 3
+#endif
+#ifndef NT_N
+#define NT_N 4
 #endif
 #ifndef NT_F
 #define NT_F 3
@@ -650,6 +769,8 @@ DEF(iq4_xs, MR_K, NT_K, C_IQ4_XS)
 DEF(f32, MR_F, NT_F, C_F32)
 DEF(f16, MR_F, NT_F, C_F16)
 DEF(bf16, MR_F, NT_F, C_BF16)
+DEF(nf4, MR_N, NT_N, C_NF4)
+DEF(nf4dq, MR_N, NT_N, C_NF4_DQ)
 
 #define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
 #define KQ8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
@@ -673,6 +794,8 @@ static const tk_qkernel avx2_kernels[TK_DTYPE_LIMIT] = {
     K(TK_Q5_K, Q8_K, "Q5_K", q5_K),
     K(TK_Q6_K, Q8_K, "Q6_K", q6_K),
     K(TK_IQ4_XS, Q8_K, "IQ4_XS", iq4_xs),
+    K(TK_NF4, Q8_0, "NF4", nf4),
+    K(TK_NF4_DQ, Q8_0, "NF4_DQ", nf4dq),
 };
 
 const tk_qkernel *tk_qk_avx2(tk_dtype wtype) {

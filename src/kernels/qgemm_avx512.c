@@ -13,6 +13,7 @@
  * Every (row, token) result goes through the same instruction sequence for
  * every tile shape, so results do not depend on the row split or the batch;
  * they differ from the AVX2 ones only by float rounding. */
+#include "nf4_dot.h"
 #include "qgemm_impl.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
@@ -473,6 +474,97 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
 }
 
+/* ================= NF4 / NF4_DQ (definition: nf4_dot.h) ================= */
+
+/* A whole 64-block per step: its 32 code bytes are zero-extended to 32
+ * words, and vpermw looks the int16 levels up in a 32-entry table holding
+ * TK_NF4_LEVELS_I16 twice (vpermw reads the low 5 bits of each index, so
+ * the low nibble needs no masking: bit 4 only selects the copy); the high
+ * nibbles are the words shifted right by 4.  The activations of the two
+ * chunks are sign-extended to int16 in element order (vpmovsxbw), once per
+ * token and shared by the MR rows; vpmaddwd gives exact int32 pair sums
+ * (|L| <= 2^14, |q| <= 127); per block and (row, token) the two chunks'
+ * lanes are scaled by their d (broadcast once per token), summed, and one
+ * fma adds them times the row's absmax (broadcast once per row); the sum
+ * is scaled by 2^-14 at the end.  A
+ * 32-element tail block is one chunk: [low nibbles | high nibbles] of its
+ * 16 bytes. */
+
+AI float nf4_absmax(const int DQ, bptr row, int64_t nb, int64_t ng, int64_t b, bptr *codes) {
+    if (!DQ) {
+        *codes = row + 36 * b + 4;
+        return ldf(row + 36 * b);
+    }
+    const bptr g = row + 8 * (b / TK_NF4_DQ_GROUP), qa = row + 8 * ng;
+    *codes = qa + nb + 32 * b;
+    return (float)qa[b] * ldf(g) + ldf(g + 4);
+}
+
+AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t nb,
+                  int64_t ng, int64_t b, const float *amb, size_t pf, __m512i tab, __m512 acc[8][8]) {
+    const int nh = TAIL ? 1 : 2;
+    /* per token: the int16 activations of the block's chunks and their
+     * scales d, broadcast */
+    __m512i a[8][2];
+    __m512 d[8][2];
+    UNROLL for (int j = 0; j < NT; j++) UNROLL for (int h = 0; h < nh; h++) {
+            const bptr blk = ap[j] + (2 * b + h) * 34;
+            a[j][h] = _mm512_cvtepi8_epi16(ldy(blk + 2));
+            d[j][h] = _mm512_set1_ps(ldh(blk));
+        }
+    if (!DQ) pfetch(MR, wp, 36 * b, 1, pf);
+    else if (b % 64 == 0) pfetch(MR, wp, 8 * ng + b, 1, pf);
+    UNROLL for (int i = 0; i < MR; i++) {
+        bptr cp;
+        const __m512 am = amb ? _mm512_set1_ps(amb[16 * i]) : _mm512_set1_ps(nf4_absmax(DQ, wp[i], nb, ng, b, &cp));
+        if (amb) cp = wp[i] + 8 * ng + nb + 32 * b;
+        if (DQ) pfetch(1, &cp, 0, 1, pf);
+        __m512i w[2];
+        if (TAIL) {
+            const __m128i x = ldx(cp);
+            w[0] = _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(_mm256_set_m128i(_mm_srli_epi16(x, 4), x)), tab);
+        } else {
+            const __m512i cz = _mm512_cvtepu8_epi16(ldy(cp));
+            w[0] = _mm512_permutexvar_epi16(cz, tab);
+            w[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(cz, 4), tab);
+        }
+        UNROLL for (int j = 0; j < NT; j++) {
+            __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(w[0], a[j][0])), d[j][0]);
+            if (!TAIL) f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(w[1], a[j][1])), d[j][1], f);
+            acc[i][j] = _mm512_fmadd_ps(f, am, acc[i][j]);
+        }
+    }
+}
+
+AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
+               float *out) {
+    const int64_t nb = (n + TK_NF4_BLOCK - 1) / TK_NF4_BLOCK, nbf = n / TK_NF4_BLOCK;
+    const int64_t ng = (nb + TK_NF4_DQ_GROUP - 1) / TK_NF4_DQ_GROUP;
+    static const int16_t lv[16] = TK_NF4_LEVELS_I16;
+    const __m512i tab = _mm512_broadcast_i64x4(ldy(lv));
+    __m512 acc[8][8];
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
+    if (!DQ) {
+        for (int64_t b = 0; b < nbf; b++) nf4_block(0, 0, MR, NT, wp, ap, nb, ng, b, NULL, pf, tab, acc);
+    } else {
+        /* NF4_DQ: the absmax of 16 blocks at a time (u8 * scale + min, one
+         * group: 256 is a multiple of 16; the 16 u8 read stay inside the
+         * row, whose codes follow) */
+        for (int64_t b0 = 0; b0 < nbf; b0 += 16) {
+            float amb[8][16];
+            UNROLL for (int i = 0; i < MR; i++) {
+                const bptr g = wp[i] + 8 * (b0 / TK_NF4_DQ_GROUP);
+                const __m512 u = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(ldx(wp[i] + 8 * ng + b0)));
+                _mm512_storeu_ps(amb[i], _mm512_add_ps(_mm512_mul_ps(u, _mm512_set1_ps(ldf(g))), _mm512_set1_ps(ldf(g + 4))));
+            }
+            const int64_t b1 = b0 + 16 < nbf ? b0 + 16 : nbf;
+            for (int64_t b = b0; b < b1; b++) nf4_block(1, 0, MR, NT, wp, ap, nb, ng, b, &amb[0][b - b0], pf, tab, acc);
+        }
+    }
+    if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, NULL, pf, tab, acc);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]) * 0x1p-14f;
+}
+
 /* ================= instantiation ================= */
 
 #define MKW(NAME, MR, NT, CALL) \
@@ -504,6 +596,8 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 #define C_F32(MR, NT, ...) mk_float(F_F32, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
 #define C_F16(MR, NT, ...) mk_float(F_F16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
 #define C_BF16(MR, NT, ...) mk_float(F_BF16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
+#define C_NF4(MR, NT, ...) mk_nf4(0, (MR), (NT) < NT_N ? (NT) : NT_N, __VA_ARGS__)
+#define C_NF4_DQ(MR, NT, ...) mk_nf4(1, (MR), (NT) < NT_N ? (NT) : NT_N, __VA_ARGS__)
 
 /* Tile shapes (rows x tokens), tuned with bench_qgemm (32 zmm registers). */
 #ifndef MR_L
@@ -520,6 +614,12 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
 #endif
 #ifndef MR_F
 #define MR_F 6
+#endif
+#ifndef MR_N
+#define MR_N 4
+#endif
+#ifndef NT_N
+#define NT_N 4
 #endif
 #ifndef NT_F
 #define NT_F 4
@@ -540,6 +640,8 @@ DEF(iq4_xs, MR_K, NT_K, C_IQ4_XS)
 DEF(f32, MR_F, NT_F, C_F32)
 DEF(f16, MR_F, NT_F, C_F16)
 DEF(bf16, MR_F, NT_F, C_BF16)
+DEF(nf4, MR_N, NT_N, C_NF4)
+DEF(nf4dq, MR_N, NT_N, C_NF4_DQ)
 
 #define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
 #define KQ8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
@@ -563,6 +665,8 @@ static const tk_qkernel avx512_kernels[TK_DTYPE_LIMIT] = {
     K(TK_Q2_K, Q8_K, "Q2_K", q2_K),
     K(TK_Q3_K, Q8_K, "Q3_K", q3_K),
     K(TK_IQ4_XS, Q8_K, "IQ4_XS", iq4_xs),
+    K(TK_NF4, Q8_0, "NF4", nf4),
+    K(TK_NF4_DQ, Q8_0, "NF4_DQ", nf4dq),
 };
 
 const tk_qkernel *tk_qk_avx512(tk_dtype wtype) {

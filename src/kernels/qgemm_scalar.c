@@ -7,6 +7,9 @@
  *   Q4_1 Q5_1:             acc += (float)isum * (dw * da) + mw * sa
  *   Q2_K Q4_K Q5_K:        acc += (float)isum * (d * da) - (float)msum * (dmin * da)
  *   Q3_K Q6_K IQ4_XS:      acc += (float)isum * (d * da)
+ *   NF4 NF4_DQ:            acc += ((float)isum0 * da0 + (float)isum1 * da1) * absmax
+ *                          (da per 32-chunk, absmax per 64-block, int16 levels of
+ *                          scale 2^14 removed at the end; nf4_dot.c)
  *
  * where isum includes the sub-block scales of the k-quants and msum is the
  * sum of sub-block mins times activation block sums.  SIMD kernels compute
@@ -14,6 +17,7 @@
  * agree to float rounding.  F32/F16/BF16 weights use float activations. */
 #include <math.h>
 
+#include "nf4_dot.h"
 #include "qgemm_impl.h"
 
 /* ---- activation packing ---- */
@@ -429,6 +433,8 @@ static const tk_qkernel scalar_kernels[TK_DTYPE_LIMIT] = {
     K(TK_Q5_K, Q8_K, "Q5_K", gemm_q5_K),
     K(TK_Q6_K, Q8_K, "Q6_K", gemm_q6_K),
     K(TK_IQ4_XS, Q8_K, "IQ4_XS", gemm_iq4_xs),
+    K(TK_NF4, Q8_0, "NF4", tk_nf4_gemm_scalar),       /* nf4_dot.c */
+    K(TK_NF4_DQ, Q8_0, "NF4_DQ", tk_nf4dq_gemm_scalar),
 };
 
 const tk_qkernel *tk_qk_scalar(tk_dtype wtype) {
