@@ -595,7 +595,7 @@ def test_preemption_tiny_kv(tokamak_bin, model_dir, client):
     prompts = PROMPTS[:6]
     alone = [complete(client, p, max_tokens=48, extra_body={"ignore_eos": True}).choices[0].text
              for p in prompts]
-    s = Server(tokamak_bin, model_dir, "--max-seqs", "8", "--kv-memory", "1200K")
+    s = Server(tokamak_bin, model_dir, "--max-seqs", "8", "--kv-memory", "1200K", "--kv-type", "f32")
     try:
         blocks = s.metrics()["tokamak_kv_blocks_total"]
         assert 4 <= blocks <= 16, blocks  # too few for 6 requests x 4 blocks at once
