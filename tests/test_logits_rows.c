@@ -8,6 +8,7 @@
 
 #include "../src/engine/engine_internal.h"
 #include "../src/util/mapfile.h"
+#include "engine_test.h"
 #include "tk_test.h"
 
 enum { N_REQ = 4, GEN = 48, MAX_GEN = 64 };
@@ -39,21 +40,7 @@ static void on_event(void *user, const tk_event *ev) {
 }
 
 static int run_all(tk_engine *e, tk_request_params *ps, int n, result *rs) {
-    tk_err err;
-    for (int i = 0; i < n; i++)
-        if (tk_engine_submit(e, &ps[i], on_event, &rs[i], NULL, &err)) {
-            fprintf(stderr, "submit: %s\n", err.msg);
-            return -1;
-        }
-    for (int guard = 0; guard < 100000; guard++) {
-        int live = tk_engine_step(e, &err);
-        if (live < 0) {
-            fprintf(stderr, "step: %s\n", err.msg);
-            return -1;
-        }
-        if (live == 0) return 0;
-    }
-    return -1;
+    return tk_test_run_requests(e, ps, n, on_event, rs, sizeof *rs, NULL, NULL, 100000);
 }
 
 static void test_sizes(void) {

@@ -30,18 +30,9 @@
 #include "../src/engine/engine_internal.h"
 #include "../src/util/mapfile.h"
 #include "formats/gguf.h"
+#include "engine_test.h"
 #include "tk_test.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SLOW_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SLOW_BUILD 1
-#endif
-#endif
-#ifndef SLOW_BUILD
-#define SLOW_BUILD 0
-#endif
 
 enum { W = 32, BS = 8, TOP = 4, MAX_GEN = 200, N_PROMPTS = 3, MAX_PROMPT = 40 };
 #define HELD_MAX ((W + BS - 1) / BS + 2)
@@ -177,30 +168,22 @@ typedef struct run_stats {
     int bad;                        /* accounting errors */
 } run_stats;
 
-static int run_all(tk_engine *e, tk_request_params *ps, int n, result *rs, run_stats *st) {
-    tk_err err;
-    memset(st, 0, sizeof *st);
-    for (int i = 0; i < n; i++)
-        if (tk_engine_submit(e, &ps[i], on_event, &rs[i], NULL, &err)) {
-            fprintf(stderr, "submit: %s\n", err.msg);
-            return -1;
-        }
-    for (int guard = 0; guard < 100000; guard++) {
-        int live = tk_engine_step(e, &err);
-        if (live < 0) {
-            fprintf(stderr, "step: %s\n", err.msg);
-            return -1;
-        }
-        int held = check_tables(e, &st->bad);
-        if (held > st->most_held) st->most_held = held;
-        if (e->draft) {
-            held = check_tables(e->draft, &st->bad);
-            if (held > st->most_held_draft) st->most_held_draft = held;
-        }
-        if (tk_kv_used(&e->kv) > st->most_used) st->most_used = tk_kv_used(&e->kv);
-        if (live == 0) return 0;
+/* After every step: the block tables are sane and the most blocks held so far. */
+static int track_step(tk_engine *e, void *ctx) {
+    run_stats *st = ctx;
+    int held = check_tables(e, &st->bad);
+    if (held > st->most_held) st->most_held = held;
+    if (e->draft) {
+        held = check_tables(e->draft, &st->bad);
+        if (held > st->most_held_draft) st->most_held_draft = held;
     }
-    return -1;
+    if (tk_kv_used(&e->kv) > st->most_used) st->most_used = tk_kv_used(&e->kv);
+    return 0;
+}
+
+static int run_all(tk_engine *e, tk_request_params *ps, int n, result *rs, run_stats *st) {
+    memset(st, 0, sizeof *st);
+    return tk_test_run_requests(e, ps, n, on_event, rs, sizeof *rs, track_step, st, 100000);
 }
 
 static bool all_back(tk_engine *e) {

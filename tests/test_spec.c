@@ -22,18 +22,9 @@
 #include "../src/engine/engine_internal.h"
 #include "../src/spec/spec.h"
 #include "../src/util/mapfile.h"
+#include "engine_test.h"
 #include "tk_test.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define SLOW_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define SLOW_BUILD 1
-#endif
-#endif
-#ifndef SLOW_BUILD
-#define SLOW_BUILD 0
-#endif
 
 /* ---- units ---- */
 
@@ -230,23 +221,13 @@ static int check_blocks(tk_engine *e, const char *what) {
     return bad;
 }
 
+static int check_step(tk_engine *e, void *ctx) {
+    (void)ctx;
+    return check_blocks(e, "step");
+}
+
 static int run_all(tk_engine *e, tk_request_params *ps, int n, result *rs, bool check) {
-    tk_err err;
-    for (int i = 0; i < n; i++)
-        if (tk_engine_submit(e, &ps[i], on_event, &rs[i], NULL, &err)) {
-            fprintf(stderr, "submit: %s\n", err.msg);
-            return -1;
-        }
-    for (int guard = 0; guard < 200000; guard++) {
-        int live = tk_engine_step(e, &err);
-        if (live < 0) {
-            fprintf(stderr, "step: %s\n", err.msg);
-            return -1;
-        }
-        if (check && check_blocks(e, "step")) return -1;
-        if (live == 0) return 0;
-    }
-    return -1;
+    return tk_test_run_requests(e, ps, n, on_event, rs, sizeof *rs, check ? check_step : NULL, NULL, 200000);
 }
 
 static tk_engine *open_engine(const char *model, const char *draft, int max_seqs, size_t kv_memory, int block) {
