@@ -50,7 +50,7 @@ typedef struct tk_engine_config {
                                    left the window instead of returning them to the pool */
     int max_waiting;            /* bound of the waiting queue; 0: 256 */
     const char *fusions;        /* operator fusions: "all" (default), "none", or a list of
-                                   norm-quant,glu,rope-kv,residual (also env TK_FUSE) */
+                                   norm-quant,glu,rope-kv,rope-q,residual (also env TK_FUSE) */
     bool reference_kernels;     /* float32 dequantize-and-multiply everywhere (also env TK_REFERENCE=1):
                                    the numerical reference, slow */
     /* speculative decoding */

@@ -27,7 +27,7 @@ int main(void) {
     static const char *models[] = {"gguf-fixtures/qfix-Q4_K_M.gguf", "gguf-fixtures/qfix-Q4_0.gguf",
                                    "gguf-fixtures/qfix-Q8_0.gguf", "gguf-fixtures/qfix-F16.gguf",
                                    "models/stories260K.bin"};
-    static const char *fusions[] = {"norm-quant", "glu", "rope-kv", "residual", "all"};
+    static const char *fusions[] = {"norm-quant", "glu", "rope-kv", "rope-q", "residual", "all"};
     static const char *kv_types[] = {"f32", "f16", "q8_0"};
     size_t cap = 12 * 512;
     float *base = malloc(sizeof(float) * cap), *got = malloc(sizeof(float) * cap);

@@ -222,9 +222,10 @@ static double max_diff(const float *a, const double *b, int n) {
 
 /* Engine logits for every position: prefill in chunks of `chunk` tokens,
  * the rest one token at a time. */
-static int engine_logits(const char *path, int threads, int block, int chunk, const int32_t *tok, int n, float *out) {
+static int engine_logits(const char *path, int threads, int block, int chunk, const int32_t *tok, int n, float *out,
+                         const char *fusions) {
     tk_engine_config cfg = {.kv_type = "f32", .model_path = path, .n_threads = threads, .kv_block_size = block, .max_seqs = 1,
-                            .max_batch_tokens = chunk};
+                            .max_batch_tokens = chunk, .fusions = fusions};
     tk_engine *e;
     tk_err err;
     if (tk_engine_open(&cfg, &e, &err)) {
@@ -329,7 +330,7 @@ int main(void) {
     const int cfgs[][3] = {{1, 4, SEQ}, {2, 4, 7}, {2, 1, 3}, {1, 64, 1}, {2, 5, 11}, {2, 3, SEQ}};
     for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
         memset(got, 0, sizeof got);
-        int rc = engine_logits(path, cfgs[c][0], cfgs[c][1], cfgs[c][2], tok, SEQ, got);
+        int rc = engine_logits(path, cfgs[c][0], cfgs[c][1], cfgs[c][2], tok, SEQ, got, NULL);
         CHECK(rc == 0, "engine run (threads %d, block %d, chunk %d)", cfgs[c][0], cfgs[c][1], cfgs[c][2]);
         double d = max_diff(got, ref, SEQ * VOCAB);
         CHECK(d < tol, "threads %d block %d chunk %d: max |diff| %g (tol %g)", cfgs[c][0], cfgs[c][1],
@@ -337,9 +338,14 @@ int main(void) {
     }
     /* An explicit sliding_window_pattern key overrides the default. */
     memset(got, 0, sizeof got);
-    CHECK(engine_logits(path3, 2, 4, 9, tok, SEQ, got) == 0, "engine run, pattern 3");
+    CHECK(engine_logits(path3, 2, 4, 9, tok, SEQ, got, NULL) == 0, "engine run, pattern 3");
     double d3 = max_diff(got, ref3, SEQ * VOCAB);
     CHECK(d3 < tol, "pattern 3: max |diff| %g (tol %g)", d3, tol);
+    /* Fusions (QK-norm + RoPE of Q in the projection's store among them)
+     * give the same bits as the unfused passes. */
+    static float unfused[SEQ * VOCAB];
+    CHECK(engine_logits(path3, 2, 4, 9, tok, SEQ, unfused, "none") == 0, "engine run, no fusions");
+    CHECK(memcmp(unfused, got, sizeof unfused) == 0, "fused and unfused logits differ");
 
     unlink(path);
     unlink(path3);

@@ -132,7 +132,7 @@ static void usage(FILE *f) {
                "  --context-threads N  also time the decode at each context with only N threads\n"
                "                   (after the same prefill; shows what split-KV attention gains)\n"
                "  --kv-type T      KV cache storage: f16 (default), f32, q8_0\n"
-               "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,residual\n"
+               "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,rope-q,residual\n"
                "  --verify-cost    time a pass over k + 1 tokens relative to one token, k = 1..8 (at\n"
                "                   context -p), and nothing else\n"
                "speculative decoding (decodes real prompts plainly and speculatively, alternating):\n"

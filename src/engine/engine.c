@@ -19,13 +19,13 @@
 static int parse_fusions(const char *spec, unsigned *out, tk_err *err) {
     static const struct { const char *name; unsigned bit; } names[] = {
         {"norm-quant", TK_FUSE_NORM_QUANT}, {"glu", TK_FUSE_GLU}, {"rope-kv", TK_FUSE_ROPE_KV},
-        {"residual", TK_FUSE_RESIDUAL}, {"all", TK_FUSE_ALL}, {"none", 0}};
+        {"residual", TK_FUSE_RESIDUAL}, {"rope-q", TK_FUSE_ROPE_Q}, {"all", TK_FUSE_ALL}, {"none", 0}};
     unsigned bits = 0;
     for (const char *p = spec; *p;) {
         size_t n = strcspn(p, ",");
         size_t k = 0, count = sizeof names / sizeof names[0];
         while (k < count && !(strlen(names[k].name) == n && !strncmp(names[k].name, p, n))) k++;
-        if (k == count) return tk_err_set(err, "unknown fusion '%.*s' (norm-quant, glu, rope-kv, residual, all, none)",
+        if (k == count) return tk_err_set(err, "unknown fusion '%.*s' (norm-quant, glu, rope-kv, rope-q, residual, all, none)",
                                           (int)n, p);
         bits |= names[k].bit;
         p += n;

@@ -55,6 +55,7 @@ typedef struct mm_job {
     int first_task[TK_MATMUL_MAX_W + 1];
     tk_mm_epilogue epi;
     float *residual;
+    const tk_mm_rope *rope;
     /* packing */
     const tk_qkernel *pack_k;
     unsigned char *pack_out;
@@ -109,6 +110,15 @@ static void gemm_task(void *ctx, int task, int thread) {
             else
                 for (int64_t r = r0; r < r1; r++) g[r] = tk_gelu_tanh(g[r]) * u[r];
         }
+    } else if (j->epi == TK_MM_ROPE && i == 0) {
+        const tk_mm_rope *rp = j->rope;
+        const int hd = rp->head_dim, half = hd / 2;
+        for (int t = 0; t < j->n_tok; t++)
+            for (int64_t r = r0; r < r1; r += hd) {
+                float *q = j->Y[0] + t * j->ldy[0] + r;
+                if (rp->norm_w) tk_rmsnorm(q, q, rp->norm_w, hd, rp->eps);
+                tk_rope_head(q, hd, rp->adjacent, rp->cos + (size_t)t * half, rp->sin + (size_t)t * half);
+            }
     } else if (j->epi == TK_MM_RESIDUAL) {
         for (int t = 0; t < j->n_tok; t++) {
             const float *y = j->Y[0] + t * j->ldy[0];
@@ -123,11 +133,37 @@ void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *cons
     tk_matmul_fused(pool, mw, n_w, W, X, ldx, n_tok, Y, ldy, TK_MM_STORE, NULL);
 }
 
+void tk_rope_head(float *x, int head_dim, bool adjacent, const float *cos_t, const float *sin_t) {
+    int half = head_dim / 2;
+    for (int i = 0; i < half; i++) {
+        int a = adjacent ? 2 * i : i;
+        int b = adjacent ? 2 * i + 1 : i + half;
+        float x0 = x[a], x1 = x[b];
+        x[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        x[b] = x0 * sin_t[i] + x1 * cos_t[i];
+    }
+}
+
+static void matmul_job(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+                       int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
+                       float *residual, const tk_mm_rope *rope);
+
 void tk_matmul_fused(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                      int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
                      float *residual) {
+    matmul_job(pool, mw, n_w, W, X, ldx, n_tok, Y, ldy, epi == TK_MM_ROPE ? TK_MM_STORE : epi, residual, NULL);
+}
+
+void tk_matmul_rope(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+                    int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, const tk_mm_rope *rope) {
+    matmul_job(pool, mw, n_w, W, X, ldx, n_tok, Y, ldy, TK_MM_ROPE, NULL, rope);
+}
+
+static void matmul_job(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+                       int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
+                       float *residual, const tk_mm_rope *rope) {
     mm_job j = {.mw = mw, .n_w = n_w, .W = W, .Y = Y, .ldy = ldy, .X = X, .ldx = ldx, .n_tok = n_tok, .epi = epi,
-                .residual = residual};
+                .residual = residual, .rope = rope};
     int64_t in = W[0]->ne[0];
     /* Pack the input once per distinct activation format. */
     tk_dtype packed_as[2];
@@ -179,7 +215,9 @@ void tk_matmul_fused(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *
     j.first_task[0] = 0;
     for (int i = 0; i < n_w; i++) {
         j.rows_per_task[i] = target;
-        j.first_task[i + 1] = j.first_task[i] + (int)((W[i]->ne[1] + target - 1) / target);
+        if (epi == TK_MM_ROPE && i == 0) /* whole heads per task: a multiple of 16 and of head_dim */
+            while (j.rows_per_task[0] % rope->head_dim) j.rows_per_task[0] += 16;
+        j.first_task[i + 1] = j.first_task[i] + (int)((W[i]->ne[1] + j.rows_per_task[i] - 1) / j.rows_per_task[i]);
     }
     /* GLU: tasks cover the gate's rows; each also computes the same up rows */
     int n_tasks = epi == TK_MM_GLU_SILU || epi == TK_MM_GLU_GELU ? j.first_task[1] : j.first_task[n_w];

@@ -59,8 +59,26 @@ typedef enum tk_mm_epilogue {
     TK_MM_STORE = 0,  /* plain store */
     TK_MM_RESIDUAL,   /* also residual[t * ld + r] += Y[t * ld + r] (1 matrix) */
     TK_MM_GLU_SILU,   /* 2 matrices, gate and up: Y0 = silu(Y0) * Y1 */
-    TK_MM_GLU_GELU    /* 2 matrices, gate and up: Y0 = gelu_tanh(Y0) * Y1 */
+    TK_MM_GLU_GELU,   /* 2 matrices, gate and up: Y0 = gelu_tanh(Y0) * Y1 */
+    TK_MM_ROPE        /* matrix 0 is a query projection: each head of its output
+                         gets an optional RMSNorm, then RoPE (tk_mm_rope) */
 } tk_mm_epilogue;
+
+/* TK_MM_ROPE: matrix 0's rows are heads of head_dim; token t rotates pair
+ * i by cos[t * head_dim/2 + i], sin[...].  Pairs are (2i, 2i+1) when
+ * adjacent, else (i, i + head_dim/2).  norm_w (head_dim weights), if set,
+ * is applied first (QK-norm).  Tasks of matrix 0 then cover whole heads. */
+typedef struct tk_mm_rope {
+    int head_dim;
+    bool adjacent;
+    const float *cos, *sin;
+    const float *norm_w;
+    float eps;
+} tk_mm_rope;
+
+/* Rotates the pairs of one head vector in place (the RoPE the forward pass
+ * and the TK_MM_ROPE epilogue share). */
+void tk_rope_head(float *x, int head_dim, bool adjacent, const float *cos_t, const float *sin_t);
 
 /* tk_matmul_n with an epilogue.  For the GLU forms, both matrices' rows
  * [r0, r1) are computed by the same task, so the activation is applied to
@@ -68,6 +86,9 @@ typedef enum tk_mm_epilogue {
 void tk_matmul_fused(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                      int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
                      float *residual);
+/* tk_matmul_n with the TK_MM_ROPE epilogue on matrix 0. */
+void tk_matmul_rope(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+                    int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, const tk_mm_rope *rope);
 
 static inline void tk_matmul(tk_pool *pool, tk_matmul_ws *mw, const tk_tensor *W, const float *X, int64_t ldx,
                              int n_tok, float *Y, int64_t ldy) {

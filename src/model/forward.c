@@ -112,19 +112,6 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     memset(ws, 0, sizeof *ws);
 }
 
-/* Rotates pairs of one head vector.  ADJACENT pairs (x[2i], x[2i+1]);
- * HALVES pairs (x[i], x[i + d/2]). */
-static void rope_apply(float *x, int head_dim, tk_rope_style style, const float *cos_t, const float *sin_t) {
-    int half = head_dim / 2;
-    for (int i = 0; i < half; i++) {
-        int a = style == TK_ROPE_ADJACENT ? 2 * i : i;
-        int b = style == TK_ROPE_ADJACENT ? 2 * i + 1 : i + half;
-        float x0 = x[a], x1 = x[b];
-        x[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        x[b] = x0 * sin_t[i] + x1 * cos_t[i];
-    }
-}
-
 /* Attention in tiles.  Consecutive batch tokens of one sequence form a
  * tile (up to ATTN_TILE_ROWS query rows), so each K/V chunk is loaded once
  * for all of them.  Each token's visible range is cut at multiples of
@@ -366,18 +353,26 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             ws->observe(ws->observe_ctx, l, L->wk, ws->xn, T, D);
             ws->observe(ws->observe_ctx, l, L->wv, ws->xn, T, D);
         }
+        const bool adjacent = hp->rope_style == TK_ROPE_ADJACENT;
+        const bool rope_q_fused = ws->fuse & TK_FUSE_ROPE_Q;
         {
             float *y[3] = {ws->q, ws->k, ws->v};
             int64_t ld[3] = {q_dim, kv_dim, kv_dim};
-            tk_matmul_n(pool, &ws->mm, 3, qkv, ws->xn, D, T, y, ld);
+            if (rope_q_fused) {
+                /* Q's QK-norm and RoPE in the projection's store, per head */
+                tk_mm_rope rq = {hd, adjacent, rcos, rsin, a->qk_norm ? L->attn_q_norm : NULL, hp->norm_eps};
+                tk_matmul_rope(pool, &ws->mm, 3, qkv, ws->xn, D, T, y, ld, &rq);
+            } else {
+                tk_matmul_n(pool, &ws->mm, 3, qkv, ws->xn, D, T, y, ld);
+            }
             tk_matmul_ws_forget(&ws->mm);
         }
         for (int t = 0; t < T; t++) {
             const float *c = rcos + (size_t)t * half, *s = rsin + (size_t)t * half;
-            for (int h = 0; h < hp->n_heads; h++) {
+            for (int h = 0; h < hp->n_heads && !rope_q_fused; h++) {
                 float *q = ws->q + (size_t)t * q_dim + (size_t)h * hd;
                 if (a->qk_norm) tk_rmsnorm(q, q, L->attn_q_norm, hd, hp->norm_eps);
-                rope_apply(q, hd, hp->rope_style, c, s);
+                tk_rope_head(q, hd, adjacent, c, s);
             }
             tk_kv_seq *seq = seqs[batch->seq[t]];
             for (int h = 0; h < hp->n_kv_heads; h++) {
@@ -386,7 +381,7 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
                 if (ws->fuse & TK_FUSE_ROPE_KV) {
                     rope_store(kv, k, hp->rope_style, c, s, tk_kv_k(kv, seq, l, h, batch->pos[t]));
                 } else {
-                    rope_apply(k, hd, hp->rope_style, c, s);
+                    tk_rope_head(k, hd, adjacent, c, s);
                     tk_kv_store(kv, k, tk_kv_k(kv, seq, l, h, batch->pos[t]));
                 }
                 tk_kv_store(kv, ws->v + (size_t)t * kv_dim + (size_t)h * hd, tk_kv_v(kv, seq, l, h, batch->pos[t]));

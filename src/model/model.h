@@ -60,7 +60,8 @@ enum {
     TK_FUSE_GLU = 2,        /* gate and up in one kernel, SiLU(gate)*up on the way out */
     TK_FUSE_ROPE_KV = 4,    /* RoPE applied while writing K into the cache */
     TK_FUSE_RESIDUAL = 8,   /* residual add folded into the output projection's store */
-    TK_FUSE_ALL = 15
+    TK_FUSE_ROPE_Q = 16,    /* Q's QK-norm and RoPE applied in its projection's store */
+    TK_FUSE_ALL = 31
 };
 
 /* One attention task: a tile of n_tok consecutive batch tokens (one
