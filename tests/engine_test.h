@@ -18,6 +18,17 @@
 #define SLOW_BUILD 0
 #endif
 
+/* Opens an engine, or prints why not (naming `what`) and returns NULL. */
+static inline tk_engine *tk_test_open(const tk_engine_config *cfg, const char *what) {
+    tk_engine *e;
+    tk_err err;
+    if (tk_engine_open(cfg, &e, &err)) {
+        fprintf(stderr, "open %s: %s\n", what, err.msg);
+        return NULL;
+    }
+    return e;
+}
+
 /* Called after every engine step; non-zero stops the run with -1. */
 typedef int (*tk_test_step_fn)(tk_engine *e, void *ctx);
 

@@ -16,13 +16,7 @@ enum { N_REQ = 4, GEN = 48, MAX_GEN = 64 };
 static tk_engine *open_engine(int max_seqs, int batch, int draft_max) {
     tk_engine_config cfg = {.model_path = tk_shared("models/code-target"), .n_threads = 2, .max_seqs = max_seqs,
                             .max_batch_tokens = batch, .draft_max = draft_max};
-    tk_engine *e;
-    tk_err err;
-    if (tk_engine_open(&cfg, &e, &err)) {
-        fprintf(stderr, "open: %s\n", err.msg);
-        return NULL;
-    }
-    return e;
+    return tk_test_open(&cfg, "code-target");
 }
 
 typedef struct result {

@@ -39,13 +39,7 @@ static tk_engine *open_engine(const char *model, const char *tok, int max_seqs, 
     tk_engine_config cfg = {.model_path = tk_shared(model), .tokenizer_path = tok ? tk_shared(tok) : NULL,
                             .n_threads = 2, .max_seqs = max_seqs, .kv_memory = kv_memory,
                             .max_batch_tokens = batch, .kv_block_size = 8};
-    tk_engine *e;
-    tk_err err;
-    if (tk_engine_open(&cfg, &e, &err)) {
-        fprintf(stderr, "%s\n", err.msg);
-        return NULL;
-    }
-    return e;
+    return tk_test_open(&cfg, model);
 }
 
 static void prompt_for(int i, int32_t *p, int *n) {

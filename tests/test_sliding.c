@@ -86,13 +86,7 @@ static tk_engine *open_engine(const char *model, const char *draft, int max_seqs
                             .draft_tokenizer_path = draft ? tk_shared("models/code-target/tokenizer.json") : NULL,
                             .n_threads = 2, .max_seqs = max_seqs, .kv_memory = kv_memory, .kv_block_size = BS,
                             .max_batch_tokens = 64, .no_window_release = !release};
-    tk_engine *e;
-    tk_err err;
-    if (tk_engine_open(&cfg, &e, &err)) {
-        fprintf(stderr, "open %s: %s\n", model, err.msg);
-        return NULL;
-    }
-    return e;
+    return tk_test_open(&cfg, model);
 }
 
 /* ---- requests ---- */

@@ -233,13 +233,7 @@ static int run_all(tk_engine *e, tk_request_params *ps, int n, result *rs, bool 
 static tk_engine *open_engine(const char *model, const char *draft, int max_seqs, size_t kv_memory, int block) {
     tk_engine_config cfg = {.model_path = model, .draft_model_path = draft, .n_threads = 2, .max_seqs = max_seqs,
                             .kv_memory = kv_memory, .kv_block_size = block, .max_batch_tokens = 256};
-    tk_engine *e;
-    tk_err err;
-    if (tk_engine_open(&cfg, &e, &err)) {
-        fprintf(stderr, "open %s: %s\n", model, err.msg);
-        return NULL;
-    }
-    return e;
+    return tk_test_open(&cfg, model);
 }
 
 static bool all_blocks_back(tk_engine *e) {
@@ -539,13 +533,7 @@ static tk_engine *open_small(const char *draft, const char *draft_tok) {
                             .tokenizer_path = tk_shared("models/aidreams260K.tok512.bin"), .draft_model_path = draft,
                             .draft_tokenizer_path = draft_tok, .n_threads = 1, .max_seqs = 32, .kv_block_size = 8,
                             .max_batch_tokens = 256};
-    tk_engine *e;
-    tk_err err;
-    if (tk_engine_open(&cfg, &e, &err)) {
-        fprintf(stderr, "open stories260K with draft %s: %s\n", draft, err.msg);
-        return NULL;
-    }
-    return e;
+    return tk_test_open(&cfg, draft ? draft : "stories260K");
 }
 
 /* Target stories260K (vocabulary of 512; the aidreams tokenizer.bin only
