@@ -311,7 +311,8 @@ int tk_cmd_bench(int argc, char **argv) {
     }
     /* attention scaling: prefill each context, then decode at it */
     double ctx_pp[8] = {0}, ctx_tg_ms[8] = {0}, ctx_tg_alt_ms[8] = {0};
-    int all_threads = tk_engine_set_threads(e, 1 << 20), alt_threads = ctx_threads ? tk_engine_set_threads(e, ctx_threads) : 0;
+    const int all_threads = ms.n_threads;
+    int alt_threads = ctx_threads ? tk_engine_set_threads(e, ctx_threads) : 0;
     tk_engine_set_threads(e, all_threads);
     size_t ctx_rss[8] = {0};
     for (int c = 0; c < n_ctx_list && rc == 0; c++) {
