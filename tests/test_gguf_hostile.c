@@ -12,6 +12,7 @@
 
 #include "formats/gguf.h"
 #include "formats/source.h"
+#include "model/model.h"
 #include "tk_test.h"
 #include "util/mapfile.h"
 
@@ -675,7 +676,7 @@ typedef struct src_case {
     const char *want;     /* expected error substring, NULL = must open */
 } src_case;
 
-static int write_model(const char *path, const char *skip, const char *scaling, bool output,
+static int write_model(const char *path, const char *skip, const char *scaling, bool output, uint32_t key_length,
                        tk_err *err) {
     tk_gguf_writer *w = tk_gguf_writer_new();
     static const float emb[8 * 10];
@@ -689,6 +690,7 @@ static int write_model(const char *path, const char *skip, const char *scaling, 
         if (!skip || strcmp(skip, ints[i].k)) tk_gguf_set_u32(w, ints[i].k, ints[i].v);
     if (!skip || strcmp(skip, "llama.attention.layer_norm_rms_epsilon"))
         tk_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-6f);
+    if (key_length) tk_gguf_set_u32(w, "llama.attention.key_length", key_length);
     if (scaling) {
         tk_gguf_set_str(w, "llama.rope.scaling.type", scaling);
         tk_gguf_set_f32(w, "llama.rope.scaling.factor", 4.0f);
@@ -715,7 +717,7 @@ static void test_source(void) {
     char path[512];
     snprintf(path, sizeof path, "%s", tmp_path("model.gguf"));
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (write_model(path, cases[i].skip_key, NULL, true, &err)) {
+        if (write_model(path, cases[i].skip_key, NULL, true, 0, &err)) {
             CHECK(0, "write: %s", err.msg);
             continue;
         }
@@ -739,7 +741,7 @@ static void test_source(void) {
     }
     /* linear rope scaling and a tied output */
     tk_source src;
-    if (write_model(path, NULL, "linear", false, &err) == 0 && tk_gguf_source_open(path, &src, &err) == 0) {
+    if (write_model(path, NULL, "linear", false, 0, &err) == 0 && tk_gguf_source_open(path, &src, &err) == 0) {
         CHECK(src.hp.rope_scaling == TK_ROPE_SCALING_LINEAR && src.hp.rope_factor == 4.0f &&
                   src.hp.tied_output,
               "linear scaling / tied output");
@@ -747,9 +749,15 @@ static void test_source(void) {
     } else {
         CHECK(0, "linear: %s", err.msg);
     }
-    CHECK(write_model(path, NULL, "yarn", true, &err) == 0 && tk_gguf_source_open(path, &src, &err) == -1 &&
+    CHECK(write_model(path, NULL, "yarn", true, 0, &err) == 0 && tk_gguf_source_open(path, &src, &err) == -1 &&
               strstr(err.msg, "rope scaling type 'yarn'"),
           "yarn refused: %s", err.msg);
+    /* a head dimension above what the forward pass's per-head buffers hold
+     * is refused when the model is built from the file */
+    tk_model m;
+    CHECK(write_model(path, NULL, NULL, true, 2048, &err) == 0 && tk_model_load(path, &m, &err) == -1 &&
+              strstr(err.msg, "head_dim 2048 is above the supported maximum"),
+          "huge head_dim refused: %s", err.msg);
     unlink(path);
 }
 

@@ -117,7 +117,7 @@ static void gemm_task(void *ctx, int task, int thread) {
             for (int64_t r = r0; r < r1; r += hd) {
                 float *q = j->Y[0] + t * j->ldy[0] + r;
                 if (rp->norm_w) tk_rmsnorm(q, q, rp->norm_w, hd, rp->eps);
-                tk_rope_head(q, hd, rp->adjacent, rp->cos + (size_t)t * half, rp->sin + (size_t)t * half);
+                tk_rope_head(q, q, hd, rp->adjacent, rp->cos + (size_t)t * half, rp->sin + (size_t)t * half);
             }
     } else if (j->epi == TK_MM_RESIDUAL) {
         for (int t = 0; t < j->n_tok; t++) {
@@ -133,14 +133,14 @@ void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *cons
     tk_matmul_fused(pool, mw, n_w, W, X, ldx, n_tok, Y, ldy, TK_MM_STORE, NULL);
 }
 
-void tk_rope_head(float *x, int head_dim, bool adjacent, const float *cos_t, const float *sin_t) {
+void tk_rope_head(const float *x, float *y, int head_dim, bool adjacent, const float *cos_t, const float *sin_t) {
     int half = head_dim / 2;
     for (int i = 0; i < half; i++) {
         int a = adjacent ? 2 * i : i;
         int b = adjacent ? 2 * i + 1 : i + half;
-        float x0 = x[a], x1 = x[b];
-        x[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        x[b] = x0 * sin_t[i] + x1 * cos_t[i];
+        float x0 = x[a], x1 = x[b]; /* both read before either is written: in place is fine */
+        y[a] = x0 * cos_t[i] - x1 * sin_t[i];
+        y[b] = x0 * sin_t[i] + x1 * cos_t[i];
     }
 }
 

@@ -76,9 +76,9 @@ typedef struct tk_mm_rope {
     float eps;
 } tk_mm_rope;
 
-/* Rotates the pairs of one head vector in place (the RoPE the forward pass
- * and the TK_MM_ROPE epilogue share). */
-void tk_rope_head(float *x, int head_dim, bool adjacent, const float *cos_t, const float *sin_t);
+/* y = x with the pairs of one head vector rotated (the RoPE the forward
+ * pass and the TK_MM_ROPE epilogue share); y may be x. */
+void tk_rope_head(const float *x, float *y, int head_dim, bool adjacent, const float *cos_t, const float *sin_t);
 
 /* tk_matmul_n with an epilogue.  For the GLU forms, both matrices' rows
  * [r0, r1) are computed by the same task, so the activation is applied to

@@ -276,18 +276,11 @@ static int validate_batch(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *co
 }
 
 /* RoPE written straight into the cache row (one pass, no in-place copy). */
-static void rope_store(const tk_kv_pool *kv, const float *x, tk_rope_style style, const float *cos_t,
-                       const float *sin_t, unsigned char *row) {
-    int hd = kv->head_dim, half = hd / 2;
-    float buf[1024];
+static void rope_store(const tk_kv_pool *kv, const float *x, bool adjacent, const float *cos_t, const float *sin_t,
+                       unsigned char *row) {
+    float buf[TK_MAX_HEAD_DIM];
     float *y = kv->type == TK_KV_F32 ? (float *)(void *)row : buf;
-    for (int i = 0; i < half; i++) {
-        int a = style == TK_ROPE_ADJACENT ? 2 * i : i;
-        int b = style == TK_ROPE_ADJACENT ? 2 * i + 1 : i + half;
-        float x0 = x[a], x1 = x[b];
-        y[a] = x0 * cos_t[i] - x1 * sin_t[i];
-        y[b] = x0 * sin_t[i] + x1 * cos_t[i];
-    }
+    tk_rope_head(x, y, kv->head_dim, adjacent, cos_t, sin_t);
     if (y == buf) tk_kv_store(kv, buf, row);
 }
 
@@ -372,16 +365,16 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             for (int h = 0; h < hp->n_heads && !rope_q_fused; h++) {
                 float *q = ws->q + (size_t)t * q_dim + (size_t)h * hd;
                 if (a->qk_norm) tk_rmsnorm(q, q, L->attn_q_norm, hd, hp->norm_eps);
-                tk_rope_head(q, hd, adjacent, c, s);
+                tk_rope_head(q, q, hd, adjacent, c, s);
             }
             tk_kv_seq *seq = seqs[batch->seq[t]];
             for (int h = 0; h < hp->n_kv_heads; h++) {
                 float *k = ws->k + (size_t)t * kv_dim + (size_t)h * hd;
                 if (a->qk_norm) tk_rmsnorm(k, k, L->attn_k_norm, hd, hp->norm_eps);
                 if (ws->fuse & TK_FUSE_ROPE_KV) {
-                    rope_store(kv, k, hp->rope_style, c, s, tk_kv_k(kv, seq, l, h, batch->pos[t]));
+                    rope_store(kv, k, adjacent, c, s, tk_kv_k(kv, seq, l, h, batch->pos[t]));
                 } else {
-                    tk_rope_head(k, hd, adjacent, c, s);
+                    tk_rope_head(k, k, hd, adjacent, c, s);
                     tk_kv_store(kv, k, tk_kv_k(kv, seq, l, h, batch->pos[t]));
                 }
                 tk_kv_store(kv, ws->v + (size_t)t * kv_dim + (size_t)h * hd, tk_kv_v(kv, seq, l, h, batch->pos[t]));

@@ -34,6 +34,8 @@ static int check_hparams(const tk_hparams *hp, tk_err *err) {
         return tk_err_set(err, "head count %d is not a multiple of the KV head count %d", hp->n_heads,
                           hp->n_kv_heads);
     if (hp->head_dim % 2 != 0) return tk_err_set(err, "head_dim %d must be even for RoPE", hp->head_dim);
+    if (hp->head_dim > TK_MAX_HEAD_DIM)
+        return tk_err_set(err, "head_dim %d is above the supported maximum %d", hp->head_dim, TK_MAX_HEAD_DIM);
     if (!(hp->norm_eps > 0) || !(hp->rope_theta > 0))
         return tk_err_set(err, "invalid norm epsilon %g or RoPE base %g", hp->norm_eps, hp->rope_theta);
     return 0;

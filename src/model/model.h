@@ -54,6 +54,9 @@ typedef struct tk_model {
 } tk_model;
 
 
+/* Largest head dimension the forward pass takes (per-head stack buffers). */
+#define TK_MAX_HEAD_DIM 1024
+
 /* Operator fusions (each can be turned off to measure it). */
 enum {
     TK_FUSE_NORM_QUANT = 1, /* RMSNorm and activation quantization in one pass */
