@@ -420,6 +420,7 @@ static void test_isa_selection(void) {
     CHECK(f.avx512vnni == !!__builtin_cpu_supports("avx512vnni"), "avx512vnni flag");
     CHECK(!tk_isa_supported(TK_ISA_NEON), "no neon on x86");
     if (tk_isa_supported(TK_ISA_AVX512)) CHECK(tk_isa_supported(TK_ISA_AVX2), "levels nest");
+    if (tk_isa_supported(TK_ISA_AMX)) CHECK(tk_isa_supported(TK_ISA_AVX512), "levels nest");
 #endif
     printf("cpu: best isa %s\n", tk_isa_name(best));
     const char *saved = getenv("TK_ISA");

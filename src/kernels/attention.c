@@ -94,6 +94,7 @@ void tk_attn_output(int group, int hd, const float *acc, const float *sum, float
 tk_isa tk_attn_isa(tk_isa want, int head_dim) {
 #if defined(__x86_64__) || defined(_M_X64)
     if (head_dim <= 0 || head_dim > SIMD_MAX_HD || !tk_isa_supported(want)) return TK_ISA_SCALAR;
+    if (want == TK_ISA_AMX) want = TK_ISA_AVX512; /* no AMX attention kernel yet */
     if (want == TK_ISA_AVX512 && head_dim % 16 == 0) return TK_ISA_AVX512;
     if ((want == TK_ISA_AVX512 || want == TK_ISA_AVX2) && head_dim % 8 == 0 && tk_isa_supported(TK_ISA_AVX2))
         return TK_ISA_AVX2;

@@ -6,6 +6,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #define TK_X86 1
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #elif defined(__aarch64__)
 #define TK_ARM64 1
 #if defined(__linux__)
@@ -18,6 +22,17 @@ static unsigned long long read_xcr0(void) {
     unsigned lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
     return (unsigned long long)hi << 32 | lo;
+}
+
+/* Linux keeps AMX tile data off until a process asks for it; asking again
+ * once granted is a cheap no-op.  Other systems: assume XCR0 is the word. */
+static bool amx_permitted(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return true;
+#endif
 }
 #endif
 
@@ -42,7 +57,7 @@ tk_cpu_features tk_cpu_features_get(void) {
     f.f16c = cpu_f16c;
     if (max_leaf < 7) return f;
     __cpuid_count(7, 0, a, b, c, d);
-    const unsigned l7b = b, l7c = c;
+    const unsigned l7b = b, l7c = c, l7d = d;
     __cpuid_count(7, 1, a, b, c, d);
     const unsigned l71a = a;
     f.avx2 = l7b & (1u << 5);
@@ -54,6 +69,12 @@ tk_cpu_features tk_cpu_features_get(void) {
         f.avx512vl = l7b & (1u << 31);
         f.avx512vnni = l7c & (1u << 11);
         f.avx512bf16 = l71a & (1u << 5);
+    }
+    const bool os_tiles = (xcr0 & 0x60000) == 0x60000; /* XTILECFG, XTILEDATA */
+    if (os_zmm && os_tiles && (l7d & (1u << 24)) && amx_permitted()) {
+        f.amx_tile = true;
+        f.amx_int8 = l7d & (1u << 25);
+        f.amx_bf16 = l7d & (1u << 22);
     }
 #elif defined(TK_ARM64)
     f.neon = true; /* Advanced SIMD is mandatory on AArch64 */
@@ -76,6 +97,8 @@ static bool supported(const tk_cpu_features *f, tk_isa isa) {
     case TK_ISA_AVX512:
         return supported(f, TK_ISA_AVX2) && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq &&
                f->avx512vnni;
+    case TK_ISA_AMX:
+        return supported(f, TK_ISA_AVX512) && f->avx512bf16 && f->amx_tile && f->amx_int8 && f->amx_bf16;
     case TK_ISA_NEON: return f->neon;
     default: return false;
     }
@@ -87,6 +110,7 @@ bool tk_isa_supported(tk_isa isa) {
 }
 
 static tk_isa best_of(const tk_cpu_features *f) {
+    if (supported(f, TK_ISA_AMX)) return TK_ISA_AMX;
     if (supported(f, TK_ISA_AVX512)) return TK_ISA_AVX512;
     if (supported(f, TK_ISA_AVX2)) return TK_ISA_AVX2;
     if (supported(f, TK_ISA_NEON)) return TK_ISA_NEON;
@@ -110,7 +134,7 @@ tk_isa tk_cpu_isa(void) {
     return (tk_isa)want;
 }
 
-static const char *const isa_names[TK_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon"};
+static const char *const isa_names[TK_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "amx"};
 
 const char *tk_isa_name(tk_isa isa) {
     return (unsigned)isa < TK_ISA_COUNT ? isa_names[isa] : "?";

@@ -8,13 +8,16 @@
 
 #include <stdbool.h>
 
-/* Kernel levels.  On x86-64 they are ordered: SCALAR < AVX2 < AVX512, and a
- * level implies every lower one.  NEON is the arm64 level (above SCALAR). */
+/* Kernel levels.  On x86-64 they are ordered: SCALAR < AVX2 < AVX512 < AMX,
+ * and a level implies every lower one.  NEON is the arm64 level (above
+ * SCALAR); it never coexists with the x86 levels. */
 typedef enum tk_isa {
     TK_ISA_SCALAR = 0,
     TK_ISA_AVX2 = 1,   /* AVX2 + FMA + F16C */
     TK_ISA_AVX512 = 2, /* AVX-512 F/BW/VL/DQ + AVX512-VNNI (Ice Lake, Zen 4 and later) */
     TK_ISA_NEON = 3,   /* arm64 Advanced SIMD (+ dotprod when present) */
+    TK_ISA_AMX = 4,    /* AVX512 + AMX-TILE/INT8/BF16 + AVX512-BF16 (Sapphire Rapids and later),
+                          with the kernel's permission to use tile data (Linux arch_prctl) */
     TK_ISA_COUNT
 } tk_isa;
 
@@ -24,6 +27,9 @@ typedef struct tk_cpu_features {
     bool avx, avx2, fma, f16c;
     bool avx512f, avx512bw, avx512vl, avx512dq;
     bool avx512vnni, avx512bf16, avxvnni;
+    /* AMX: tile registers usable (CPU bits, XCR0 tile state and, on Linux,
+     * the process's permission, which tk_cpu_features_get requests) */
+    bool amx_tile, amx_int8, amx_bf16;
     /* arm64 */
     bool neon, dotprod;
 } tk_cpu_features;
@@ -34,7 +40,7 @@ tk_cpu_features tk_cpu_features_get(void);
 bool tk_isa_supported(tk_isa isa);
 
 /* The best level this CPU supports, lowered by the environment variable
- * TK_ISA=scalar|avx2|avx512|neon if set.  A request above what the CPU has
+ * TK_ISA=scalar|avx2|avx512|amx|neon if set.  A request above what the CPU has
  * (or for another architecture) is ignored in favour of the best available;
  * an unknown value is ignored. */
 tk_isa tk_cpu_isa(void);
@@ -42,7 +48,7 @@ tk_isa tk_cpu_isa(void);
 /* The best level the CPU supports, ignoring TK_ISA. */
 tk_isa tk_cpu_best_isa(void);
 
-/* "scalar", "avx2", "avx512", "neon". */
+/* "scalar", "avx2", "avx512", "neon", "amx". */
 const char *tk_isa_name(tk_isa isa);
 /* Inverse of tk_isa_name (case-insensitive); -1 if unknown. */
 int tk_isa_from_name(const char *name);
