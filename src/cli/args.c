@@ -9,7 +9,9 @@
 
 #include <tokamak.h>
 
-int tk_arg_str(const char *cmd, int argc, char **argv, int *i, const char **out) {
+static int arg_spec(const char *cmd, int argc, char **argv, int *i, tk_spec_args *out);
+
+static int arg_str(const char *cmd, int argc, char **argv, int *i, const char **out) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "tokamak %s: option %s needs a value\n", cmd, argv[*i]);
         return -1;
@@ -18,9 +20,9 @@ int tk_arg_str(const char *cmd, int argc, char **argv, int *i, const char **out)
     return 0;
 }
 
-int tk_arg_int(const char *cmd, int argc, char **argv, int *i, int64_t lo, int64_t hi, int *out) {
+static int arg_int(const char *cmd, int argc, char **argv, int *i, int64_t lo, int64_t hi, int *out) {
     const char *opt = argv[*i], *s;
-    if (tk_arg_str(cmd, argc, argv, i, &s)) return -1;
+    if (arg_str(cmd, argc, argv, i, &s)) return -1;
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -33,9 +35,9 @@ int tk_arg_int(const char *cmd, int argc, char **argv, int *i, int64_t lo, int64
     return 0;
 }
 
-int tk_arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out) {
+static int arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out) {
     const char *opt = argv[*i], *s;
-    if (tk_arg_str(cmd, argc, argv, i, &s)) return -1;
+    if (arg_str(cmd, argc, argv, i, &s)) return -1;
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
@@ -47,9 +49,9 @@ int tk_arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out) {
     return 0;
 }
 
-int tk_arg_float(const char *cmd, int argc, char **argv, int *i, double lo, double hi, float *out) {
+static int arg_float(const char *cmd, int argc, char **argv, int *i, double lo, double hi, float *out) {
     const char *opt = argv[*i], *s;
-    if (tk_arg_str(cmd, argc, argv, i, &s)) return -1;
+    if (arg_str(cmd, argc, argv, i, &s)) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -61,6 +63,65 @@ int tk_arg_float(const char *cmd, int argc, char **argv, int *i, double lo, doub
     return 0;
 }
 
+static bool name_matches(const char *names, const char *arg) {
+    const size_t n = strlen(arg);
+    for (const char *p = names; *p;) {
+        const char *end = strchr(p, '|');
+        const size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && !memcmp(p, arg, n)) return true;
+        if (!end) break;
+        p = end + 1;
+    }
+    return false;
+}
+
+static int parse_opt(const tk_cli *cli, const tk_opt *o, int argc, char **argv, int *i) {
+    switch (o->kind) {
+    case TK_OPT_STR: return arg_str(cli->cmd, argc, argv, i, (const char **)o->dst);
+    case TK_OPT_INT: return arg_int(cli->cmd, argc, argv, i, (int64_t)o->lo, (int64_t)o->hi, (int *)o->dst);
+    case TK_OPT_U64: return arg_u64(cli->cmd, argc, argv, i, (uint64_t *)o->dst);
+    case TK_OPT_FLOAT: return arg_float(cli->cmd, argc, argv, i, o->lo, o->hi, (float *)o->dst);
+    case TK_OPT_SET: *(bool *)o->dst = true; return 0;
+    case TK_OPT_CLEAR: *(bool *)o->dst = false; return 0;
+    }
+    return -1;
+}
+
+int tk_args_parse(const tk_cli *cli, int argc, char **argv) {
+    int n_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            cli->usage(stdout);
+            return TK_ARGS_HELP;
+        }
+        if (cli->spec) {
+            int rc = arg_spec(cli->cmd, argc, argv, &i, cli->spec);
+            if (rc < 0) return TK_ARGS_ERROR;
+            if (rc > 0) continue;
+        }
+        int k = 0;
+        while (k < cli->n_opts && !name_matches(cli->opts[k].names, a)) k++;
+        if (k < cli->n_opts) {
+            if (parse_opt(cli, &cli->opts[k], argc, argv, &i)) return TK_ARGS_ERROR;
+        } else if (a[0] != '-' && n_pos < cli->max_pos) {
+            cli->pos[n_pos++] = a;
+        } else {
+            fprintf(stderr, "tokamak %s: %s '%s'\n", cli->cmd, a[0] == '-' ? "unknown option" : "unexpected argument", a);
+            cli->usage(stderr);
+            return TK_ARGS_ERROR;
+        }
+    }
+    return TK_ARGS_OK;
+}
+
+bool tk_args_missing(const tk_cli *cli, const void *value, const char *what) {
+    if (value) return false;
+    fprintf(stderr, "tokamak %s: missing %s\n", cli->cmd, what);
+    cli->usage(stderr);
+    return true;
+}
+
 size_t tk_peak_rss(void) {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
@@ -70,7 +131,7 @@ size_t tk_peak_rss(void) {
 /* --spec MODE: "ngram", "draft" or "off" (tk_spec_mode). */
 static int arg_spec_mode(const char *cmd, int argc, char **argv, int *i, int *out) {
     const char *opt = argv[*i], *s;
-    if (tk_arg_str(cmd, argc, argv, i, &s)) return -1;
+    if (arg_str(cmd, argc, argv, i, &s)) return -1;
     if (!strcmp(s, "ngram")) *out = TK_SPEC_NGRAM;
     else if (!strcmp(s, "draft")) *out = TK_SPEC_DRAFT;
     else if (!strcmp(s, "off")) *out = TK_SPEC_OFF;
@@ -89,14 +150,17 @@ const char tk_spec_usage[] =
     "  --draft-min N         fewest draft tokens per step (default 0: drafting pauses when it\n"
     "                        does not pay)\n";
 
-int tk_arg_spec(const char *cmd, int argc, char **argv, int *i, tk_spec_args *out) {
+/* If argv[*i] is a speculative decoding option, parses it (and its value)
+ * into *out and returns 1; returns 0 if it is not one, -1 (after printing)
+ * if its value is invalid. */
+static int arg_spec(const char *cmd, int argc, char **argv, int *i, tk_spec_args *out) {
     const char *a = argv[*i];
     int rc;
-    if (!strcmp(a, "--draft-model")) rc = tk_arg_str(cmd, argc, argv, i, &out->draft_model);
-    else if (!strcmp(a, "--draft-tokenizer")) rc = tk_arg_str(cmd, argc, argv, i, &out->draft_tokenizer);
+    if (!strcmp(a, "--draft-model")) rc = arg_str(cmd, argc, argv, i, &out->draft_model);
+    else if (!strcmp(a, "--draft-tokenizer")) rc = arg_str(cmd, argc, argv, i, &out->draft_tokenizer);
     else if (!strcmp(a, "--spec")) rc = arg_spec_mode(cmd, argc, argv, i, &out->spec_mode);
-    else if (!strcmp(a, "--draft-max")) rc = tk_arg_int(cmd, argc, argv, i, 1, 32, &out->draft_max);
-    else if (!strcmp(a, "--draft-min")) rc = tk_arg_int(cmd, argc, argv, i, 0, 32, &out->draft_min);
+    else if (!strcmp(a, "--draft-max")) rc = arg_int(cmd, argc, argv, i, 1, 32, &out->draft_max);
+    else if (!strcmp(a, "--draft-min")) rc = arg_int(cmd, argc, argv, i, 0, 32, &out->draft_min);
     else return 0;
     return rc ? -1 : 1;
 }

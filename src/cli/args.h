@@ -1,4 +1,5 @@
-/* Small helpers shared by the CLI commands for option values. */
+/* The CLI commands' option parsing (one table per command) and small
+ * helpers they share. */
 #ifndef TK_ARGS_H
 #define TK_ARGS_H
 
@@ -7,12 +8,58 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Each returns 0 on success; on failure prints "tokamak CMD: OPT: ..." and
- * returns -1. `i` is advanced past the value. */
-int tk_arg_str(const char *cmd, int argc, char **argv, int *i, const char **out);
-int tk_arg_int(const char *cmd, int argc, char **argv, int *i, int64_t lo, int64_t hi, int *out);
-int tk_arg_u64(const char *cmd, int argc, char **argv, int *i, uint64_t *out);
-int tk_arg_float(const char *cmd, int argc, char **argv, int *i, double lo, double hi, float *out);
+
+/* ---- table-driven option parsing ---- */
+
+typedef enum tk_opt_kind {
+    TK_OPT_STR,   /* const char ** */
+    TK_OPT_INT,   /* int *, within [lo, hi] */
+    TK_OPT_U64,   /* uint64_t * */
+    TK_OPT_FLOAT, /* float *, within [lo, hi] */
+    TK_OPT_SET,   /* bool *: set to true, takes no value */
+    TK_OPT_CLEAR, /* bool *: set to false, takes no value */
+} tk_opt_kind;
+
+typedef struct tk_opt {
+    const char *names; /* spellings separated by '|': "-m|--model" */
+    tk_opt_kind kind;
+    void *dst;
+    double lo, hi; /* TK_OPT_INT / TK_OPT_FLOAT bounds */
+} tk_opt;
+
+#define TK_NOPTS(arr) ((int)(sizeof(arr) / sizeof((arr)[0])))
+#define TK_OPT_S(NAMES, DST) {NAMES, TK_OPT_STR, (DST), 0, 0}
+#define TK_OPT_I(NAMES, DST, LO, HI) {NAMES, TK_OPT_INT, (DST), (LO), (HI)}
+#define TK_OPT_U(NAMES, DST) {NAMES, TK_OPT_U64, (DST), 0, 0}
+#define TK_OPT_F(NAMES, DST, LO, HI) {NAMES, TK_OPT_FLOAT, (DST), (LO), (HI)}
+#define TK_OPT_ON(NAMES, DST) {NAMES, TK_OPT_SET, (DST), 0, 0}
+#define TK_OPT_OFF(NAMES, DST) {NAMES, TK_OPT_CLEAR, (DST), 0, 0}
+
+struct tk_spec_args;
+
+/* One command's command line: its options, optionally the speculative
+ * decoding ones, and up to max_pos positional arguments (pos[0..]). */
+typedef struct tk_cli {
+    const char *cmd; /* "run": messages read "tokamak run: ..." */
+    void (*usage)(FILE *f);
+    const tk_opt *opts;
+    int n_opts;
+    struct tk_spec_args *spec;
+    const char **pos;
+    int max_pos;
+} tk_cli;
+
+enum { TK_ARGS_OK = 0, TK_ARGS_HELP = 1, TK_ARGS_ERROR = 2 };
+
+/* Parses argv[1..argc).  -h/--help prints the usage to stdout and returns
+ * TK_ARGS_HELP; a bad value, an unknown option or a surplus positional
+ * argument prints the problem (and the usage) to stderr and returns
+ * TK_ARGS_ERROR. */
+int tk_args_parse(const tk_cli *cli, int argc, char **argv);
+
+/* Prints "tokamak CMD: missing WHAT" and the usage to stderr if value is
+ * NULL; returns whether it was. */
+bool tk_args_missing(const tk_cli *cli, const void *value, const char *what);
 
 /* The speculative decoding options shared by run, bench and serve:
  * --draft-model PATH, --draft-tokenizer PATH, --spec ngram|draft|off,
@@ -23,10 +70,6 @@ typedef struct tk_spec_args {
     int draft_max, draft_min; /* 0: the engine's defaults */
 } tk_spec_args;
 
-/* If argv[*i] is one of the options above, parses it (and its value) into
- * *out and returns 1; returns 0 if it is not one of them, -1 (after
- * printing) if its value is invalid. */
-int tk_arg_spec(const char *cmd, int argc, char **argv, int *i, tk_spec_args *out);
 /* Copies the options into an engine configuration (which validates them). */
 struct tk_engine_config;
 void tk_spec_args_apply(const tk_spec_args *a, struct tk_engine_config *cfg);

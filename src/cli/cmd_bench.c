@@ -146,53 +146,40 @@ static void usage(FILE *f) {
 }
 
 int tk_cmd_bench(int argc, char **argv) {
-    const char *model = NULL, *cmd = "bench";
+    const char *model = NULL;
     tk_spec_args spec = {0};
-    int pp = 128, tg = 32, reps = 3, threads = 0, batch = 0, json = 0, bandwidth = 1, verify_cost = 0;
-    int ctx_threads = 0;
+    int pp = 128, tg = -1, reps = 0, threads = 0, batch = 0, ctx_threads = 0; /* tg, reps < defaults: not given */
+    bool json = false, bandwidth = true, verify_cost = false;
     tk_bench_spec_opts so = {.prompt_chars = 600, .n_prompts = 4, .seed = 1};
-    bool tg_given = false, reps_given = false;
     const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc = tk_arg_spec(cmd, argc, argv, &i, &spec);
-        if (rc) {
-            if (rc < 0) return 2;
-            continue;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &model);
-        else if (!strcmp(a, "-p")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &pp);
-        else if (!strcmp(a, "-n")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 20, &tg), tg_given = true;
-        else if (!strcmp(a, "-r")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 256, &reps), reps_given = true;
-        else if (!strcmp(a, "--verify-cost")) verify_cost = 1;
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) rc = tk_arg_str(cmd, argc, argv, &i, &so.prompt_file);
-        else if (!strcmp(a, "--prompt-chars")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 24, &so.prompt_chars);
-        else if (!strcmp(a, "--n-prompts")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &so.n_prompts);
-        else if (!strcmp(a, "--temp")) rc = tk_arg_float(cmd, argc, argv, &i, 0, 100, &so.temperature);
-        else if (!strcmp(a, "--seed")) rc = tk_arg_u64(cmd, argc, argv, &i, &so.seed);
-        else if (!strcmp(a, "--cpu-time")) so.cpu_time = true;
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &threads);
-        else if (!strcmp(a, "-b")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1024, &batch);
-        else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--no-bandwidth")) bandwidth = 0;
-        else if (!strcmp(a, "--context")) rc = tk_arg_str(cmd, argc, argv, &i, &contexts);
-        else if (!strcmp(a, "--context-threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 4096, &ctx_threads);
-        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_type);
-        else if (!strcmp(a, "--fuse")) rc = tk_arg_str(cmd, argc, argv, &i, &fusions);
-        else {
-            fprintf(stderr, "tokamak bench: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (rc) return 2;
-    }
-    if (!model) {
-        usage(stderr);
-        return 2;
-    }
+    const tk_opt opts[] = {
+        TK_OPT_S("-m|--model", &model),
+        TK_OPT_I("-p", &pp, 0, 1 << 20),
+        TK_OPT_I("-n", &tg, 0, 1 << 20),
+        TK_OPT_I("-r", &reps, 1, 256),
+        TK_OPT_ON("--verify-cost", &verify_cost),
+        TK_OPT_S("-f|--file", &so.prompt_file),
+        TK_OPT_I("--prompt-chars", &so.prompt_chars, 0, 1 << 24),
+        TK_OPT_I("--n-prompts", &so.n_prompts, 1, 1024),
+        TK_OPT_F("--temp", &so.temperature, 0, 100),
+        TK_OPT_U("--seed", &so.seed),
+        TK_OPT_ON("--cpu-time", &so.cpu_time),
+        TK_OPT_I("-t|--threads", &threads, 1, 1024),
+        TK_OPT_I("-b", &batch, 0, 1024),
+        TK_OPT_ON("--json", &json),
+        TK_OPT_OFF("--no-bandwidth", &bandwidth),
+        TK_OPT_S("--context", &contexts),
+        TK_OPT_I("--context-threads", &ctx_threads, 1, 4096),
+        TK_OPT_S("--kv-type", &kv_type),
+        TK_OPT_S("--fuse", &fusions),
+    };
+    const tk_cli cli = {.cmd = "bench", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    if (tk_args_missing(&cli, model, "-m MODEL")) return 2;
+    const bool tg_given = tg >= 0, reps_given = reps > 0;
+    if (!tg_given) tg = 32;
+    if (!reps_given) reps = 3;
     so.spec_mode = spec.spec_mode;
     so.draft_max = spec.draft_max;
     so.draft_min = spec.draft_min;

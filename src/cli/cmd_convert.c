@@ -11,6 +11,7 @@
 #include "../formats/llama_gguf.h"
 #include "../formats/source.h"
 #include "../tokenizer/tokenizer.h"
+#include "args.h"
 #include "commands.h"
 
 static void usage(FILE *f) {
@@ -19,29 +20,17 @@ static void usage(FILE *f) {
 }
 
 int tk_cmd_convert(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *type_name = "f32", *tok_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--type") && i + 1 < argc) {
-            type_name = argv[++i];
-        } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
-            tok_path = argv[++i];
-        } else if (argv[i][0] != '-' && !in) {
-            in = argv[i];
-        } else if (argv[i][0] != '-' && !out) {
-            out = argv[i];
-        } else {
-            fprintf(stderr, "tokamak convert: unexpected argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!in || !out) {
-        usage(stderr);
-        return 2;
-    }
+    const char *type_name = "f32", *tok_path = NULL, *pos[2] = {NULL, NULL};
+    const tk_opt opts[] = {
+        TK_OPT_S("--type", &type_name),
+        TK_OPT_S("--tokenizer", &tok_path),
+    };
+    const tk_cli cli = {.cmd = "convert", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .pos = pos,
+                        .max_pos = 2};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    const char *in = pos[0], *out = pos[1];
+    if (tk_args_missing(&cli, out, "SRC and OUT")) return 2;
     int target = tk_dtype_from_name(type_name);
     if (target != TK_F32 && target != TK_F16 && target != TK_BF16 && target != TK_Q8_0) {
         fprintf(stderr, "tokamak convert: --type must be f32, f16, bf16 or q8_0 (got '%s')\n", type_name);

@@ -5,29 +5,22 @@
 #include <tokamak.h>
 
 #include "../tokenizer/tokenizer.h"
+#include "args.h"
 #include "commands.h"
+
+static void usage(FILE *f) { fprintf(f, "usage: tokamak info MODEL [--tokenizer PATH]\n"); }
 
 int tk_cmd_info(int argc, char **argv) {
     const char *path = NULL, *tok_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: tokamak info MODEL [--tokenizer PATH]\n");
-            return 0;
-        } else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc) {
-            tok_path = argv[++i];
-        } else if (!strcmp(argv[i], "-m") && i + 1 < argc) {
-            path = argv[++i];
-        } else if (argv[i][0] != '-' && !path) {
-            path = argv[i];
-        } else {
-            fprintf(stderr, "tokamak info: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
-    if (!path) {
-        fprintf(stderr, "usage: tokamak info MODEL [--tokenizer PATH]\n");
-        return 2;
-    }
+    const tk_opt opts[] = {
+        TK_OPT_S("--tokenizer", &tok_path),
+        TK_OPT_S("-m|--model", &path),
+    };
+    const tk_cli cli = {.cmd = "info", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .pos = &path,
+                        .max_pos = 1};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    if (tk_args_missing(&cli, path, "MODEL")) return 2;
     tk_engine_config cfg = {.model_path = path, .tokenizer_path = tok_path, .ctx_len = 1, .n_threads = 1,
                             .max_batch_tokens = 1};
     tk_engine *e;

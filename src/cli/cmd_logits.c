@@ -50,33 +50,26 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
     return 0;
 }
 
+static void usage(FILE *f) {
+    fprintf(f, "usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE] [-t N] [--kv-type f32|f16|q8_0]\n"
+               "  text output: one row of logits per position; -o writes raw little-endian float32 rows\n"
+               "  --kv-type: KV cache element type (default f32)\n");
+}
+
 int tk_cmd_logits(int argc, char **argv) {
     tk_engine_config cfg = {.max_seqs = 1};
     const char *tokens_arg = NULL, *out_path = NULL;
-    const char *cmd = "logits";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE] [-t N] [--kv-type f32|f16|q8_0]\n"
-                   "  text output: one row of logits per position; -o writes raw little-endian float32 rows\n"
-                   "  --kv-type: KV cache element type (default f32)\n");
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.model_path);
-        else if (!strcmp(a, "--tokens")) rc = tk_arg_str(cmd, argc, argv, &i, &tokens_arg);
-        else if (!strcmp(a, "-o")) rc = tk_arg_str(cmd, argc, argv, &i, &out_path);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &cfg.n_threads);
-        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
-        else {
-            fprintf(stderr, "tokamak logits: unknown option '%s'\n", a);
-            return 2;
-        }
-        if (rc) return 2;
-    }
-    if (!cfg.model_path || !tokens_arg) {
-        fprintf(stderr, "usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE]\n");
-        return 2;
-    }
+    const tk_opt opts[] = {
+        TK_OPT_S("-m|--model", &cfg.model_path),
+        TK_OPT_S("--tokens", &tokens_arg),
+        TK_OPT_S("-o", &out_path),
+        TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
+        TK_OPT_S("--kv-type", &cfg.kv_type),
+    };
+    const tk_cli cli = {.cmd = "logits", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts)};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    if (tk_args_missing(&cli, cfg.model_path, "-m MODEL") || tk_args_missing(&cli, tokens_arg, "--tokens")) return 2;
     int32_t *tokens;
     int n;
     if (parse_tokens(tokens_arg, &tokens, &n)) return 2;

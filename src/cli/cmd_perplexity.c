@@ -180,49 +180,24 @@ int tk_cmd_perplexity(int argc, char **argv) {
     const char *base_model = NULL;
     int ctx = 256, batch = 0, chunks = 0, K = 64, n_threads = 0;
     bool second_half = false;
-    const char *cmd = "perplexity";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &model);
-        } else if (!strcmp(a, "-f") || !strcmp(a, "--file")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &text_path);
-        } else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 2, 1 << 20, &ctx);
-        } else if (!strcmp(a, "--batch") || !strcmp(a, "-b")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &batch);
-        } else if (!strcmp(a, "--chunks")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 30, &chunks);
-        } else if (!strcmp(a, "--top-k")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &K);
-        } else if (!strcmp(a, "--score-second-half")) {
-            second_half = true;
-        } else if (!strcmp(a, "--save-logits")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &save_path);
-        } else if (!strcmp(a, "--kl-base")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &base_path);
-        } else if (!strcmp(a, "--kl-base-model")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &base_model);
-        } else if (!strcmp(a, "--tokenizer")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &tok_path);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &n_threads);
-        } else {
-            fprintf(stderr, "tokamak perplexity: unexpected argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (rc) return 2;
-    }
-    if (!model || !text_path) {
-        fprintf(stderr, "tokamak perplexity: give -m MODEL and -f TEXT\n");
-        usage(stderr);
-        return 2;
-    }
+    const tk_opt opts[] = {
+        TK_OPT_S("-m|--model", &model),
+        TK_OPT_S("-f|--file", &text_path),
+        TK_OPT_I("-c|--ctx", &ctx, 2, 1 << 20),
+        TK_OPT_I("-b|--batch", &batch, 1, 1 << 20),
+        TK_OPT_I("--chunks", &chunks, 1, 1 << 30),
+        TK_OPT_I("--top-k", &K, 1, 1 << 20),
+        TK_OPT_ON("--score-second-half", &second_half),
+        TK_OPT_S("--save-logits", &save_path),
+        TK_OPT_S("--kl-base", &base_path),
+        TK_OPT_S("--kl-base-model", &base_model),
+        TK_OPT_S("--tokenizer", &tok_path),
+        TK_OPT_I("-t|--threads", &n_threads, 1, 1024),
+    };
+    const tk_cli cli = {.cmd = "perplexity", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts)};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    if (tk_args_missing(&cli, model, "-m MODEL") || tk_args_missing(&cli, text_path, "-f TEXT")) return 2;
     if ((save_path != NULL) + (base_path != NULL) + (base_model != NULL) > 1) {
         fprintf(stderr, "tokamak perplexity: --save-logits, --kl-base and --kl-base-model exclude each other\n");
         return 2;

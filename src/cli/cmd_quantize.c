@@ -80,71 +80,41 @@ static void on_progress(void *user, const tk_quant_progress *p) {
 }
 
 int tk_cmd_quantize(int argc, char **argv) {
-    const char *in = NULL, *out = NULL, *type_name = NULL, *method = "rtn";
+    const char *type_name = NULL, *method = "rtn";
     tk_quant_params p;
     memset(&p, 0, sizeof p);
     bool dq = false, quiet = false;
-    const char *cmd = "quantize";
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--type")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &type_name);
-        } else if (!strcmp(a, "--method")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &method);
-        } else if (!strcmp(a, "--calib")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &p.calib_path);
-        } else if (!strcmp(a, "--ctx")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 2, 1 << 20, &p.ctx);
-        } else if (!strcmp(a, "--calib-windows")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 24, &p.max_windows);
-        } else if (!strcmp(a, "--group")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &p.group);
-            if (!rc && p.group != 32 && p.group != 64 && p.group != 128) {
-                fprintf(stderr, "tokamak quantize: --group must be 32, 64 or 128 (got %d)\n", p.group);
-                return 2;
-            }
-        } else if (!strcmp(a, "--act-order")) {
-            p.act_order = true;
-        } else if (!strcmp(a, "--damp")) {
-            float d;
-            rc = tk_arg_float(cmd, argc, argv, &i, 1e-6, 10, &d);
-            p.damp = d;
-        } else if (!strcmp(a, "--awq-grid")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 2, 1000, &p.awq_grid);
-        } else if (!strcmp(a, "--awq-no-clip")) {
-            p.awq_no_clip = true;
-        } else if (!strcmp(a, "--nf4-double-quant")) {
-            dq = true;
-        } else if (!strcmp(a, "--pure")) {
-            p.pure = true;
-        } else if (!strcmp(a, "--allow-requantize")) {
-            p.allow_requantize = true;
-        } else if (!strcmp(a, "--tokenizer")) {
-            rc = tk_arg_str(cmd, argc, argv, &i, &p.tokenizer_path);
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &p.n_threads);
-        } else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
-            quiet = true;
-        } else if (a[0] != '-' && !in) {
-            in = a;
-        } else if (a[0] != '-' && !out) {
-            out = a;
-        } else {
-            fprintf(stderr, "tokamak quantize: unexpected argument '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (rc) return 2;
-    }
-    if (!in || !out || !type_name) {
-        fprintf(stderr, "tokamak quantize: %s\n", !in || !out ? "give IN and OUT" : "--type is required");
-        usage(stderr);
+    float damp = 0;
+    const char *pos[2] = {NULL, NULL};
+    const tk_opt opts[] = {
+        TK_OPT_S("--type", &type_name),
+        TK_OPT_S("--method", &method),
+        TK_OPT_S("--calib", &p.calib_path),
+        TK_OPT_I("--ctx", &p.ctx, 2, 1 << 20),
+        TK_OPT_I("--calib-windows", &p.max_windows, 1, 1 << 24),
+        TK_OPT_I("--group", &p.group, 1, 1 << 20),
+        TK_OPT_ON("--act-order", &p.act_order),
+        TK_OPT_F("--damp", &damp, 1e-6, 10),
+        TK_OPT_I("--awq-grid", &p.awq_grid, 2, 1000),
+        TK_OPT_ON("--awq-no-clip", &p.awq_no_clip),
+        TK_OPT_ON("--nf4-double-quant", &dq),
+        TK_OPT_ON("--pure", &p.pure),
+        TK_OPT_ON("--allow-requantize", &p.allow_requantize),
+        TK_OPT_S("--tokenizer", &p.tokenizer_path),
+        TK_OPT_I("-t|--threads", &p.n_threads, 1, 1024),
+        TK_OPT_ON("-q|--quiet", &quiet),
+    };
+    const tk_cli cli = {.cmd = "quantize", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .pos = pos,
+                        .max_pos = 2};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    const char *in = pos[0], *out = pos[1];
+    if (tk_args_missing(&cli, out, "IN and OUT") || tk_args_missing(&cli, type_name, "--type")) return 2;
+    if (p.group && p.group != 32 && p.group != 64 && p.group != 128) {
+        fprintf(stderr, "tokamak quantize: --group must be 32, 64 or 128 (got %d)\n", p.group);
         return 2;
     }
+    p.damp = damp;
     tk_err err;
     if (tk_qscheme_parse(type_name, &p.scheme, &err)) {
         fprintf(stderr, "tokamak quantize: %s\n", err.msg);

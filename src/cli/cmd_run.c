@@ -46,49 +46,32 @@ int tk_cmd_run(int argc, char **argv) {
     tk_gen_params gp = {.max_tokens = 128, .add_bos = true};
     tk_sampling_defaults(&gp.sampling);
     const char *prompt = NULL, *prompt_file = NULL;
-    const char *cmd = "run";
     tk_spec_args spec = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc = tk_arg_spec(cmd, argc, argv, &i, &spec);
-        if (rc) {
-            if (rc < 0) return 2;
-            continue;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.model_path);
-        else if (!strcmp(a, "--tokenizer")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.tokenizer_path);
-        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) rc = tk_arg_str(cmd, argc, argv, &i, &prompt);
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) rc = tk_arg_str(cmd, argc, argv, &i, &prompt_file);
-        else if (!strcmp(a, "-n") || !strcmp(a, "--n-predict")) rc = tk_arg_int(cmd, argc, argv, &i, -1, 1 << 30, &gp.max_tokens);
-        else if (!strcmp(a, "--temp")) rc = tk_arg_float(cmd, argc, argv, &i, 0, 100, &gp.sampling.temperature);
-        else if (!strcmp(a, "--top-k")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 1 << 30, &gp.sampling.top_k);
-        else if (!strcmp(a, "--top-p")) rc = tk_arg_float(cmd, argc, argv, &i, 1e-6, 1, &gp.sampling.top_p);
-        else if (!strcmp(a, "--min-p")) rc = tk_arg_float(cmd, argc, argv, &i, 0, 1, &gp.sampling.min_p);
-        else if (!strcmp(a, "--repeat-penalty")) rc = tk_arg_float(cmd, argc, argv, &i, 1e-3, 100, &gp.sampling.repeat_penalty);
-        else if (!strcmp(a, "--repeat-last-n")) rc = tk_arg_int(cmd, argc, argv, &i, -1, 1 << 30, &gp.sampling.penalty_last_n);
-        else if (!strcmp(a, "--presence-penalty")) rc = tk_arg_float(cmd, argc, argv, &i, -2, 2, &gp.sampling.presence_penalty);
-        else if (!strcmp(a, "--frequency-penalty")) rc = tk_arg_float(cmd, argc, argv, &i, -2, 2, &gp.sampling.frequency_penalty);
-        else if (!strcmp(a, "--seed")) rc = tk_arg_u64(cmd, argc, argv, &i, &gp.sampling.seed);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 24, &cfg.ctx_len);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &cfg.n_threads);
-        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
-        else if (!strcmp(a, "--no-bos")) gp.add_bos = false;
-        else if (!strcmp(a, "--ignore-eos")) gp.ignore_eos = true;
-        else {
-            fprintf(stderr, "tokamak run: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (rc) return 2;
-    }
-    if (!cfg.model_path) {
-        fprintf(stderr, "tokamak run: -m MODEL is required\n");
-        usage(stderr);
-        return 2;
-    }
+    const tk_opt opts[] = {
+        TK_OPT_S("-m|--model", &cfg.model_path),
+        TK_OPT_S("--tokenizer", &cfg.tokenizer_path),
+        TK_OPT_S("-p|--prompt", &prompt),
+        TK_OPT_S("-f|--file", &prompt_file),
+        TK_OPT_I("-n|--n-predict", &gp.max_tokens, -1, 1 << 30),
+        TK_OPT_F("--temp", &gp.sampling.temperature, 0, 100),
+        TK_OPT_I("--top-k", &gp.sampling.top_k, 0, 1 << 30),
+        TK_OPT_F("--top-p", &gp.sampling.top_p, 1e-6, 1),
+        TK_OPT_F("--min-p", &gp.sampling.min_p, 0, 1),
+        TK_OPT_F("--repeat-penalty", &gp.sampling.repeat_penalty, 1e-3, 100),
+        TK_OPT_I("--repeat-last-n", &gp.sampling.penalty_last_n, -1, 1 << 30),
+        TK_OPT_F("--presence-penalty", &gp.sampling.presence_penalty, -2, 2),
+        TK_OPT_F("--frequency-penalty", &gp.sampling.frequency_penalty, -2, 2),
+        TK_OPT_U("--seed", &gp.sampling.seed),
+        TK_OPT_I("-c|--ctx-size", &cfg.ctx_len, 1, 1 << 24),
+        TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
+        TK_OPT_S("--kv-type", &cfg.kv_type),
+        TK_OPT_OFF("--no-bos", &gp.add_bos),
+        TK_OPT_ON("--ignore-eos", &gp.ignore_eos),
+    };
+    const tk_cli cli = {.cmd = "run", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    if (tk_args_missing(&cli, cfg.model_path, "-m MODEL")) return 2;
     if (!!prompt == !!prompt_file) {
         fprintf(stderr, "tokamak run: give exactly one of -p PROMPT or -f FILE\n");
         return 2;

@@ -11,6 +11,7 @@
 #include "../quant/quant.h"
 #include "../tokenizer/tokenizer.h"
 #include "../util/rng.h"
+#include "args.h"
 #include "commands.h"
 
 typedef struct shape {
@@ -81,25 +82,19 @@ int tk_cmd_synth(int argc, char **argv) {
     const char *like = NULL, *type_name = NULL, *out = NULL, *shared = getenv("TK_SHARED_DIR");
     uint64_t seed = 1234;
     if (!shared) shared = "../shared";
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(argv[i], "--like") && i + 1 < argc) like = argv[++i];
-        else if (!strcmp(argv[i], "--type") && i + 1 < argc) type_name = argv[++i];
-        else if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
-        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--shared") && i + 1 < argc) shared = argv[++i];
-        else {
-            fprintf(stderr, "tokamak synth: unexpected argument '%s'\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-    }
-    if (!like || !type_name || !out) {
-        usage(stderr);
+    const tk_opt opts[] = {
+        TK_OPT_S("--like", &like),
+        TK_OPT_S("--type", &type_name),
+        TK_OPT_S("-o", &out),
+        TK_OPT_U("--seed", &seed),
+        TK_OPT_S("--shared", &shared),
+    };
+    const tk_cli cli = {.cmd = "synth", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts)};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    if (tk_args_missing(&cli, like, "--like SHAPE") || tk_args_missing(&cli, type_name, "--type TYPE") ||
+        tk_args_missing(&cli, out, "-o OUT"))
         return 2;
-    }
     const shape *sh = NULL;
     for (int i = 0; i < N_SHAPES; i++)
         if (!strcmp(shapes[i].name, like)) sh = &shapes[i];

@@ -6,6 +6,7 @@
 
 #include "../tokenizer/tokenizer.h"
 #include "../util/mapfile.h"
+#include "args.h"
 #include "commands.h"
 
 static void usage(FILE *f) {
@@ -75,39 +76,20 @@ static int encode(const tk_tokenizer *t, const char *s, size_t n, bool bos, bool
 int tk_cmd_tokenize(int argc, char **argv) {
     const char *model = NULL, *prompt = NULL, *file = NULL, *tokpath = NULL;
     bool ids_only = false, no_bos = false, no_special = false, lines = false;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        bool has_val = i + 1 < argc;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && has_val) {
-            model = argv[++i];
-        } else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && has_val) {
-            prompt = argv[++i];
-        } else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && has_val) {
-            file = argv[++i];
-        } else if (!strcmp(a, "--tokenizer") && has_val) {
-            tokpath = argv[++i];
-        } else if (!strcmp(a, "--ids")) {
-            ids_only = true;
-        } else if (!strcmp(a, "--no-bos")) {
-            no_bos = true;
-        } else if (!strcmp(a, "--no-parse-special")) {
-            no_special = true;
-        } else if (!strcmp(a, "--lines")) {
-            lines = true;
-        } else {
-            fprintf(stderr, "tokamak tokenize: unknown or incomplete option '%s'\n", a);
-            usage(stderr);
-            return 1;
-        }
-    }
-    if (!model && !tokpath) {
-        fprintf(stderr, "tokamak tokenize: -m MODEL is required\n");
-        usage(stderr);
-        return 1;
-    }
+    const tk_opt opts[] = {
+        TK_OPT_S("-m|--model", &model),
+        TK_OPT_S("-p|--prompt", &prompt),
+        TK_OPT_S("-f|--file", &file),
+        TK_OPT_S("--tokenizer", &tokpath),
+        TK_OPT_ON("--ids", &ids_only),
+        TK_OPT_ON("--no-bos", &no_bos),
+        TK_OPT_ON("--no-parse-special", &no_special),
+        TK_OPT_ON("--lines", &lines),
+    };
+    const tk_cli cli = {.cmd = "tokenize", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts)};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    if (tk_args_missing(&cli, model ? model : tokpath, "-m MODEL (or --tokenizer PATH)")) return 2;
     if (!!prompt + !!file != 1) {
         fprintf(stderr, "tokamak tokenize: give exactly one of -p TEXT or -f FILE\n");
         return 1;

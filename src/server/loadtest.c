@@ -470,7 +470,7 @@ static void usage(FILE *f) {
 }
 
 int tk_cmd_loadtest(int argc, char **argv) {
-    const char *cmd = "loadtest", *url = NULL, *pl = "128", *ol = "128", *svg = NULL;
+    const char *url = NULL, *pl = "128", *ol = "128", *svg = NULL;
     lt_bench b;
     memset(&b, 0, sizeof b);
     b.n_requests = 100;
@@ -478,39 +478,27 @@ int tk_cmd_loadtest(int argc, char **argv) {
     b.duration = 1800;
     bool json_out = false, per_request = false;
     float rate = 0, timeout = 300, duration = 1800;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc = 0;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--url")) rc = tk_arg_str(cmd, argc, argv, &i, &url);
-        else if (!strcmp(a, "--requests")) rc = tk_arg_int(cmd, argc, argv, &i, 1, LT_MAX_REQUESTS, &b.n_requests);
-        else if (!strcmp(a, "--rate")) rc = tk_arg_float(cmd, argc, argv, &i, 1e-3, 1e6, &rate);
-        else if (!strcmp(a, "--concurrency")) rc = tk_arg_int(cmd, argc, argv, &i, 1, LT_MAX_INFLIGHT, &b.concurrency);
-        else if (!strcmp(a, "--prompt-len")) rc = tk_arg_str(cmd, argc, argv, &i, &pl);
-        else if (!strcmp(a, "--output-len")) rc = tk_arg_str(cmd, argc, argv, &i, &ol);
-        else if (!strcmp(a, "--shared-prefix")) rc = tk_arg_int(cmd, argc, argv, &i, 0, LT_MAX_LEN, &b.shared_prefix);
-        else if (!strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &b.model);
-        else if (!strcmp(a, "--api-key")) rc = tk_arg_str(cmd, argc, argv, &i, &b.api_key);
-        else if (!strcmp(a, "--seed")) rc = tk_arg_u64(cmd, argc, argv, &i, &b.seed);
-        else if (!strcmp(a, "--timeout")) rc = tk_arg_float(cmd, argc, argv, &i, 0.1, 86400, &timeout);
-        else if (!strcmp(a, "--duration")) rc = tk_arg_float(cmd, argc, argv, &i, 0.1, 86400, &duration);
-        else if (!strcmp(a, "--json")) json_out = true;
-        else if (!strcmp(a, "--per-request")) per_request = true;
-        else if (!strcmp(a, "--svg")) rc = tk_arg_str(cmd, argc, argv, &i, &svg);
-        else {
-            fprintf(stderr, "tokamak loadtest: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (rc) return 2;
-    }
-    if (!url) {
-        fprintf(stderr, "tokamak loadtest: --url is required\n");
-        usage(stderr);
-        return 2;
-    }
+    const tk_opt opts[] = {
+        TK_OPT_S("--url", &url),
+        TK_OPT_I("--requests", &b.n_requests, 1, LT_MAX_REQUESTS),
+        TK_OPT_F("--rate", &rate, 1e-3, 1e6),
+        TK_OPT_I("--concurrency", &b.concurrency, 1, LT_MAX_INFLIGHT),
+        TK_OPT_S("--prompt-len", &pl),
+        TK_OPT_S("--output-len", &ol),
+        TK_OPT_I("--shared-prefix", &b.shared_prefix, 0, LT_MAX_LEN),
+        TK_OPT_S("--model", &b.model),
+        TK_OPT_S("--api-key", &b.api_key),
+        TK_OPT_U("--seed", &b.seed),
+        TK_OPT_F("--timeout", &timeout, 0.1, 86400),
+        TK_OPT_F("--duration", &duration, 0.1, 86400),
+        TK_OPT_ON("--json", &json_out),
+        TK_OPT_ON("--per-request", &per_request),
+        TK_OPT_S("--svg", &svg),
+    };
+    const tk_cli cli = {.cmd = "loadtest", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts)};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    if (tk_args_missing(&cli, url, "--url URL")) return 2;
     if (parse_dist(pl, &b.prompt_len) || parse_dist(ol, &b.output_len)) {
         fprintf(stderr, "tokamak loadtest: a length is N, LO:HI or normal:MEAN:STDDEV (got '%s' / '%s')\n", pl, ol);
         return 2;

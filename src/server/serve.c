@@ -181,48 +181,31 @@ int tk_cmd_serve(int argc, char **argv) {
     tk_engine_config cfg = {.max_seqs = 16};
     tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256};
     const char *tmpl_file = NULL, *kv_mem = NULL;
-    const char *cmd = "serve";
     tk_spec_args spec = {0};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        int rc = tk_arg_spec(cmd, argc, argv, &i, &spec);
-        if (rc) {
-            if (rc < 0) return 2;
-            continue;
-        }
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.model_path);
-        else if (!strcmp(a, "--tokenizer")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.tokenizer_path);
-        else if (!strcmp(a, "--host")) rc = tk_arg_str(cmd, argc, argv, &i, &scfg.host);
-        else if (!strcmp(a, "--port")) rc = tk_arg_int(cmd, argc, argv, &i, 0, 65535, &scfg.port);
-        else if (!strcmp(a, "--api-key")) rc = tk_arg_str(cmd, argc, argv, &i, &scfg.api_key);
-        else if (!strcmp(a, "--model-name")) rc = tk_arg_str(cmd, argc, argv, &i, &scfg.model_name);
-        else if (!strcmp(a, "--chat-template")) rc = tk_arg_str(cmd, argc, argv, &i, &tmpl_file);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1024, &cfg.n_threads);
-        else if (!strcmp(a, "-c") || !strcmp(a, "--ctx-size")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 24, &cfg.ctx_len);
-        else if (!strcmp(a, "--max-seqs")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 4096, &cfg.max_seqs);
-        else if (!strcmp(a, "--max-batch-tokens")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &cfg.max_batch_tokens);
-        else if (!strcmp(a, "--kv-memory")) rc = tk_arg_str(cmd, argc, argv, &i, &kv_mem);
-        else if (!strcmp(a, "--block-size")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 4096, &cfg.kv_block_size);
-        else if (!strcmp(a, "--kv-type")) rc = tk_arg_str(cmd, argc, argv, &i, &cfg.kv_type);
-        else if (!strcmp(a, "--no-prefix-cache")) cfg.no_prefix_cache = true;
-        else if (!strcmp(a, "--no-window-release")) cfg.no_window_release = true;
-        else if (!strcmp(a, "--max-queue")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 1 << 20, &cfg.max_waiting);
-        else if (!strcmp(a, "--max-connections")) rc = tk_arg_int(cmd, argc, argv, &i, 1, 65536, &scfg.max_connections);
-        else {
-            fprintf(stderr, "tokamak serve: unknown option '%s'\n", a);
-            usage(stderr);
-            return 2;
-        }
-        if (rc) return 2;
-    }
-    if (!cfg.model_path) {
-        fprintf(stderr, "tokamak serve: -m MODEL is required\n");
-        usage(stderr);
-        return 2;
-    }
+    const tk_opt opts[] = {
+        TK_OPT_S("-m|--model", &cfg.model_path),
+        TK_OPT_S("--tokenizer", &cfg.tokenizer_path),
+        TK_OPT_S("--host", &scfg.host),
+        TK_OPT_I("--port", &scfg.port, 0, 65535),
+        TK_OPT_S("--api-key", &scfg.api_key),
+        TK_OPT_S("--model-name", &scfg.model_name),
+        TK_OPT_S("--chat-template", &tmpl_file),
+        TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
+        TK_OPT_I("-c|--ctx-size", &cfg.ctx_len, 1, 1 << 24),
+        TK_OPT_I("--max-seqs", &cfg.max_seqs, 1, 4096),
+        TK_OPT_I("--max-batch-tokens", &cfg.max_batch_tokens, 1, 1 << 20),
+        TK_OPT_S("--kv-memory", &kv_mem),
+        TK_OPT_I("--block-size", &cfg.kv_block_size, 1, 4096),
+        TK_OPT_S("--kv-type", &cfg.kv_type),
+        TK_OPT_ON("--no-prefix-cache", &cfg.no_prefix_cache),
+        TK_OPT_ON("--no-window-release", &cfg.no_window_release),
+        TK_OPT_I("--max-queue", &cfg.max_waiting, 1, 1 << 20),
+        TK_OPT_I("--max-connections", &scfg.max_connections, 1, 65536),
+    };
+    const tk_cli cli = {.cmd = "serve", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
+    int prc = tk_args_parse(&cli, argc, argv);
+    if (prc) return prc == TK_ARGS_HELP ? 0 : 2;
+    if (tk_args_missing(&cli, cfg.model_path, "-m MODEL")) return 2;
     if (kv_mem && parse_size(kv_mem, &cfg.kv_memory)) {
         fprintf(stderr, "tokamak serve: --kv-memory expects a size like 512M or 2G, got '%s'\n", kv_mem);
         return 2;
