@@ -56,9 +56,9 @@ int main(int argc, char **argv) {
     float *scratch = malloc(sizeof(float) * tk_attn_tile_scratch_floats(hd, block, rows));
     int *lo = calloc((size_t)n_pre, sizeof(int)), *hi = malloc(sizeof(int) * n_pre);
     for (int t = 0; t < n_pre; t++) hi[t] = ctx - n_pre + t + 1;
-    const tk_isa isas[3] = {TK_ISA_SCALAR, TK_ISA_AVX2, TK_ISA_AVX512};
+    const tk_isa isas[4] = {TK_ISA_SCALAR, TK_ISA_AVX2, TK_ISA_AVX512, TK_ISA_AMX};
     printf("context %d, %s KV\n", ctx, tk_kv_type_name((tk_kv_type)type));
-    for (int ii = 0; ii < 3; ii++) {
+    for (int ii = 0; ii < 4; ii++) {
         tk_isa isa = isas[ii];
         if (tk_attn_isa(isa, hd) != isa) continue;
         if (getenv("TK_BENCH_ISA") && strcmp(getenv("TK_BENCH_ISA"), tk_isa_name(isa))) continue;

@@ -94,7 +94,10 @@ void tk_attn_output(int group, int hd, const float *acc, const float *sum, float
 tk_isa tk_attn_isa(tk_isa want, int head_dim) {
 #if defined(__x86_64__) || defined(_M_X64)
     if (head_dim <= 0 || head_dim > SIMD_MAX_HD || !tk_isa_supported(want)) return TK_ISA_SCALAR;
-    if (want == TK_ISA_AMX) want = TK_ISA_AVX512; /* no AMX attention kernel yet */
+    /* AMX: F16 KV only; the kernel declines other types (tk_attn_tile_range
+     * then runs the AVX-512 one, the same for every token of an engine) */
+    if (want == TK_ISA_AMX && head_dim % 32 == 0) return TK_ISA_AMX;
+    if (want == TK_ISA_AMX) want = TK_ISA_AVX512;
     if (want == TK_ISA_AVX512 && head_dim % 16 == 0) return TK_ISA_AVX512;
     if ((want == TK_ISA_AVX512 || want == TK_ISA_AVX2) && head_dim % 8 == 0 && tk_isa_supported(TK_ISA_AVX2))
         return TK_ISA_AVX2;
@@ -110,14 +113,23 @@ size_t tk_attn_tile_scratch_floats(int head_dim, int block_size, int max_rows) {
     /* SIMD: transposed K chunk, converted V chunk, scores, per-row factors,
      * a row of zeros, each rounded up to 64 bytes */
     size_t simd = (hd * ch + 16) + (ch * hd + 16) + ((size_t)max_rows * ch + 16) + ((size_t)max_rows + 16) + (hd + 16) + 16;
+    /* AMX (per 16-row block, rows rounded up to 16, at most 1024): Q tiles,
+     * scores, P tiles and accumulators; two chunks of K and of V tiles (hi
+     * and lo bf16); a row of zeros; rounding to 64 bytes */
+    size_t amx_rows = ((size_t)(max_rows < 1024 ? max_rows : 1024) + 15) / 16 * 16;
+    size_t amx = amx_rows * (hd + 3 * ch + hd) + 4 * ch * hd + hd + 32;
     size_t scalar = (size_t)block_size * (2 * hd + 1);
-    return simd > scalar ? simd : scalar;
+    size_t most = simd > scalar ? simd : scalar;
+    return amx > most ? amx : most;
 }
 
 void tk_attn_tile_range(tk_isa isa, const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head,
                         const tk_attn_tile *tile, float scale, int seg_lo, int seg_hi, float *acc, float *mx,
                         float *sum, float *scratch) {
-    if (isa == TK_ISA_AVX512 &&
+    if (isa == TK_ISA_AMX &&
+        tk_attn_tile_amx(kv, s, layer, kv_head, tile, scale, seg_lo, seg_hi, acc, mx, sum, scratch) == 0)
+        return;
+    if ((isa == TK_ISA_AVX512 || isa == TK_ISA_AMX) &&
         tk_attn_tile_avx512(kv, s, layer, kv_head, tile, scale, seg_lo, seg_hi, acc, mx, sum, scratch) == 0)
         return;
     if (isa == TK_ISA_AVX2 &&

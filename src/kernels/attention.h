@@ -55,8 +55,10 @@ typedef struct tk_attn_tile {
 } tk_attn_tile;
 
 /* The kernel level tk_attn_tile_range uses for a requested level and head
- * dimension: AVX-512 needs head_dim % 16 == 0, AVX2 head_dim % 8 == 0;
- * otherwise (or on other CPUs) the scalar reference. */
+ * dimension: AMX needs head_dim % 32 == 0 (and runs only for F16 KV: for
+ * other KV types the AMX level runs the AVX-512 kernel), AVX-512 head_dim %
+ * 16 == 0, AVX2 head_dim % 8 == 0; otherwise (or on other CPUs) the scalar
+ * reference. */
 tk_isa tk_attn_isa(tk_isa want, int head_dim);
 
 /* Scratch floats of one tk_attn_tile_range call for tiles of at most
@@ -71,11 +73,14 @@ void tk_attn_tile_range(tk_isa isa, const tk_kv_pool *kv, const tk_kv_seq *s, in
                         const tk_attn_tile *tile, float scale, int seg_lo, int seg_hi, float *acc, float *mx,
                         float *sum, float *scratch);
 
-/* The SIMD implementations (attention_avx2.c, attention_avx512.c); they
- * return -1 without doing anything when not built for this target. */
+/* The SIMD implementations (attention_avx2.c, attention_avx512.c,
+ * attention_amx.c); they return -1 without doing anything when not built
+ * for this target (AMX: also for KV types other than F16). */
 int tk_attn_tile_avx2(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
                       float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch);
 int tk_attn_tile_avx512(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
                         float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch);
+int tk_attn_tile_amx(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
+                     float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch);
 
 #endif

@@ -1,18 +1,10 @@
 /* The SIMD attention tile kernel, written once for any vector width.
  * Included by attention_avx2.c and attention_avx512.c after they define:
  *
- *   VL                      floats per vector; vf the vector type; FN(name)
+ *   FN(name)                the kernel's name
  *   QK_MR, QK_NR            score micro-kernel: rows x vectors of positions
  *   PV_MR, PV_NV            P·V micro-kernel: rows x vectors of head dims
- *   vzero vset1 vload vstore vfma vmul vadd vsub vmax vmin vround
- *   vload_f16(const uint16_t *)  VL halves -> floats
- *   vload_i8(const int8_t *)     VL int8 -> floats
- *   h2f(uint16_t)                one half -> float
- *   vhmax vhsum                  horizontal max / sum (a fixed order)
- *   vmask(s, la, lb)             lanes outside [la, lb) -> -inf
- *   vexp_scale2(p, n)            p * 2^n (n integral, in [-126, 127])
- *   vzero_where_lt(y, x, c)      y with lanes where x < c set to 0
- *   transpose(vf r[VL])          in place
+ *   and the vector operations listed in attention_simd_common.h
  *
  * Layout of one chunk of TK_ATTN_CHUNK positions (starting at a multiple of
  * the chunk size): K is converted and transposed into kt[d][pos] once per
@@ -28,44 +20,7 @@
  * unchanged (the state never holds -0), so processing a wider range for the
  * other rows of a tile changes nothing. */
 
-#include <limits.h>
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#include "../formats/quant_blocks.h"
-
-#define CH TK_ATTN_CHUNK
-#define RB 8 /* rows per row block (one GQA group of 8, or 8 tokens of MHA) */
-#define AI static inline __attribute__((always_inline))
-
-typedef const unsigned char *rowp;
-
-AI vf load_row(rowp row, tk_kv_type type, int d0) {
-    if (type == TK_KV_F32) return vload((const float *)(const void *)row + d0);
-    if (type == TK_KV_F16) return vload_f16((const uint16_t *)(const void *)row + d0);
-    const tk_block_q8_0 *b = (const tk_block_q8_0 *)(const void *)row + d0 / 32;
-    return vmul(vload_i8(b->qs + d0 % 32), vset1(h2f(b->d)));
-}
-
-/* exp(x) for x <= 88: Cody-Waite reduction to r in [-ln2/2, ln2/2], a
- * degree-7 polynomial (Cephes' expf coefficients), then the 2^n scaling;
- * about 1-2 ulp.  Lanes below -87 (exp < 1.7e-38; -inf from the mask) give
- * exactly 0. */
-AI vf vexp(vf x) {
-    vf xc = vmin(vmax(x, vset1(-87.0f)), vset1(88.0f));
-    vf n = vround(vmul(xc, vset1(1.44269504088896341f)));
-    vf r = vfma(n, vset1(-0.693359375f), xc);
-    r = vfma(n, vset1(2.12194440e-4f), r);
-    vf p = vset1(1.9875691500e-4f);
-    p = vfma(p, r, vset1(1.3981999507e-3f));
-    p = vfma(p, r, vset1(8.3334519073e-3f));
-    p = vfma(p, r, vset1(4.1665795894e-2f));
-    p = vfma(p, r, vset1(1.6666665459e-1f));
-    p = vfma(p, r, vset1(5.0000001201e-1f));
-    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
-    return vzero_where_lt(vexp_scale2(p, n), x, -87.0f);
-}
+#include "attention_simd_common.h"
 
 /* kt[d][pos] for the vectors [j0, j1) of the chunk (missing rows point to
  * a row of zeros). */
@@ -169,38 +124,6 @@ static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *cons
     }
 }
 
-static float *align16f(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
-
-/* Starts loading the K and V rows of positions [a, b) into the cache. */
-static void prefetch_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int a, int b) {
-    for (int p = a; p < b;) {
-        int end = (p / kv->block_size + 1) * kv->block_size;
-        if (end > b) end = b;
-        const char *k = (const char *)tk_kv_k(kv, s, layer, kv_head, p), *v = (const char *)tk_kv_v(kv, s, layer, kv_head, p);
-        size_t bytes = (size_t)(end - p) * kv->row_bytes;
-        for (size_t o = 0; o < bytes; o += 64) {
-            _mm_prefetch(k + o, _MM_HINT_T0);
-            _mm_prefetch(v + o, _MM_HINT_T0);
-        }
-        p = end;
-    }
-}
-
-/* Row pointers of positions [a, b) (chunk lanes a - c0 ...), block by block. */
-static void chunk_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int c0, int a, int b,
-                       rowp *krow, rowp *vrow) {
-    for (int p = a; p < b;) {
-        int end = (p / kv->block_size + 1) * kv->block_size;
-        if (end > b) end = b;
-        rowp k = tk_kv_k(kv, s, layer, kv_head, p), v = tk_kv_v(kv, s, layer, kv_head, p);
-        for (int i = p; i < end; i++, k += kv->row_bytes, v += kv->row_bytes) {
-            krow[i - c0] = k;
-            vrow[i - c0] = v;
-        }
-        p = end;
-    }
-}
-
 int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
                      float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch) {
     const int hd = kv->head_dim, group = tile->group, n_rows = tile->n_tok * group;
@@ -209,13 +132,8 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     float *P = align16f(vconv + (size_t)CH * hd), *alpha = align16f(P + (size_t)n_rows * CH);
     float *zero_row = align16f(alpha + n_rows); /* hd floats: at least one row of any type */
     memset(zero_row, 0, sizeof(float) * hd);
-    int tlo = INT_MAX, thi = INT_MIN;
-    for (int t = 0; t < tile->n_tok; t++) {
-        int a = tile->lo[t] > seg_lo ? tile->lo[t] : seg_lo, b = tile->hi[t] < seg_hi ? tile->hi[t] : seg_hi;
-        if (a >= b) continue;
-        if (a < tlo) tlo = a;
-        if (b > thi) thi = b;
-    }
+    int tlo, thi;
+    tile_bounds(tile, seg_lo, seg_hi, &tlo, &thi);
     if (tlo >= thi) return 0;
     const bool convert_v = kv->type != TK_KV_F32 && n_rows > RB;
     rowp krow[CH], vrow[CH];
@@ -248,14 +166,8 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
             int ra[RB], rb[RB], ua = INT_MAX, ub = INT_MIN;
             for (int m = 0; m < nr; m++) {
                 int t = (r0 + m) / group, g = (r0 + m) % group;
-                int a = tile->lo[t], b = tile->hi[t];
-                if (a < seg_lo) a = seg_lo;
-                if (a < c0) a = c0;
-                if (b > seg_hi) b = seg_hi;
-                if (b > c0 + CH) b = c0 + CH;
-                ra[m] = a - c0;
-                rb[m] = b - c0;
-                if (a < b) {
+                row_lanes(tile, r0 + m, seg_lo, seg_hi, c0, &ra[m], &rb[m]);
+                if (ra[m] < rb[m]) {
                     if (ra[m] < ua) ua = ra[m];
                     if (rb[m] > ub) ub = rb[m];
                 }
@@ -266,31 +178,8 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
             if (ua >= ub) continue;
             const int va = ua / VL, vb = (ub + VL - 1) / VL;
             qk_rows(nr, qr, kt, hd, va, vb, srow, scale);
-            for (int m = 0; m < nr; m++) {
-                float *sr = srow[m];
-                const int row = r0 + m;
-                if (ra[m] >= rb[m]) {
-                    for (int j = va; j < vb; j++) vstore(sr + j * VL, vzero());
-                    alpha[m] = 1.0f;
-                    continue;
-                }
-                vf vmx = vset1(-INFINITY);
-                for (int j = va; j < vb; j++) {
-                    vf x = vmask(vload(sr + j * VL), ra[m] - j * VL, rb[m] - j * VL);
-                    vstore(sr + j * VL, x);
-                    vmx = vmax(vmx, x);
-                }
-                float mc = vhmax(vmx), mold = mx[row], mnew = mc > mold ? mc : mold;
-                alpha[m] = mnew > mold ? expf(mold - mnew) : 1.0f;
-                vf vm = vset1(mnew), ps = vzero();
-                for (int j = va; j < vb; j++) {
-                    vf p = vexp(vsub(vload(sr + j * VL), vm));
-                    vstore(sr + j * VL, p);
-                    ps = vadd(ps, p);
-                }
-                sum[row] = sum[row] * alpha[m] + vhsum(ps);
-                mx[row] = mnew;
-            }
+            for (int m = 0; m < nr; m++)
+                softmax_row(srow[m], va, vb, ra[m], rb[m], &mx[r0 + m], &sum[r0 + m], &alpha[m]);
             pv_rows(vtype, nr, vrow, (const float *const *)srow, ua, ub, hd, arow, alpha);
         }
     }

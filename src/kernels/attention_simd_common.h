@@ -1,0 +1,150 @@
+/* What the SIMD attention kernels share (attention_simd.h, the FP32 tile
+ * kernel for any vector width, and attention_amx.c): row loads, the
+ * vectorised exp, the online-softmax step of one row over a chunk, chunk
+ * row pointers and prefetches.  Included after the file defines:
+ *
+ *   VL                      floats per vector; vf the vector type
+ *   vzero vset1 vload vstore vfma vmul vadd vsub vmax vmin vround
+ *   vload_f16(const uint16_t *)  VL halves -> floats
+ *   vload_i8(const int8_t *)     VL int8 -> floats
+ *   h2f(uint16_t)                one half -> float
+ *   vhmax vhsum                  horizontal max / sum (a fixed order)
+ *   vmask(s, la, lb)             lanes outside [la, lb) -> -inf
+ *   vexp_scale2(p, n)            p * 2^n (n integral, in [-126, 127])
+ *   vzero_where_lt(y, x, c)      y with lanes where x < c set to 0
+ *   transpose(vf r[VL])          in place (used by the FP32 kernel)
+ */
+#ifndef TK_ATTENTION_SIMD_COMMON_H
+#define TK_ATTENTION_SIMD_COMMON_H
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../formats/quant_blocks.h"
+#include "attention.h"
+
+#define CH TK_ATTN_CHUNK
+#define RB 8 /* rows per row block (one GQA group of 8, or 8 tokens of MHA) */
+#define AI static inline __attribute__((always_inline))
+
+typedef const unsigned char *rowp;
+
+AI vf load_row(rowp row, tk_kv_type type, int d0) {
+    if (type == TK_KV_F32) return vload((const float *)(const void *)row + d0);
+    if (type == TK_KV_F16) return vload_f16((const uint16_t *)(const void *)row + d0);
+    const tk_block_q8_0 *b = (const tk_block_q8_0 *)(const void *)row + d0 / 32;
+    return vmul(vload_i8(b->qs + d0 % 32), vset1(h2f(b->d)));
+}
+
+/* exp(x) for x <= 88: Cody-Waite reduction to r in [-ln2/2, ln2/2], a
+ * degree-7 polynomial (Cephes' expf coefficients), then the 2^n scaling;
+ * about 1-2 ulp.  Lanes below -87 (exp < 1.7e-38; -inf from the mask) give
+ * exactly 0. */
+AI vf vexp(vf x) {
+    vf xc = vmin(vmax(x, vset1(-87.0f)), vset1(88.0f));
+    vf n = vround(vmul(xc, vset1(1.44269504088896341f)));
+    vf r = vfma(n, vset1(-0.693359375f), xc);
+    r = vfma(n, vset1(2.12194440e-4f), r);
+    vf p = vset1(1.9875691500e-4f);
+    p = vfma(p, r, vset1(1.3981999507e-3f));
+    p = vfma(p, r, vset1(8.3334519073e-3f));
+    p = vfma(p, r, vset1(4.1665795894e-2f));
+    p = vfma(p, r, vset1(1.6666665459e-1f));
+    p = vfma(p, r, vset1(5.0000001201e-1f));
+    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
+    return vzero_where_lt(vexp_scale2(p, n), x, -87.0f);
+}
+
+static float *align16f(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+
+/* Starts loading the K and V rows of positions [a, b) into the cache. */
+static void prefetch_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int a, int b) {
+    for (int p = a; p < b;) {
+        int end = (p / kv->block_size + 1) * kv->block_size;
+        if (end > b) end = b;
+        const char *k = (const char *)tk_kv_k(kv, s, layer, kv_head, p), *v = (const char *)tk_kv_v(kv, s, layer, kv_head, p);
+        size_t bytes = (size_t)(end - p) * kv->row_bytes;
+        for (size_t o = 0; o < bytes; o += 64) {
+            _mm_prefetch(k + o, _MM_HINT_T0);
+            _mm_prefetch(v + o, _MM_HINT_T0);
+        }
+        p = end;
+    }
+}
+
+/* Row pointers of positions [a, b) (chunk lanes a - c0 ...), block by block. */
+static void chunk_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int c0, int a, int b,
+                       rowp *krow, rowp *vrow) {
+    for (int p = a; p < b;) {
+        int end = (p / kv->block_size + 1) * kv->block_size;
+        if (end > b) end = b;
+        rowp k = tk_kv_k(kv, s, layer, kv_head, p), v = tk_kv_v(kv, s, layer, kv_head, p);
+        for (int i = p; i < end; i++, k += kv->row_bytes, v += kv->row_bytes) {
+            krow[i - c0] = k;
+            vrow[i - c0] = v;
+        }
+        p = end;
+    }
+}
+
+
+/* The part of the tile's ranges inside [seg_lo, seg_hi): [*tlo, *thi), empty
+ * (tlo >= thi) when no token sees anything there. */
+static void tile_bounds(const tk_attn_tile *tile, int seg_lo, int seg_hi, int *tlo, int *thi) {
+    int a0 = INT_MAX, b0 = INT_MIN;
+    for (int t = 0; t < tile->n_tok; t++) {
+        int a = tile->lo[t] > seg_lo ? tile->lo[t] : seg_lo, b = tile->hi[t] < seg_hi ? tile->hi[t] : seg_hi;
+        if (a >= b) continue;
+        if (a < a0) a0 = a;
+        if (b > b0) b0 = b;
+    }
+    *tlo = a0;
+    *thi = b0;
+}
+
+/* Row `row` (token row / group) of the tile in the chunk at c0: the lanes
+ * [*ra, *rb) it sees (empty when *ra >= *rb). */
+AI void row_lanes(const tk_attn_tile *tile, int row, int seg_lo, int seg_hi, int c0, int *ra, int *rb) {
+    int t = row / tile->group;
+    int a = tile->lo[t], b = tile->hi[t];
+    if (a < seg_lo) a = seg_lo;
+    if (a < c0) a = c0;
+    if (b > seg_hi) b = seg_hi;
+    if (b > c0 + CH) b = c0 + CH;
+    *ra = a - c0;
+    *rb = b - c0;
+}
+
+/* The online-softmax step of one row over the chunk's vectors [va, vb):
+ * scores sr (already scaled) outside the row's lanes [ra, rb) become -inf,
+ * the running max and sum are updated and sr gets exp(s - max) (exactly 0
+ * outside [ra, rb)); *alpha is the factor for the row's old accumulator.  A
+ * row that sees nothing here gets P = 0 and alpha = 1.  Everything depends
+ * on the row and the absolute chunk only. */
+AI void softmax_row(float *sr, int va, int vb, int ra, int rb, float *mx, float *sum, float *alpha) {
+    if (ra >= rb) {
+        for (int j = va; j < vb; j++) vstore(sr + j * VL, vzero());
+        *alpha = 1.0f;
+        return;
+    }
+    vf vmx = vset1(-INFINITY);
+    for (int j = va; j < vb; j++) {
+        vf x = vmask(vload(sr + j * VL), ra - j * VL, rb - j * VL);
+        vstore(sr + j * VL, x);
+        vmx = vmax(vmx, x);
+    }
+    float mc = vhmax(vmx), mold = *mx, mnew = mc > mold ? mc : mold;
+    *alpha = mnew > mold ? expf(mold - mnew) : 1.0f;
+    vf vm = vset1(mnew), ps = vzero();
+    for (int j = va; j < vb; j++) {
+        vf p = vexp(vsub(vload(sr + j * VL), vm));
+        vstore(sr + j * VL, p);
+        ps = vadd(ps, p);
+    }
+    *sum = *sum * *alpha + vhsum(ps);
+    *mx = mnew;
+}
+
+#endif
