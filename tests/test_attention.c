@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../src/kernels/attention.h"
+#include "../src/kernels/qgemm_impl.h"
 #include "../src/kv/kv.h"
 #include "tk_test.h"
 
@@ -60,6 +61,20 @@ static double naive(const float *q, const float *k, const float *v, int hd, int 
     return sum;
 }
 
+/* The query values the kernels use: for Q8_0 KV the queries quantized to
+ * Q8_0 (tk_qk_quant_q8_0, blocks of 32) and expanded back (q * d is exact
+ * in float); else q itself.  n is a multiple of 32 for Q8_0. */
+static void query_as_used(tk_kv_type type, const float *q, int n, float *out) {
+    if (type != TK_KV_Q8_0) {
+        memcpy(out, q, sizeof(float) * n);
+        return;
+    }
+    tk_block_q8_0 *b = malloc(sizeof(tk_block_q8_0) * (size_t)(n / 32));
+    tk_qk_quant_q8_0(q, b, n);
+    for (int i = 0; i < n; i++) out[i] = (float)b[i / 32].qs[i % 32] * tk_f16_to_f32(b[i / 32].d);
+    free(b);
+}
+
 static void one_case(tk_kv_type type, int n_kv, int group, int hd, int block, int len, int window, int split) {
     tk_kv_pool kv;
     tk_err err;
@@ -84,7 +99,7 @@ static void one_case(tk_kv_type type, int n_kv, int group, int hd, int block, in
             tk_kv_load(&kv, tk_kv_k(&kv, &seq, 0, h, p), 1, kq + ((size_t)h * len + p) * hd);
             tk_kv_load(&kv, tk_kv_v(&kv, &seq, 0, h, p), 1, vq + ((size_t)h * len + p) * hd);
         }
-    float *q = malloc(sizeof(float) * (size_t)group * hd);
+    float *q = malloc(sizeof(float) * (size_t)group * hd), *qu = malloc(sizeof(float) * (size_t)group * hd);
     float *acc = malloc(sizeof(float) * (size_t)group * hd * 2), *mx = malloc(sizeof(float) * group * 2);
     float *sum = malloc(sizeof(float) * group * 2), *out = malloc(sizeof(float) * (size_t)group * hd);
     float *scratch = malloc(sizeof(float) * tk_attn_scratch_floats(&kv, group));
@@ -94,6 +109,7 @@ static void one_case(tk_kv_type type, int n_kv, int group, int hd, int block, in
     double worst = 0, worst_storage = 0;
     for (int h = 0; h < n_kv; h++) {
         for (int i = 0; i < group * hd; i++) q[i] = (float)(uniform() * 4 - 2);
+        query_as_used(type, q, group * hd, qu);
         tk_attn_init(group, hd, acc, mx, sum);
         if (split > 0) {
             /* pieces merged in order, as the forward pass does */
@@ -109,7 +125,7 @@ static void one_case(tk_kv_type type, int n_kv, int group, int hd, int block, in
         }
         tk_attn_output(group, hd, acc, sum, out);
         for (int g = 0; g < group; g++) {
-            naive(q + (size_t)g * hd, kq + (size_t)h * len * hd, vq + (size_t)h * len * hd, hd, lo, hi, scale, ref);
+            naive(qu + (size_t)g * hd, kq + (size_t)h * len * hd, vq + (size_t)h * len * hd, hd, lo, hi, scale, ref);
             naive(q + (size_t)g * hd, k + (size_t)h * len * hd, v + (size_t)h * len * hd, hd, lo, hi, scale,
                   ref_exact);
             double mref = 0, d1 = 0, d2 = 0;
@@ -133,7 +149,7 @@ static void one_case(tk_kv_type type, int n_kv, int group, int hd, int block, in
     }
     tk_kv_seq_release(&kv, &seq);
     tk_kv_pool_free(&kv);
-    free(k), free(v), free(kq), free(vq), free(q), free(acc), free(mx), free(sum), free(out), free(scratch);
+    free(k), free(v), free(kq), free(vq), free(q), free(qu), free(acc), free(mx), free(sum), free(out), free(scratch);
     free(ref), free(ref_exact);
 }
 
@@ -210,7 +226,7 @@ static void tile_case(tk_kv_type type, int n_kv, int group, int hd, int block, i
         hi[t] = len - n_tok + t + 1;
         lo[t] = window > 0 && hi[t] > window ? hi[t] - window : 0;
     }
-    float *q = malloc(sizeof(float) * (size_t)rows * hd);
+    float *q = malloc(sizeof(float) * (size_t)rows * hd), *qu = malloc(sizeof(float) * (size_t)rows * hd);
     float *out[4], *one = malloc(sizeof(float) * (size_t)rows * hd), *segd = malloc(sizeof(float) * (size_t)rows * hd);
     for (int i = 0; i < 4; i++) out[i] = malloc(sizeof(float) * (size_t)rows * hd);
     double *ref = malloc(sizeof(double) * hd), *ref_exact = malloc(sizeof(double) * hd);
@@ -222,6 +238,7 @@ static void tile_case(tk_kv_type type, int n_kv, int group, int hd, int block, i
     double storage_bound = type == TK_KV_F32 ? 1e-5 : type == TK_KV_F16 ? 5e-3 : 5e-2;
     for (int h = 0; h < n_kv; h++) {
         for (int i = 0; i < rows * hd; i++) q[i] = (float)(uniform() * 4 - 2);
+        query_as_used(type, q, rows * hd, qu);
         for (int ii = 0; ii < 4; ii++) {
             tk_isa isa = isas[ii];
             bool have = tk_attn_isa(isa, hd) == isa;
@@ -230,7 +247,7 @@ static void tile_case(tk_kv_type type, int n_kv, int group, int hd, int block, i
             double worst = 0, worst_storage = 0;
             for (int r = 0; r < rows; r++) {
                 int t = r / group;
-                naive(q + (size_t)r * hd, kq + h * plane, vq + h * plane, hd, lo[t], hi[t], scale, ref);
+                naive(qu + (size_t)r * hd, kq + h * plane, vq + h * plane, hd, lo[t], hi[t], scale, ref);
                 naive(q + (size_t)r * hd, k + h * plane, v + h * plane, hd, lo[t], hi[t], scale, ref_exact);
                 double mref = 0, d1 = 0, d2 = 0;
                 for (int d = 0; d < hd; d++) {
@@ -278,7 +295,7 @@ static void tile_case(tk_kv_type type, int n_kv, int group, int hd, int block, i
     }
     tk_kv_seq_release(&kv, &seq);
     tk_kv_pool_free(&kv);
-    free(k), free(v), free(kq), free(vq), free(lo), free(hi), free(q), free(one), free(segd), free(ref),
+    free(k), free(v), free(kq), free(vq), free(lo), free(hi), free(q), free(qu), free(one), free(segd), free(ref),
         free(ref_exact);
     for (int i = 0; i < 4; i++) free(out[i]);
 }

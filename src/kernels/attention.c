@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "qgemm_impl.h"
 
 /* Head dimensions the SIMD kernels handle (also bounds their stack use). */
 #define SIMD_MAX_HD 1024
@@ -18,15 +19,33 @@ void tk_attn_init(int group, int hd, float *acc, float *mx, float *sum) {
 }
 
 size_t tk_attn_scratch_floats(const tk_kv_pool *kv, int group) {
-    /* converted K and V rows of one block, and one block of scores */
-    (void)group;
-    return (size_t)kv->block_size * (2 * (size_t)kv->head_dim + 1);
+    /* converted K and V rows of one block, one block of scores, and (Q8_0)
+     * the group's quantized queries (34-byte blocks, in 36-byte units) */
+    size_t q8 = kv->type == TK_KV_Q8_0 ? (size_t)group * (size_t)(kv->head_dim / 32) * 9 + 1 : 0;
+    return (size_t)kv->block_size * (2 * (size_t)kv->head_dim + 1) + q8;
+}
+
+float tk_attn_q8_score(const tk_block_q8_0 *q, const unsigned char *krow, int n_blocks, float scale) {
+    float acc = 0;
+    for (int b = 0; b < n_blocks; b++) {
+        tk_block_q8_0 k;
+        memcpy(&k, krow + (size_t)b * sizeof k, sizeof k);
+        int32_t isum = 0;
+        for (int i = 0; i < 32; i++) isum += (int32_t)q[b].qs[i] * k.qs[i];
+        const float w = tk_f16_to_f32(q[b].d) * tk_f16_to_f32(k.d);
+        acc = b == 0 ? (float)isum * w : fmaf((float)isum, w, acc);
+    }
+    return acc * scale;
 }
 
 void tk_attn_range(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const float *q, int group,
                    float scale, int lo, int hi, float *acc, float *mx, float *sum, float *scratch) {
-    const int hd = kv->head_dim, bs = kv->block_size;
+    const int hd = kv->head_dim, bs = kv->block_size, nb = hd / 32;
     float *kf = scratch, *vf = scratch + (size_t)bs * hd, *scores = vf + (size_t)bs * hd;
+    /* Q8_0 KV: the queries quantized like the activations of a Q8_0 matmul */
+    tk_block_q8_0 *q8 = (tk_block_q8_0 *)(void *)(scores + bs);
+    const bool quant = kv->type == TK_KV_Q8_0;
+    if (quant && lo < hi) tk_qk_quant_q8_0(q, q8, (int64_t)group * hd);
     for (int start = lo; start < hi;) {
         /* the part of this block inside [start, hi) */
         int block_end = (start / bs + 1) * bs;
@@ -38,7 +57,7 @@ void tk_attn_range(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_h
             kb = (const float *)krows;
             vb = (const float *)vrows;
         } else {
-            tk_kv_load(kv, krows, n, kf);
+            if (!quant) tk_kv_load(kv, krows, n, kf);
             tk_kv_load(kv, vrows, n, vf);
             kb = kf;
             vb = vf;
@@ -47,7 +66,8 @@ void tk_attn_range(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_h
             const float *qh = q + (size_t)g * hd;
             float bmax = -FLT_MAX;
             for (int i = 0; i < n; i++) {
-                scores[i] = tk_dot_f32(qh, kb + (size_t)i * hd, hd) * scale;
+                scores[i] = quant ? tk_attn_q8_score(q8 + (size_t)g * nb, krows + (size_t)i * kv->row_bytes, nb, scale)
+                                  : tk_dot_f32(qh, kb + (size_t)i * hd, hd) * scale;
                 if (scores[i] > bmax) bmax = scores[i];
             }
             float *a = acc + (size_t)g * hd;
@@ -113,6 +133,9 @@ size_t tk_attn_tile_scratch_floats(int head_dim, int block_size, int max_rows) {
     /* SIMD: transposed K chunk, converted V chunk, scores, per-row factors,
      * a row of zeros, each rounded up to 64 bytes */
     size_t simd = (hd * ch + 16) + (ch * hd + 16) + ((size_t)max_rows * ch + 16) + ((size_t)max_rows + 16) + (hd + 16) + 16;
+    /* Q8_0: the quantized queries (hd/4 dwords and two words per block per
+     * row, rounded up to 64 bytes) */
+    simd += (size_t)max_rows * (hd / 4 + 2 * (hd / 32)) + 32;
     /* AMX (per 16-row block, rows rounded up to 16, at most 1024): Q tiles,
      * scores, P tiles and accumulators; two chunks of K and of V tiles (hi
      * and lo bf16); a row of zeros; rounding to 64 bytes */

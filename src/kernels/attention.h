@@ -13,12 +13,27 @@
  * chosen at run time (tk_attn_isa).  Every query row goes through the same
  * instruction sequence whatever tile it is in, so a token's result depends
  * only on its query, its visible range and the segment boundaries, not on
- * the other tokens of its tile or on the thread count. */
+ * the other tokens of its tile or on the thread count.
+ *
+ * Q8_0 KV: the scores use exact integer dots, as a Q8_0 matmul does.  Each
+ * query row is quantized to Q8_0 blocks of 32 dims (tk_qk_quant_q8_0:
+ * q = round(x * 127/amax), d = f16(amax/127)); for a key with blocks
+ * (dk_b, k_b):
+ *
+ *   isum_b = sum of q_b[i] * k_b[i]            (exact int32)
+ *   acc    = (float)isum_0 * (dq_0 * dk_0)
+ *   acc    = fmaf((float)isum_b, dq_b * dk_b, acc)     b = 1, 2, ... in order
+ *   s      = acc * scale
+ *
+ * the same float sequence on every level (scalar included), so the scores
+ * are bit-identical across levels.  P·V uses V as stored (int8 * dv) as
+ * for the other types. */
 #ifndef TK_ATTENTION_H
 #define TK_ATTENTION_H
 
 #include <stddef.h>
 
+#include "../formats/quant_blocks.h"
 #include "../kv/kv.h"
 #include "cpu.h"
 
@@ -31,6 +46,10 @@ void tk_attn_init(int group, int hd, float *acc, float *mx, float *sum);
 void tk_attn_range(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const float *q, int group,
                    float scale, int lo, int hi, float *acc, float *mx, float *sum, float *scratch);
 size_t tk_attn_scratch_floats(const tk_kv_pool *kv, int group);
+
+/* The Q8_0 score (see above) of a quantized query row q (n_blocks blocks)
+ * and a stored key row. */
+float tk_attn_q8_score(const tk_block_q8_0 *q, const unsigned char *krow, int n_blocks, float scale);
 
 /* state a = merge(a, b): the softmax over the union of both ranges. */
 void tk_attn_merge(int group, int hd, float *acc, float *mx, float *sum, const float *acc_b, const float *mx_b,

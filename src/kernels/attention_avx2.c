@@ -9,6 +9,9 @@
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
+#include <stdint.h>
+
+#include "../formats/quant_blocks.h"
 
 #define VL 8
 typedef __m256 vf;
@@ -17,6 +20,8 @@ typedef __m256 vf;
 #define QK_NR 2
 #define PV_MR 4
 #define PV_NV 2
+#define QK8_MR 2
+#define QK8_NR 2
 
 static inline vf vzero(void) { return _mm256_setzero_ps(); }
 static inline vf vset1(float x) { return _mm256_set1_ps(x); }
@@ -58,6 +63,26 @@ static inline vf vexp_scale2(vf p, vf n) {
 static inline vf vzero_where_lt(vf y, vf x, float c) {
     return _mm256_andnot_ps(_mm256_cmp_ps(x, vset1(c), _CMP_LT_OQ), y);
 }
+/* Q8_0 integer ops (see attention_simd.h): K as stored; the 4-byte dots
+ * with vpmaddubsw on |k| and q with k's sign (pairs <= 2 * 128 * 127, so
+ * it never saturates), then vpmaddwd with ones. */
+typedef __m256i vi;
+static inline vi vi_set1(int32_t x) { return _mm256_set1_epi32(x); }
+static inline vi vi_load(const int32_t *p) { return _mm256_loadu_si256((const __m256i *)(const void *)p); }
+static inline void vi_store(int32_t *p, vi v) { _mm256_storeu_si256((__m256i *)(void *)p, v); }
+static inline vf vcvt_i(vi x) { return _mm256_cvtepi32_ps(x); }
+static inline vi load_k8(const unsigned char *row, int u, int nb) {
+    (void)nb;
+    const tk_block_q8_0 *b = (const tk_block_q8_0 *)(const void *)row + u;
+    return _mm256_loadu_si256((const __m256i *)(const void *)b->qs);
+}
+static inline vi k8_encode(vi k) { return k; }
+static inline vi vdot4(vi acc, vi k, int32_t q) {
+    vi p = _mm256_maddubs_epi16(_mm256_abs_epi8(k), _mm256_sign_epi8(_mm256_set1_epi32(q), k));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+static inline int32_t q8_bias(int32_t sum) { (void)sum; return 0; }
+
 static inline __attribute__((always_inline)) void transpose(vf r[8]) {
     vf t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
     vf t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);

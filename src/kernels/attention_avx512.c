@@ -6,7 +6,7 @@
 
 #include "attention.h"
 
-#if defined(__x86_64__) && defined(__AVX512F__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512VNNI__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
 
@@ -15,6 +15,8 @@
 #define QK_NR 4
 #define PV_MR 8
 #define PV_NV 2
+#define QK8_MR 4
+#define QK8_NR 2
 
 #include "attention_avx512_ops.h"
 

@@ -2,9 +2,13 @@
  * vector: the interface attention_simd_common.h expects (see there).
  * Included by attention_avx512.c (the FP32 tile kernel) and attention_amx.c
  * (its softmax and conversions), after <immintrin.h>, in files compiled
- * with at least AVX-512F/BW/VL/DQ + F16C + FMA. */
+ * with at least AVX-512F/BW/VL/DQ/VNNI + F16C + FMA. */
 #ifndef TK_ATTENTION_AVX512_OPS_H
 #define TK_ATTENTION_AVX512_OPS_H
+
+#include <stdint.h>
+
+#include "../formats/quant_blocks.h"
 
 #define VL 16
 typedef __m512 vf;
@@ -50,6 +54,24 @@ static inline vf vexp_scale2(vf p, vf n) { return _mm512_scalef_ps(p, n); }
 static inline vf vzero_where_lt(vf y, vf x, float c) {
     return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, vset1(c), _CMP_NLT_UQ), y);
 }
+/* Q8_0 integer ops (AVX512-VNNI; see attention_simd.h): K is stored with
+ * its sign bit flipped (k + 128, unsigned) for vpdpbusd, and the
+ * accumulator starts at -128 * sum(q) to take the 128s back out. */
+typedef __m512i vi;
+static inline vi vi_set1(int32_t x) { return _mm512_set1_epi32(x); }
+static inline vi vi_load(const int32_t *p) { return _mm512_loadu_si512(p); }
+static inline void vi_store(int32_t *p, vi v) { _mm512_storeu_si512(p, v); }
+static inline vf vcvt_i(vi x) { return _mm512_cvtepi32_ps(x); }
+static inline vi load_k8(const unsigned char *row, int u, int nb) {
+    const tk_block_q8_0 *b = (const tk_block_q8_0 *)(const void *)row + 2 * u;
+    __m256i lo = _mm256_loadu_si256((const __m256i *)(const void *)b[0].qs);
+    __m256i hi = 2 * u + 1 < nb ? _mm256_loadu_si256((const __m256i *)(const void *)b[1].qs) : _mm256_setzero_si256();
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+static inline vi k8_encode(vi k) { return _mm512_xor_si512(k, _mm512_set1_epi8((char)0x80)); }
+static inline vi vdot4(vi acc, vi k, int32_t q) { return _mm512_dpbusd_epi32(acc, k, _mm512_set1_epi32(q)); }
+static inline int32_t q8_bias(int32_t sum) { return -128 * sum; }
+
 /* 16 x 16: pairs interleaved, then quads (as 8 x 8), then 128-bit lanes. */
 static inline __attribute__((always_inline)) void transpose(vf r[16]) {
     vf t[16], u[16];

@@ -4,12 +4,27 @@
  *   FN(name)                the kernel's name
  *   QK_MR, QK_NR            score micro-kernel: rows x vectors of positions
  *   PV_MR, PV_NV            P·V micro-kernel: rows x vectors of head dims
- *   and the vector operations listed in attention_simd_common.h
+ *   QK8_MR, QK8_NR          the Q8_0 score micro-kernel: rows x vectors
+ *   and the vector operations listed in attention_simd_common.h, and for
+ *   Q8_0 KV the integer ones:
+ *     vi                      VL int32 lanes
+ *     vi_set1 vi_load vi_store vcvt_i (int32 -> float, exact below 2^24)
+ *     load_k8(row, u, nb)     the int8 quants of dims [u*4VL, (u+1)*4VL) of
+ *                             a Q8_0 row (VL dwords; zero past nb blocks)
+ *     k8_encode(k)            the form vdot4 wants K in
+ *     vdot4(acc, k, q)        acc + per dword lane: the exact dot of the
+ *                             4 int8 of k with the 4 int8 of q, offset by
+ *                             q8_bias (see below)
+ *     q8_bias(sum)            the int32 an accumulator starts at for a
+ *                             block whose query quants sum to `sum`, so
+ *                             that after the block it holds the exact dot
  *
  * Layout of one chunk of TK_ATTN_CHUNK positions (starting at a multiple of
  * the chunk size): K is converted and transposed into kt[d][pos] once per
  * tile, so a score vector holds VL positions of one query row and needs no
- * horizontal sums; V rows are used as stored (F32, or converted in the
+ * horizontal sums (Q8_0: the int8 quants transposed by dwords into
+ * kt8[d/4][pos] and the scales into dk[block][pos], and the scores are
+ * exact integer dots, see attention.h); V rows are used as stored (F32, or converted in the
  * load: F16 with vcvtph2ps, Q8_0 as int8 * scale), or, for tiles of more
  * than one row block, converted once into a float chunk.
  *
@@ -39,6 +54,97 @@ static void build_kt(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, 
     case TK_KV_F32: build_kt_t(TK_KV_F32, hd, krow, j0, j1, kt); break;
     case TK_KV_F16: build_kt_t(TK_KV_F16, hd, krow, j0, j1, kt); break;
     case TK_KV_Q8_0: build_kt_t(TK_KV_Q8_0, hd, krow, j0, j1, kt); break;
+    }
+}
+
+/* Q8_0: kt8[d4][pos] (dwords = 4 dims) and dk[block][pos] for the vectors
+ * [j0, j1) of the chunk. */
+static void build_kt8(int hd, rowp const *krow, int j0, int j1, int32_t *kt8, float *dk) {
+    const int nb = hd / 32, nd4 = hd / 4;
+    for (int j = j0; j < j1; j++) {
+        for (int u = 0; u * 4 * VL < hd; u++) {
+            vf r[VL];
+            _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) r[i] = (vf)load_k8(krow[j * VL + i], u, nb);
+            transpose(r);
+            _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) if (u * VL + i < nd4)
+                vi_store(kt8 + (size_t)(u * VL + i) * CH + j * VL, k8_encode((vi)r[i]));
+        }
+        for (int b = 0; b < nb; b++)
+            for (int i = 0; i < VL; i++) {
+                tk_block_q8_0 const *blk = (const tk_block_q8_0 *)(const void *)krow[j * VL + i] + b;
+                dk[(size_t)b * CH + j * VL + i] = h2f(blk->d);
+            }
+    }
+}
+
+/* Q8_0: the rows' queries quantized (tk_qk_quant_q8_0): per row r, hd/4
+ * dwords of quants at qw + r * hd/4, and per block the scale dq and the
+ * accumulator start q8_bias(sum of the quants) at r * nb + b. */
+static void quant_q(const tk_attn_tile *tile, int hd, int n_rows, int32_t *qw, float *dq, int32_t *qb) {
+    const int nb = hd / 32;
+    tk_block_q8_0 blk[1024 / 32];
+    for (int r = 0; r < n_rows; r++) {
+        const float *q = tile->q + (size_t)(r / tile->group) * tile->q_stride + (size_t)(r % tile->group) * hd;
+        tk_qk_quant_q8_0(q, blk, hd);
+        for (int b = 0; b < nb; b++) {
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) sum += blk[b].qs[i];
+            memcpy(qw + (size_t)r * (hd / 4) + b * 8, blk[b].qs, 32);
+            dq[(size_t)r * nb + b] = h2f(blk[b].d);
+            qb[(size_t)r * nb + b] = q8_bias(sum);
+        }
+    }
+}
+
+/* Q8_0 scores of MR rows x NR vectors: per block the exact int32 dots,
+ * then acc = (float)isum * (dq * dk) (first block) or fma((float)isum,
+ * dq * dk, acc), then the scale: tk_attn_q8_score's sequence. */
+AI void qk8_block(const int MR, const int NR, const int32_t *const *qw, const float *const *dq,
+                  const int32_t *const *qb, const int32_t *kt8, const float *dk, int nb, int j, float *const *srow,
+                  float scale) {
+    vf f[QK8_MR][QK8_NR];
+    _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) f[m][n] = vzero(); /* (set by block 0) */
+    for (int b = 0; b < nb; b++) {
+        vi ia[QK8_MR][QK8_NR];
+        _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++)
+            _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) ia[m][n] = vi_set1(qb[m][b]);
+        _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
+            vi k[QK8_NR];
+            _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) k[n] =
+                vi_load(kt8 + (size_t)(b * 8 + i) * CH + (j + n) * VL);
+            _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
+                const int32_t qv = qw[m][b * 8 + i];
+                _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) ia[m][n] = vdot4(ia[m][n], k[n], qv);
+            }
+        }
+        _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) {
+            vf dkv = vload(dk + (size_t)b * CH + (j + n) * VL);
+            _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
+                vf w = vmul(vset1(dq[m][b]), dkv), x = vcvt_i(ia[m][n]);
+                f[m][n] = b == 0 ? vmul(x, w) : vfma(x, w, f[m][n]);
+            }
+        }
+    }
+    vf sc = vset1(scale);
+    _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++)
+        _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) vstore(srow[m] + (j + n) * VL, vmul(f[m][n], sc));
+}
+
+static void qk8_rows(int nr, const int32_t *const *qw, const float *const *dq, const int32_t *const *qb,
+                     const int32_t *kt8, const float *dk, int nb, int va, int vb, float *const *srow, float scale) {
+    int m = 0;
+    for (; m + QK8_MR <= nr; m += QK8_MR) {
+        int j = va;
+        for (; j + QK8_NR <= vb; j += QK8_NR)
+            qk8_block(QK8_MR, QK8_NR, qw + m, dq + m, qb + m, kt8, dk, nb, j, srow + m, scale);
+        for (; j < vb; j++) qk8_block(QK8_MR, 1, qw + m, dq + m, qb + m, kt8, dk, nb, j, srow + m, scale);
+    }
+    for (; m < nr; m++) {
+        int j = va;
+        for (; j + QK8_NR <= vb; j += QK8_NR)
+            qk8_block(1, QK8_NR, qw + m, dq + m, qb + m, kt8, dk, nb, j, srow + m, scale);
+        for (; j < vb; j++) qk8_block(1, 1, qw + m, dq + m, qb + m, kt8, dk, nb, j, srow + m, scale);
     }
 }
 
@@ -132,19 +238,31 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     float *P = align16f(vconv + (size_t)CH * hd), *alpha = align16f(P + (size_t)n_rows * CH);
     float *zero_row = align16f(alpha + n_rows); /* hd floats: at least one row of any type */
     memset(zero_row, 0, sizeof(float) * hd);
+    /* Q8_0: kt8 and dk in kt's place, the quantized queries after the zero row */
+    const bool q8 = kv->type == TK_KV_Q8_0;
+    const int nb = hd / 32;
+    int32_t *kt8 = (int32_t *)(void *)kt, *qw = (int32_t *)(void *)align16f(zero_row + hd), *qbias = NULL;
+    float *dk = align16f(kt + (size_t)(hd / 4) * CH), *dq = NULL;
+    if (q8) {
+        dq = align16f((float *)(void *)(qw + (size_t)n_rows * (hd / 4)));
+        qbias = (int32_t *)(void *)(dq + (size_t)n_rows * nb);
+    }
     int tlo, thi;
     tile_bounds(tile, seg_lo, seg_hi, &tlo, &thi);
     if (tlo >= thi) return 0;
+    if (q8) quant_q(tile, hd, n_rows, qw, dq, qbias);
     const bool convert_v = kv->type != TK_KV_F32 && n_rows > RB;
     rowp krow[CH], vrow[CH];
-    const float *qr[RB];
+    const float *qr[RB], *dqr[RB];
+    const int32_t *qwr[RB], *qbr[RB];
     float *srow[RB], *arow[RB];
     for (int c0 = tlo / CH * CH; c0 < thi; c0 += CH) {
         const int da = c0 > tlo ? c0 : tlo, db = c0 + CH < thi ? c0 + CH : thi;
         for (int i = 0; i < CH; i++) krow[i] = (rowp)(const void *)zero_row;
         chunk_rows(kv, s, layer, kv_head, c0, da, db, krow, vrow);
         if (db < thi) prefetch_rows(kv, s, layer, kv_head, db, db + CH < thi ? db + CH : thi);
-        build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt);
+        if (q8) build_kt8(hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt8, dk);
+        else build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt);
         tk_kv_type vtype = kv->type;
         if (convert_v) {
             for (int i = da - c0; i < db - c0; i++) {
@@ -172,12 +290,18 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
                     if (rb[m] > ub) ub = rb[m];
                 }
                 qr[m] = tile->q + (size_t)t * tile->q_stride + (size_t)g * hd;
+                if (q8) {
+                    qwr[m] = qw + (size_t)(r0 + m) * (hd / 4);
+                    dqr[m] = dq + (size_t)(r0 + m) * nb;
+                    qbr[m] = qbias + (size_t)(r0 + m) * nb;
+                }
                 srow[m] = P + (size_t)(r0 + m) * CH;
                 arow[m] = acc + (size_t)(r0 + m) * hd;
             }
             if (ua >= ub) continue;
             const int va = ua / VL, vb = (ub + VL - 1) / VL;
-            qk_rows(nr, qr, kt, hd, va, vb, srow, scale);
+            if (q8) qk8_rows(nr, qwr, dqr, qbr, kt8, dk, nb, va, vb, srow, scale);
+            else qk_rows(nr, qr, kt, hd, va, vb, srow, scale);
             for (int m = 0; m < nr; m++)
                 softmax_row(srow[m], va, vb, ra[m], rb[m], &mx[r0 + m], &sum[r0 + m], &alpha[m]);
             pv_rows(vtype, nr, vrow, (const float *const *)srow, ua, ub, hd, arow, alpha);

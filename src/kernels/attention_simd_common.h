@@ -24,6 +24,7 @@
 
 #include "../formats/quant_blocks.h"
 #include "attention.h"
+#include "qgemm_impl.h"
 
 #define CH TK_ATTN_CHUNK
 #define RB 8 /* rows per row block (one GQA group of 8, or 8 tokens of MHA) */
