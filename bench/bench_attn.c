@@ -6,7 +6,10 @@
  *
  * decode: one token at the end of the context, every KV head;
  * prefill: the last 512 tokens of the context in tiles of 8 tokens.
- * Reports ms and GFLOP/s (2 * rows * visible positions * head_dim * 2). */
+ * Reports ms and GFLOP/s (2 * rows * visible positions * head_dim * 2).
+ * Environment: TK_BENCH_ISA=<level> runs one level, TK_BENCH_REPS=n
+ * repeats (best of; prefill at most 5), TK_BENCH_NO_PREFILL=1 decode only
+ * (for profiling). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +67,7 @@ int main(int argc, char **argv) {
         if (getenv("TK_BENCH_ISA") && strcmp(getenv("TK_BENCH_ISA"), tk_isa_name(isa))) continue;
         double best_d = 1e9, best_p = 1e9;
         int reps = getenv("TK_BENCH_REPS") ? atoi(getenv("TK_BENCH_REPS")) : 5;
+        const int no_prefill = getenv("TK_BENCH_NO_PREFILL") != NULL;
         for (int rep = 0; rep < reps; rep++) {
             double t0 = cpu_now();
             for (int h = 0; h < n_kv; h++) {
@@ -74,7 +78,7 @@ int main(int argc, char **argv) {
             }
             double t1 = cpu_now();
             if (t1 - t0 < best_d) best_d = t1 - t0;
-            if ((isa == TK_ISA_SCALAR && rep > 0) || rep >= 5) continue;
+            if ((isa == TK_ISA_SCALAR && rep > 0) || rep >= 5 || no_prefill) continue;
             t0 = cpu_now();
             for (int h = 0; h < n_kv; h++)
                 for (int t = 0; t < n_pre; t += tile_tok) {
