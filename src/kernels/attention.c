@@ -136,9 +136,6 @@ size_t tk_attn_tile_scratch_floats(int head_dim, int block_size, int max_rows) {
     /* Q8_0: the quantized queries (hd/4 dwords and two words per block per
      * row, rounded up to 64 bytes) */
     simd += (size_t)max_rows * (hd / 4 + 2 * (hd / 32)) + 32;
-    /* and on AMX its P·V workspace: V and P tiles, V scales, one row block
-     * of accumulators (attention_amx.c) */
-    simd += 80 * hd + 64;
     /* AMX (per 16-row block, rows rounded up to 16, at most 1024): Q tiles,
      * scores, P tiles and accumulators; two chunks of K and of V tiles (hi
      * and lo bf16); a row of zeros; rounding to 64 bytes */

@@ -40,7 +40,7 @@
 #include "attention.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512BF16__) && \
-    defined(__AVX512VNNI__) && defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__FMA__) && defined(__F16C__)
+    defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__FMA__) && defined(__F16C__)
 
 #include <immintrin.h>
 
@@ -262,14 +262,9 @@ typedef struct rb_span {
     int pa, pb; /* 32-position groups for P·V (pa == pb: nothing) */
 } rb_span;
 
-int tk_attn_tile_amx_q8(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
-                        float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch);
-
 int tk_attn_tile_amx(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
                      float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch) {
     const int hd = kv->head_dim, n_rows = tile->n_tok * tile->group;
-    if (kv->type == TK_KV_Q8_0)
-        return tk_attn_tile_amx_q8(kv, s, layer, kv_head, tile, scale, seg_lo, seg_hi, acc, mx, sum, scratch);
     if (kv->type != TK_KV_F16 || hd % 32 || hd > 1024 || n_rows <= 0 || tile->group > MAX_RB * TB) return -1;
     if (n_rows > MAX_RB * TB) {
         /* rows are independent of their tile: in pieces of whole tokens */
@@ -403,140 +398,6 @@ int tk_attn_tile_amx(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     memcpy(acc, ob, sizeof(float) * (size_t)n_rows * hd);
     return 0;
 }
-
-/* ---- Q8_0 KV ----
- *
- * The FP32 tile kernel (attention_simd.h, as on AVX-512: Q8_0 scores as
- * exact VNNI integer dots, the same softmax) with P·V on the tile unit:
- *
- *   O += (P * dv)h · V + (P * dv)l · V      (TDPBF16PS)
- *
- * V's int8 quants are exact in bf16; A = P times the V scale of the
- * position's 32-dim block, split into two bf16 (16 bits, error <= 2^-17 of
- * each product).  Per chunk (vector unit): the V tiles [pos pair][16
- * dims][2] and the scales dv[block][pos], once for all row blocks; per row
- * block of at most RB = 8 rows: the A tiles [32-position group][block][hi,
- * lo] and the accumulators (acc * alpha) in a buffer of RB rows; the tile
- * unit then adds the products, two 32-position groups per chunk, hi then
- * lo.  A row of C depends only on its row of A, so rows stay independent
- * of their tile (same caveat on denormal accumulators as above).
- *
- * Workspace (floats, from the kernel's scratch): V tiles 32 hd, dv 2 hd, A
- * tiles 32 hd, accumulators RB hd. */
-
-static void q8_amx_begin(int m) { tile_configure(m); }
-static void q8_amx_end(void) { __asm__ volatile("tilerelease" ::: "memory"); }
-
-/* V tiles and scales of the 32-position groups covering lanes [a, b) of
- * the chunk (rows outside point to a row of zeros). */
-static void q8_amx_build_v(int hd, rowp const *vrow, int a, int b, float *ws) {
-    const int nb = hd / 32, ndb = hd / 16;
-    uint16_t *vt = (uint16_t *)(void *)ws;
-    float *dvf = ws + 32 * (size_t)hd;
-    for (int pg = a / 32; pg < (b + 31) / 32; pg++) {
-        for (int i = 0; i < 16; i++) {
-            const tk_block_q8_0 *v0 = (const tk_block_q8_0 *)(const void *)vrow[pg * 32 + 2 * i];
-            const tk_block_q8_0 *v1 = (const tk_block_q8_0 *)(const void *)vrow[pg * 32 + 2 * i + 1];
-            for (int n = 0; n < ndb; n++) {
-                /* int8 -> float is exact with 8 significant bits, so the
-                 * float's high half is the bf16 and its low half is 0 */
-                __m512 f0 = vload_i8(v0[n / 2].qs + (n % 2) * 16), f1 = vload_i8(v1[n / 2].qs + (n % 2) * 16);
-                __m512i w = _mm512_or_si512(_mm512_srli_epi32(_mm512_castps_si512(f0), 16), _mm512_castps_si512(f1));
-                _mm512_storeu_si512(vt + (size_t)(pg * ndb + n) * TILE + i * 32, w);
-            }
-        }
-        for (int bb = 0; bb < nb; bb++)
-            for (int i = 0; i < 32; i++)
-                dvf[(size_t)bb * CH + pg * 32 + i] = h2f(((const tk_block_q8_0 *)(const void *)vrow[pg * 32 + i])[bb].d);
-    }
-}
-
-/* acc rows (nr of the M tile rows) = acc * alpha + P V over the chunk
- * lanes [ua, ub) (scores in vectors [va, vb) of prow; other lanes are 0). */
-static void q8_amx_pv(int M, int nr, const float *const *prow, int ua, int ub, int va, int vb, int hd,
-                      float *const *arow, const float *alpha, float *ws) {
-    const int nb = hd / 32, ndb = hd / 16, pa = ua / 32, pb = (ub + 31) / 32;
-    const uint16_t *vt = (const uint16_t *)(const void *)ws;
-    const float *dvf = ws + 32 * (size_t)hd;
-    uint16_t *at = (uint16_t *)(void *)(ws + 34 * (size_t)hd);
-    float *cb = ws + 66 * (size_t)hd;
-    for (int pg = pa; pg < pb; pg++)
-        for (int m = 0; m < M; m++) {
-            __m512 p[2];
-            for (int h = 0; h < 2; h++) {
-                const int j = 2 * pg + h;
-                p[h] = m < nr && j >= va && j < vb ? vload(prow[m] + j * VL) : vzero();
-            }
-            for (int b = 0; b < nb; b++) {
-                __m512i hi, lo;
-                const float *w = dvf + (size_t)b * CH + pg * 32;
-                split32(vmul(p[0], vload(w)), vmul(p[1], vload(w + 16)), &hi, &lo);
-                uint16_t *d = at + ((size_t)(pg * nb + b) * 2) * TILE + m * 32;
-                _mm512_storeu_si512(d, hi);
-                _mm512_storeu_si512(d + TILE, lo);
-            }
-        }
-    for (int m = 0; m < M; m++) {
-        float *c = cb + (size_t)m * hd;
-        if (m < nr) {
-            vf al = vset1(alpha[m]);
-            for (int d = 0; d < hd; d += VL) vstore(c + d, vmul(vload(arow[m] + d), al));
-        } else {
-            for (int d = 0; d < hd; d += VL) vstore(c + d, vzero());
-        }
-    }
-    const long cs = (long)hd * (long)sizeof(float);
-    for (int b0 = 0; b0 < nb; b0 += 2) {
-        /* blocks b0 (C tiles 0, 1) and b0 + 1 (C tiles 2, 3) */
-        const bool two = b0 + 1 < nb;
-        float *c = cb + b0 * 32;
-        T_LOAD(0, c, cs);
-        T_LOAD(1, c + 16, cs);
-        if (two) {
-            T_LOAD(2, c + 32, cs);
-            T_LOAD(3, c + 48, cs);
-        }
-        for (int pg = pa; pg < pb; pg++) {
-            const uint16_t *a = at + ((size_t)(pg * nb + b0) * 2) * TILE, *v = vt + (size_t)(pg * ndb + 2 * b0) * TILE;
-            T_LOAD(4, a, 64);
-            T_LOAD(5, a + TILE, 64);
-            T_LOAD(6, v, 64);
-            T_LOAD(7, v + TILE, 64);
-            T_DP(0, 4, 6);
-            T_DP(1, 4, 7);
-            T_DP(0, 5, 6);
-            T_DP(1, 5, 7);
-            if (two) {
-                T_LOAD(4, a + 2 * TILE, 64);
-                T_LOAD(5, a + 3 * TILE, 64);
-                T_LOAD(6, v + 2 * TILE, 64);
-                T_LOAD(7, v + 3 * TILE, 64);
-                T_DP(2, 4, 6);
-                T_DP(3, 4, 7);
-                T_DP(2, 5, 6);
-                T_DP(3, 5, 7);
-            }
-        }
-        T_STORE(0, c, cs);
-        T_STORE(1, c + 16, cs);
-        if (two) {
-            T_STORE(2, c + 32, cs);
-            T_STORE(3, c + 48, cs);
-        }
-    }
-    for (int m = 0; m < nr; m++) memcpy(arow[m], cb + (size_t)m * hd, sizeof(float) * hd);
-}
-
-#define FN(name) name##_amx_q8
-#define QK_MR 4
-#define QK_NR 4
-#define PV_MR 8
-#define PV_NV 2
-#define QK8_MR 4
-#define QK8_NR 2
-#define Q8_PV_AMX 1
-
-#include "attention_simd.h"
 
 #else /* not built with AMX */
 

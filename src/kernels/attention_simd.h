@@ -251,30 +251,18 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     tile_bounds(tile, seg_lo, seg_hi, &tlo, &thi);
     if (tlo >= thi) return 0;
     if (q8) quant_q(tile, hd, n_rows, qw, dq, qbias);
-    /* Q8_PV_AMX (the AMX file): Q8_0 P·V on the tile unit, see there */
-#ifdef Q8_PV_AMX
-    const bool amx_pv = q8;
-    float *amx_ws = q8 ? align16f((float *)(void *)(qbias + (size_t)n_rows * nb)) : NULL;
-    const int amx_m = n_rows < RB ? n_rows : RB; /* tile rows */
-    if (amx_pv) q8_amx_begin(amx_m);
-#else
-    const bool amx_pv = false;
-#endif
-    const bool convert_v = kv->type != TK_KV_F32 && n_rows > RB && !amx_pv;
+    const bool convert_v = kv->type != TK_KV_F32 && n_rows > RB;
     rowp krow[CH], vrow[CH];
     const float *qr[RB], *dqr[RB];
     const int32_t *qwr[RB], *qbr[RB];
     float *srow[RB], *arow[RB];
     for (int c0 = tlo / CH * CH; c0 < thi; c0 += CH) {
         const int da = c0 > tlo ? c0 : tlo, db = c0 + CH < thi ? c0 + CH : thi;
-        for (int i = 0; i < CH; i++) krow[i] = vrow[i] = (rowp)(const void *)zero_row;
+        for (int i = 0; i < CH; i++) krow[i] = (rowp)(const void *)zero_row;
         chunk_rows(kv, s, layer, kv_head, c0, da, db, krow, vrow);
         if (db < thi) prefetch_rows(kv, s, layer, kv_head, db, db + CH < thi ? db + CH : thi);
         if (q8) build_kt8(hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt8, dk);
         else build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt);
-#ifdef Q8_PV_AMX
-        if (amx_pv) q8_amx_build_v(hd, vrow, da - c0, db - c0, amx_ws);
-#endif
         tk_kv_type vtype = kv->type;
         if (convert_v) {
             for (int i = da - c0; i < db - c0; i++) {
@@ -316,16 +304,8 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
             else qk_rows(nr, qr, kt, hd, va, vb, srow, scale);
             for (int m = 0; m < nr; m++)
                 softmax_row(srow[m], va, vb, ra[m], rb[m], &mx[r0 + m], &sum[r0 + m], &alpha[m]);
-#ifdef Q8_PV_AMX
-            if (amx_pv)
-                q8_amx_pv(amx_m, nr, (const float *const *)srow, ua, ub, va, vb, hd, arow, alpha, amx_ws);
-            else
-#endif
-                pv_rows(vtype, nr, vrow, (const float *const *)srow, ua, ub, hd, arow, alpha);
+            pv_rows(vtype, nr, vrow, (const float *const *)srow, ua, ub, hd, arow, alpha);
         }
     }
-#ifdef Q8_PV_AMX
-    if (amx_pv) q8_amx_end();
-#endif
     return 0;
 }
