@@ -10,6 +10,11 @@
  *    cache actually holds (dequantized), i.e. the kernel adds nothing beyond
  *    float32 rounding; and the storage error itself, vs the unrounded values,
  *    is reported and bounded at 5e-3 (F16) and 5e-2 (Q8_0).
+ *  - Q8_0 KV scores are integer dots of the Q8_0-quantized query (see
+ *    attention.h), so the stored-values reference uses that query
+ *    (dequantized: exact in float); seen <= 2.5e-6.  The storage bound (vs
+ *    the float query and unrounded K/V) includes the query rounding: seen
+ *    1.0e-2.
  *
  * The tile kernels (tk_attn_tile_range: several tokens of one sequence at
  * once, causal and sliding-window ranges, scalar / AVX2 / AVX-512 / AMX)
