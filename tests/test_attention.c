@@ -344,5 +344,20 @@ int main(void) {
         tile_case(TK_KV_F16, 1 + c % 2, group, hd, block, len, n_tok, window);
     }
     tile_case(TK_KV_F16, 1, 8, 64, 16, 1300, 140, 0);
+    /* More Q8_0 shapes (integer scores): head_dim 32/64/128, GQA 1/4/8,
+     * lengths off the block and chunk multiples, windows, and a tile of
+     * more than 8 rows per token group (V converted once per chunk). */
+    static const tk_isa all[4] = {TK_ISA_SCALAR, TK_ISA_AVX2, TK_ISA_AVX512, TK_ISA_AMX};
+    for (int i = 1; i < 4; i++)
+        if (tk_attn_isa(all[i], 32) != all[i])
+            printf("Q8_0 attention at %s not tested: %s\n", tk_isa_name(all[i]),
+                   tk_isa_supported(all[i]) ? "level mapped elsewhere" : "not supported by this CPU (or OS)");
+    for (int c = 0; c < 9; c++) {
+        int hd = (int[]){32, 64, 128}[c % 3], group = (int[]){1, 4, 8}[(c / 3) % 3], block = (int[]){16, 7, 5}[c % 3];
+        int n_tok = 1 + (int)(uniform() * 20);
+        int len = n_tok + (int)(uniform() * 700);
+        int window = c % 4 == 2 ? 1 + (int)(uniform() * 300) : 0;
+        tile_case(TK_KV_Q8_0, 1 + c % 2, group, hd, block, len, n_tok, window);
+    }
     TK_TEST_END();
 }
