@@ -55,6 +55,9 @@ enum {
     KC_BUF = 64,      /* blocks per K chunk, buffered schedule (B: 32 KiB) */
     TC_BUF = 64,      /* tokens per token chunk, buffered schedule */
 };
+/* Token counts up to this use the VNNI integer dots, no tiles (measured
+ * crossover with bench_qgemm on Sapphire Rapids: Q4_0 about 8, Q8_0 4-6). */
+AI int m_vnni(int T) { return T == W_Q4_0 ? 8 : 4; }
 
 /* Tiles: 0, 1 C; 2, 3 A (rows = min(n_tok, 16)); 4, 5 B; 6 C and 7 A of
  * the token tail (n_tok > 16, n_tok % 16 rows). */
@@ -64,12 +67,20 @@ typedef struct {
     uint8_t rows[16];
 } tilecfg;
 
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T1
+#endif
 AI uint32_t ld16(const void *p) {
     uint16_t v;
     memcpy(&v, p, 2);
     return v;
 }
 AI float ldh(const void *p) { return _cvtsh_ss((unsigned short)ld16(p)); }
+AI uint32_t ld32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
 AI __m128i ldx(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
 
 /* Lane L of the result = 16 bytes at wp[4L + k] + off. */
@@ -133,12 +144,23 @@ AI void panel_rows(const uint8_t *W, size_t wrb, int64_t r, int64_t r1, bptr wp[
     UNROLL for (int i = 0; i < 16; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
 }
 
-/* da[kb * ds + tt]: scale of token tc0 + tt, block kb0 + kb. */
+/* da[kb * ds + tt]: scale of token tc0 + tt, block kb0 + kb; if corr, also
+ * corr[kb * ds + tt] = -off * (sum of that block's 32 quants). */
 static void act_scales(const uint8_t *A, size_t arb, int64_t tc0, int64_t tc1, int64_t kb0, int kc, float *da,
-                       int ds) {
+                       int32_t *corr, int off, int ds) {
+    const __m128i s80 = _mm_set1_epi8((char)0x80);
     for (int64_t t = tc0; t < tc1; t++) {
         const uint8_t *a = A + (size_t)t * arb + (size_t)kb0 * AB;
-        for (int kb = 0; kb < kc; kb++) da[kb * ds + (t - tc0)] = ldh(a + (size_t)kb * AB);
+        for (int kb = 0; kb < kc; kb++) {
+            const uint8_t *blk = a + (size_t)kb * AB;
+            da[kb * ds + (t - tc0)] = ldh(blk);
+            if (corr) { /* sum(q + 128) - 32 * 128 */
+                const __m128i s = _mm_add_epi64(_mm_sad_epu8(_mm_xor_si128(ldx(blk + 2), s80), _mm_setzero_si128()),
+                                                _mm_sad_epu8(_mm_xor_si128(ldx(blk + 18), s80), _mm_setzero_si128()));
+                const int sum = _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s))) - 32 * 128;
+                corr[kb * ds + (t - tc0)] = -off * sum;
+            }
+        }
     }
 }
 
@@ -149,22 +171,67 @@ AI void acc_store(const int M, float *y, int64_t ldy, __mmask16 m, const __m512 
     UNROLL for (int t = 0; t < M; t++) _mm512_mask_storeu_ps(y + t * ldy, m, acc[t]);
 }
 
+/* The same integer dots with AVX512-VNNI, for the stream schedule's small
+ * token counts (where a TDPBSSD, its tile loads and the C round trip cost
+ * more than they save): the transposed weights as unsigned bytes (Q4_0
+ * nibbles, Q8_0 quants + 128) times each activation dword broadcast over
+ * the 16 rows, starting from corr = -offset * sum(a).  vpdpbusd does not
+ * saturate and the sums are exact, so C[t] is bit for bit TDPBSSD's. */
+AI void vnni_block(const int T, const int M, const bptr *wp, int64_t b, const uint8_t *a, size_t arb,
+                   const float *da, const int32_t *corr, __m512 *acc) {
+    const size_t off = (size_t)b * wbytes(T);
+    __m512i w[8];
+    __m512i o[4];
+    transpose16x4(wp, off + 2, o);
+    if (T == W_Q4_0) {
+        const __m512i m4 = _mm512_set1_epi8(0x0F);
+        UNROLL for (int g = 0; g < 4; g++) {
+            w[g] = _mm512_and_si512(o[g], m4);
+            w[g + 4] = _mm512_and_si512(_mm512_srli_epi16(o[g], 4), m4);
+        }
+    } else {
+        const __m512i s80 = _mm512_set1_epi8((char)0x80);
+        UNROLL for (int g = 0; g < 4; g++) w[g] = _mm512_xor_si512(o[g], s80);
+        transpose16x4(wp, off + 18, o);
+        UNROLL for (int g = 0; g < 4; g++) w[g + 4] = _mm512_xor_si512(o[g], s80);
+    }
+    const __m512 dw = scales16(wp, off);
+    UNROLL for (int t = 0; t < M; t++) {
+        const uint8_t *q = a + (size_t)t * arb + (size_t)b * AB + 2;
+        __m512i c = _mm512_set1_epi32(corr[t]);
+        UNROLL for (int g = 0; g < 8; g++) c = _mm512_dpbusd_epi32(c, w[g], _mm512_set1_epi32((int)ld32(q + 4 * g)));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), _mm512_mul_ps(dw, _mm512_set1_ps(da[t])), acc[t]);
+    }
+}
+
 /* Stream schedule: one token tile of M (= n_tok <= 16) tokens, blocks
  * [kb0, kb0 + kc) of the panel wp, B built per block; prefetches the same
  * blocks of the panel pn (NULL: none). */
 AI void run_stream(const int T, const int M, const bptr *wp, const bptr *pn, const uint8_t *a, size_t arb,
-                   int64_t kb0, int kc, const float *da, int first, float *y, int64_t ldy, __mmask16 m) {
+                   int64_t kb0, int kc, const float *da, const int32_t *corr, int first, float *y, int64_t ldy,
+                   __mmask16 m) {
     alignas(64) int8_t B[2][512];
     alignas(64) int32_t C[2][256];
     __m512 acc[16];
     acc_load(M, first, y, ldy, m, acc);
     const size_t wb = wbytes(T);
     int kb = 0;
+    if (M <= m_vnni(T)) {
+        for (; kb < kc; kb++) {
+            const int64_t b = kb0 + kb;
+            if (pn) /* the lines of the next panel's rows that start in this block */
+                for (size_t o = ((size_t)b * wb + 63) / 64 * 64; o < (size_t)(b + 1) * wb; o += 64)
+                    UNROLL for (int i = 0; i < 16; i++) _mm_prefetch((const char *)(pn[i] + o), PF_HINT);
+            vnni_block(T, M, wp, b, a, arb, da + kb * 16, corr + kb * 16, acc);
+        }
+        acc_store(M, y, ldy, m, acc);
+        return;
+    }
     for (; kb + 2 <= kc; kb += 2) {
         const int64_t b = kb0 + kb;
         if (pn) /* the lines of the next panel's rows that start in these two blocks */
             for (size_t o = ((size_t)b * wb + 63) / 64 * 64; o < (size_t)(b + 2) * wb; o += 64)
-                UNROLL for (int i = 0; i < 16; i++) _mm_prefetch((const char *)(pn[i] + o), _MM_HINT_T0);
+                UNROLL for (int i = 0; i < 16; i++) _mm_prefetch((const char *)(pn[i] + o), PF_HINT);
         const __m512 dw0 = build_b(T, wp, b, B[0]);
         const __m512 dw1 = build_b(T, wp, b + 1, B[1]);
         _tile_zero(0);
@@ -239,7 +306,7 @@ AI void run_buf(const int M, const int TAIL, const int8_t *Bb, const float *dwb,
 }
 
 typedef void (*stream_fn)(const bptr *wp, const bptr *pn, const uint8_t *a, size_t arb, int64_t kb0, int kc,
-                          const float *da, int first, float *y, int64_t ldy, __mmask16 m);
+                          const float *da, const int32_t *corr, int first, float *y, int64_t ldy, __mmask16 m);
 typedef void (*buf_fn)(const int8_t *Bb, const float *dwb, const uint8_t *a, size_t arb, int64_t kb0, int kc,
                        const float *da, int first, float *y, int64_t ldy, __mmask16 m);
 
@@ -261,18 +328,20 @@ AI void gemm_amx(const int T, const stream_fn *sf, const buf_fn *bf, const void 
         cfg.colsb[6] = 64, cfg.rows[6] = (uint8_t)mt;
         cfg.colsb[7] = 32, cfg.rows[7] = (uint8_t)mt;
     }
-    _tile_loadconfig(&cfg);
+    const int tiles = n_tok > m_vnni(T);
+    if (tiles) _tile_loadconfig(&cfg);
     if (n_tok <= 16) {
         alignas(64) float da[KC_STREAM * 16];
+        alignas(64) int32_t corr[KC_STREAM * 16];
         for (int64_t kb0 = 0; kb0 < nb; kb0 += KC_STREAM) {
             const int kc = nb - kb0 < KC_STREAM ? (int)(nb - kb0) : KC_STREAM;
-            act_scales(A, arb, 0, n_tok, kb0, kc, da, 16);
+            act_scales(A, arb, 0, n_tok, kb0, kc, da, n_tok <= m_vnni(T) ? corr : NULL, T == W_Q4_0 ? 8 : 128, 16);
             for (int64_t r = r0; r < r1; r += 16) {
                 bptr wp[16], pn[16];
                 panel_rows(W, wrb, r, r1, wp);
                 if (r + 16 < r1) panel_rows(W, wrb, r + 16, r1, pn);
                 const __mmask16 m = (__mmask16)(r1 - r >= 16 ? 0xFFFF : (1u << (r1 - r)) - 1);
-                sf[n_tok - 1](wp, r + 16 < r1 ? pn : NULL, A, arb, kb0, kc, da, kb0 == 0, y + r, ldy, m);
+                sf[n_tok - 1](wp, r + 16 < r1 ? pn : NULL, A, arb, kb0, kc, da, corr, kb0 == 0, y + r, ldy, m);
             }
         }
     } else {
@@ -283,7 +352,7 @@ AI void gemm_amx(const int T, const stream_fn *sf, const buf_fn *bf, const void 
             const int64_t tc1 = tc0 + TC_BUF < n_tok ? tc0 + TC_BUF : n_tok;
             for (int64_t kb0 = 0; kb0 < nb; kb0 += KC_BUF) {
                 const int kc = nb - kb0 < KC_BUF ? (int)(nb - kb0) : KC_BUF;
-                act_scales(A, arb, tc0, tc1, kb0, kc, da, TC_BUF);
+                act_scales(A, arb, tc0, tc1, kb0, kc, da, NULL, 0, TC_BUF);
                 for (int64_t r = r0; r < r1; r += 16) {
                     bptr wp[16];
                     panel_rows(W, wrb, r, r1, wp);
@@ -300,15 +369,16 @@ AI void gemm_amx(const int T, const stream_fn *sf, const buf_fn *bf, const void 
             }
         }
     }
-    _tile_release();
+    if (tiles) _tile_release();
 }
 
 /* ================= instantiation ================= */
 
 #define SF(T, NAME, M)                                                                                            \
     static void NAME##_s##M(const bptr *wp, const bptr *pn, const uint8_t *a, size_t arb, int64_t kb0, int kc,   \
-                            const float *da, int first, float *y, int64_t ldy, __mmask16 m) {                    \
-        run_stream(T, M, wp, pn, a, arb, kb0, kc, da, first, y, ldy, m);                                         \
+                            const float *da, const int32_t *corr, int first, float *y, int64_t ldy,              \
+                            __mmask16 m) {                                                                        \
+        run_stream(T, M, wp, pn, a, arb, kb0, kc, da, corr, first, y, ldy, m);                                        \
     }
 #define BF(NAME, M, TAIL)                                                                                         \
     static void NAME##_b##M(const int8_t *Bb, const float *dwb, const uint8_t *a, size_t arb, int64_t kb0,       \
