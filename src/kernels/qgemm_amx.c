@@ -85,10 +85,12 @@ AI __m128i ldx(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
 
 /* Lane L of the result = 16 bytes at wp[4L + k] + off. */
 AI __m512i rows4(const bptr *wp, int k, size_t off) {
+    /* masked broadcasts: load + blend, which spare the shuffle port that
+     * vinserti32x4 and the transpose share */
     __m512i z = _mm512_castsi128_si512(ldx(wp[k] + off));
-    z = _mm512_inserti32x4(z, ldx(wp[4 + k] + off), 1);
-    z = _mm512_inserti32x4(z, ldx(wp[8 + k] + off), 2);
-    return _mm512_inserti32x4(z, ldx(wp[12 + k] + off), 3);
+    z = _mm512_mask_broadcast_i32x4(z, 0x00F0, ldx(wp[4 + k] + off));
+    z = _mm512_mask_broadcast_i32x4(z, 0x0F00, ldx(wp[8 + k] + off));
+    return _mm512_mask_broadcast_i32x4(z, 0xF000, ldx(wp[12 + k] + off));
 }
 
 /* 16 rows' 16-byte pieces at off -> o[g] = dword g of rows 0..15 in order. */
