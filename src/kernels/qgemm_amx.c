@@ -341,9 +341,11 @@ AI void gemm_amx(const int T, const stream_fn *sf, const buf_fn *bf, const void 
             for (int64_t r = r0; r < r1; r += 16) {
                 bptr wp[16], pn[16];
                 panel_rows(W, wrb, r, r1, wp);
-                if (r + 16 < r1) panel_rows(W, wrb, r + 16, r1, pn);
+                /* the next 16 rows, to prefetch, even past r1 (most often the
+                 * next task's rows; a prefetch reads nothing and cannot fault) */
+                for (int i = 0; i < 16; i++) pn[i] = (bptr)((uintptr_t)W + (uintptr_t)(r + 16 + i) * wrb);
                 const __mmask16 m = (__mmask16)(r1 - r >= 16 ? 0xFFFF : (1u << (r1 - r)) - 1);
-                sf[n_tok - 1](wp, r + 16 < r1 ? pn : NULL, A, arb, kb0, kc, da, corr, kb0 == 0, y + r, ldy, m);
+                sf[n_tok - 1](wp, pn, A, arb, kb0, kc, da, corr, kb0 == 0, y + r, ldy, m);
             }
         }
     } else {
