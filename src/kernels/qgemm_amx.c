@@ -67,9 +67,6 @@ typedef struct {
     uint8_t rows[16];
 } tilecfg;
 
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_T1
-#endif
 AI uint32_t ld16(const void *p) {
     uint16_t v;
     memcpy(&v, p, 2);
@@ -207,9 +204,12 @@ AI void vnni_block(const int T, const int M, const bptr *wp, int64_t b, const ui
 }
 
 /* Stream schedule: one token tile of M (= n_tok <= 16) tokens, blocks
- * [kb0, kb0 + kc) of the panel wp, B built per block; prefetches the same
- * blocks of the panel pn (NULL: none). */
-AI void run_stream(const int T, const int M, const bptr *wp, const bptr *pn, const uint8_t *a, size_t arb,
+ * [kb0, kb0 + kc) of the panel wp (integer dots by VNNI for M <= m_vnni,
+ * else B built per block for TDPBSSD).  pn: the address of the next 16
+ * rows (pbytes bytes, nbr blocks a row), prefetched along (prefetches are
+ * hints: they read nothing and cannot fault, even past the rows given). */
+AI void run_stream(const int T, const int M, const bptr *wp, uintptr_t pn, size_t pbytes, int64_t nbr,
+                   const uint8_t *a, size_t arb,
                    int64_t kb0, int kc, const float *da, const int32_t *corr, int first, float *y, int64_t ldy,
                    __mmask16 m) {
     alignas(64) int8_t B[2][512];
@@ -221,9 +221,14 @@ AI void run_stream(const int T, const int M, const bptr *wp, const bptr *pn, con
     if (M <= m_vnni(T)) {
         for (; kb < kc; kb++) {
             const int64_t b = kb0 + kb;
-            if (pn) /* the lines of the next panel's rows that start in this block */
-                for (size_t o = ((size_t)b * wb + 63) / 64 * 64; o < (size_t)(b + 1) * wb; o += 64)
-                    UNROLL for (int i = 0; i < 16; i++) _mm_prefetch((const char *)(pn[i] + o), PF_HINT);
+            /* prefetch: to L2, the next panel (16 contiguous rows) as one
+             * sequential stream, 1/nbr of it per block; to L1, the lines of
+             * this panel's rows that start 256 bytes ahead (measured: about
+             * +5% decode tokens/s over prefetching the next panel row by row) */
+            for (size_t o = (size_t)b * pbytes / nbr / 64 * 64; o < (size_t)(b + 1) * pbytes / nbr; o += 64)
+                _mm_prefetch((const char *)(pn + o), _MM_HINT_T1);
+            for (size_t o = ((size_t)b * wb + 63) / 64 * 64; o < (size_t)(b + 1) * wb; o += 64)
+                UNROLL for (int i = 0; i < 16; i++) _mm_prefetch((const char *)((uintptr_t)wp[i] + o + 256), _MM_HINT_T0);
             vnni_block(T, M, wp, b, a, arb, da + kb * 16, corr + kb * 16, acc);
         }
         acc_store(M, y, ldy, m, acc);
@@ -231,9 +236,8 @@ AI void run_stream(const int T, const int M, const bptr *wp, const bptr *pn, con
     }
     for (; kb + 2 <= kc; kb += 2) {
         const int64_t b = kb0 + kb;
-        if (pn) /* the lines of the next panel's rows that start in these two blocks */
-            for (size_t o = ((size_t)b * wb + 63) / 64 * 64; o < (size_t)(b + 2) * wb; o += 64)
-                UNROLL for (int i = 0; i < 16; i++) _mm_prefetch((const char *)(pn[i] + o), PF_HINT);
+        for (size_t o = (size_t)b * pbytes / nbr / 64 * 64; o < (size_t)(b + 2) * pbytes / nbr; o += 64)
+            _mm_prefetch((const char *)(pn + o), _MM_HINT_T1);
         const __m512 dw0 = build_b(T, wp, b, B[0]);
         const __m512 dw1 = build_b(T, wp, b + 1, B[1]);
         _tile_zero(0);
@@ -307,7 +311,8 @@ AI void run_buf(const int M, const int TAIL, const int8_t *Bb, const float *dwb,
     acc_store(M, y, ldy, m, acc);
 }
 
-typedef void (*stream_fn)(const bptr *wp, const bptr *pn, const uint8_t *a, size_t arb, int64_t kb0, int kc,
+typedef void (*stream_fn)(const bptr *wp, uintptr_t pn, size_t pbytes, int64_t nbr, const uint8_t *a, size_t arb,
+                          int64_t kb0, int kc,
                           const float *da, const int32_t *corr, int first, float *y, int64_t ldy, __mmask16 m);
 typedef void (*buf_fn)(const int8_t *Bb, const float *dwb, const uint8_t *a, size_t arb, int64_t kb0, int kc,
                        const float *da, int first, float *y, int64_t ldy, __mmask16 m);
@@ -339,13 +344,13 @@ AI void gemm_amx(const int T, const stream_fn *sf, const buf_fn *bf, const void 
             const int kc = nb - kb0 < KC_STREAM ? (int)(nb - kb0) : KC_STREAM;
             act_scales(A, arb, 0, n_tok, kb0, kc, da, n_tok <= m_vnni(T) ? corr : NULL, T == W_Q4_0 ? 8 : 128, 16);
             for (int64_t r = r0; r < r1; r += 16) {
-                bptr wp[16], pn[16];
+                bptr wp[16];
                 panel_rows(W, wrb, r, r1, wp);
                 /* the next 16 rows, to prefetch, even past r1 (most often the
                  * next task's rows; a prefetch reads nothing and cannot fault) */
-                for (int i = 0; i < 16; i++) pn[i] = (bptr)((uintptr_t)W + (uintptr_t)(r + 16 + i) * wrb);
+                const uintptr_t pn = (uintptr_t)W + (uintptr_t)(r + 16) * wrb;
                 const __mmask16 m = (__mmask16)(r1 - r >= 16 ? 0xFFFF : (1u << (r1 - r)) - 1);
-                sf[n_tok - 1](wp, pn, A, arb, kb0, kc, da, corr, kb0 == 0, y + r, ldy, m);
+                sf[n_tok - 1](wp, pn, 16 * wrb, nb, A, arb, kb0, kc, da, corr, kb0 == 0, y + r, ldy, m);
             }
         }
     } else {
@@ -379,10 +384,11 @@ AI void gemm_amx(const int T, const stream_fn *sf, const buf_fn *bf, const void 
 /* ================= instantiation ================= */
 
 #define SF(T, NAME, M)                                                                                            \
-    static void NAME##_s##M(const bptr *wp, const bptr *pn, const uint8_t *a, size_t arb, int64_t kb0, int kc,   \
+    static void NAME##_s##M(const bptr *wp, uintptr_t pn, size_t pbytes, int64_t nbr, const uint8_t *a,          \
+                            size_t arb, int64_t kb0, int kc,                                                      \
                             const float *da, const int32_t *corr, int first, float *y, int64_t ldy,              \
                             __mmask16 m) {                                                                        \
-        run_stream(T, M, wp, pn, a, arb, kb0, kc, da, corr, first, y, ldy, m);                                        \
+        run_stream(T, M, wp, pn, pbytes, nbr, a, arb, kb0, kc, da, corr, first, y, ldy, m);                                        \
     }
 #define BF(NAME, M, TAIL)                                                                                         \
     static void NAME##_b##M(const int8_t *Bb, const float *dwb, const uint8_t *a, size_t arb, int64_t kb0,       \
