@@ -11,6 +11,9 @@
  *                               when small: compute speed, not DRAM)
  *   TK_BENCH_CPUTIME=1          time with this thread's CPU time instead of
  *                               wall time (steadier on a busy machine)
+ *   TK_BENCH_SPLIT=128          decode calls the kernel on row ranges of this
+ *                               many rows (as the engine's tasks do) instead
+ *                               of the whole matrix at once
  *   TK_BENCH_POOL_MB=1024       decode streams the weights from a pool of
  *                               copies this large, so they come from DRAM
  *                               rather than cache (as in a real model)
@@ -110,6 +113,7 @@ int main(void) {
     const int hot = getenv("TK_BENCH_HOT") && atoi(getenv("TK_BENCH_HOT"));
     const int prefill_tok = getenv("TK_BENCH_NTOK") && atoi(getenv("TK_BENCH_NTOK")) > 0 ? atoi(getenv("TK_BENCH_NTOK")) : 128;
     use_cputime = getenv("TK_BENCH_CPUTIME") && atoi(getenv("TK_BENCH_CPUTIME"));
+    const int64_t split = getenv("TK_BENCH_SPLIT") && atoi(getenv("TK_BENCH_SPLIT")) > 0 ? atoi(getenv("TK_BENCH_SPLIT")) : 0;
 
     tk_isa isas[TK_ISA_COUNT];
     int n_isa = 0;
@@ -159,7 +163,10 @@ int main(void) {
                 const double tend = now() + (k->isa == TK_ISA_SCALAR ? 0.6 : 0.4);
                 while (do_dec && reps < MAXR && (reps < 3 || now() < tend)) {
                     const double t0 = now();
-                    k->gemm(pool + c * mbytes, wrb, in, 0, out, act, arb, 1, y, out);
+                    if (!split) k->gemm(pool + c * mbytes, wrb, in, 0, out, act, arb, 1, y, out);
+                    else
+                        for (int64_t r = 0; r < out; r += split)
+                            k->gemm(pool + c * mbytes, wrb, in, r, r + split < out ? r + split : out, act, arb, 1, y, out);
                     times[reps++] = now() - t0;
                     c = (c + 1) % copies;
                 }

@@ -32,7 +32,8 @@
  *    round(x * 127/amax), llama.cpp's); SIMD packing == scalar packing;
  *    results do not depend on how rows are split into [r0, r1) ranges, nor
  *    on how many tokens are in the batch; nothing outside the requested
- *    rows is written. */
+ *    rows is written; test_invariance repeats the batch / split checks for
+ *    every batch size 1..40 and beyond on the tiled (AMX) kernels' types. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,6 +45,11 @@
 #include "kernels/nf4_dot.h"
 #include "kernels/qgemm.h"
 #include "tk_test.h"
+
+#if defined(__unix__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
@@ -405,6 +411,100 @@ out:
     free(x);
 }
 
+/* size bytes that end right before an inaccessible page (and, when
+ * unmapped, *map / *map_len to free), so reading past them faults; plain
+ * malloc where there is no mmap. */
+static uint8_t *guarded(size_t size, void **map, size_t *map_len) {
+#if defined(__unix__)
+    const size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t body = (size + pg - 1) / pg * pg;
+    uint8_t *m = mmap(NULL, body + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    mprotect(m + body, pg, PROT_NONE);
+    *map = m;
+    *map_len = body + pg;
+    return m + body - size;
+#else
+    *map = malloc(size);
+    *map_len = 0;
+    return *map;
+#endif
+}
+
+static void unguard(void *map, size_t map_len) {
+#if defined(__unix__)
+    munmap(map, map_len);
+#else
+    (void)map_len;
+    free(map);
+#endif
+}
+
+/* Batch invariance in depth, for the types with tiled kernels (AMX: 16-row
+ * panels, 16-token tiles, K chunks, a VNNI path for small batches): on
+ * every ISA, each token of a batch of n_tok (with the rows split into
+ * ranges that are not multiples of 16) gives the same bits as that token
+ * alone over all rows. */
+static void test_invariance(tk_dtype wt, int64_t rows, int64_t n, const int *ntoks, int n_ntoks, int mode) {
+    int max_tok = 0;
+    for (int i = 0; i < n_ntoks; i++) max_tok = ntoks[i] > max_tok ? ntoks[i] : max_tok;
+    const size_t wrb = tk_dtype_row_bytes(wt, n);
+    /* weights and activations end at an inaccessible page: reading a row
+     * past r1 or a token past n_tok faults */
+    void *wmap;
+    size_t wmap_len;
+    uint8_t *w = guarded(wrb * (size_t)rows, &wmap, &wmap_len);
+    CHECK(w != NULL, "guarded weights");
+    if (!w) return;
+    make_weights(wt, w, rows, n, mode);
+    float *x = malloc(sizeof(float) * (size_t)(max_tok * n));
+    make_acts(x, max_tok, n, mode);
+    const int64_t ldy = rows + 5;
+    float *y1 = malloc(sizeof(float) * (size_t)(max_tok * ldy));
+    float *yb = malloc(sizeof(float) * (size_t)(max_tok * ldy));
+    for (int isa = TK_ISA_AVX2; isa < TK_ISA_COUNT; isa++) {
+        if (!tk_isa_supported((tk_isa)isa)) continue;
+        const tk_qkernel *k = tk_qkernel_get(wt, (tk_isa)isa);
+        if (!k || k->isa != (tk_isa)isa) continue; /* tested at its own level */
+        const size_t arb = k->act_row_bytes(n);
+        void *amap;
+        size_t amap_len;
+        uint8_t *act_all = guarded(arb * (size_t)max_tok, &amap, &amap_len);
+        CHECK(act_all != NULL, "guarded activations");
+        if (!act_all) continue;
+        for (int t = 0; t < max_tok; t++) k->quantize_act(x + t * n, act_all + (size_t)t * arb, n);
+        for (int t = 0; t < max_tok; t++)
+            k->gemm(w, wrb, n, 0, rows, act_all + (size_t)t * arb, arb, 1, y1 + t * ldy, ldy);
+        int bad = 0;
+        for (int i = 0; i < n_ntoks && !bad; i++) {
+            const int nt = ntoks[i];
+            /* three ranges, cut at random (usually not multiples of 16) */
+            const int64_t c1 = rows > 2 ? 1 + rndi((int)rows - 2) : 0;
+            const int64_t c2 = c1 + (rows - c1 > 1 ? rndi((int)(rows - c1)) : 0);
+            const int64_t cuts[4] = {0, c1, c2, rows};
+            /* the batch is the last nt packed rows: token nt is past the end */
+            const uint8_t *act = act_all + (size_t)(max_tok - nt) * arb;
+            const float *y1b = y1 + (max_tok - nt) * ldy;
+            for (int64_t j = 0; j < nt * ldy; j++) yb[j] = -7.0f;
+            for (int p = 0; p < 3; p++) k->gemm(w, wrb, n, cuts[p], cuts[p + 1], act, arb, nt, yb, ldy);
+            for (int t = 0; t < nt && !bad; t++) {
+                bad += memcmp(yb + t * ldy, y1b + t * ldy, sizeof(float) * (size_t)rows) != 0;
+                for (int64_t r = rows; r < ldy; r++) bad += yb[t * ldy + r] != -7.0f;
+                if (bad)
+                    CHECK(0, "%s rows=%lld n=%lld mode=%d: token %d of a batch of %d (cuts %lld %lld) differs from "
+                          "the token alone, or wrote outside", k->name, (long long)rows, (long long)n, mode, t, nt,
+                          (long long)c1, (long long)c2);
+            }
+        }
+        if (!bad) tk_test_pass++;
+        unguard(amap, amap_len);
+    }
+    unguard(wmap, wmap_len);
+    free(x);
+    free(y1);
+    free(yb);
+}
+
 static void test_isa_selection(void) {
     const tk_isa best = tk_cpu_best_isa();
     CHECK(tk_isa_supported(best), "best isa %s unsupported", tk_isa_name(best));
@@ -585,6 +685,40 @@ int main(void) {
             run_case(wt, 3, 257 * 64 + 32, 2, 0);
             run_case(wt, 11, 2048, 37, 0);
             run_case(wt, 6, 288, 9, 1);
+        }
+    }
+    /* the tiled kernels (AMX for Q4_0 / Q8_0): every batch size 1..40 (token
+     * tiles of 16 and tails, VNNI and tile paths), long rows (several K
+     * chunks of both schedules), token chunks (> 64 tokens), extreme
+     * values (all-0xFF blocks, Q8_0 weights of -128, activations at +-127) */
+#if defined(__x86_64__)
+    if (tk_isa_supported(TK_ISA_AMX)) {
+        CHECK(tk_qkernel_get(TK_Q4_0, TK_ISA_AMX)->isa == TK_ISA_AMX, "Q4_0 has an AMX kernel");
+        CHECK(tk_qkernel_get(TK_Q8_0, TK_ISA_AMX)->isa == TK_ISA_AMX, "Q8_0 has an AMX kernel");
+    } else {
+        printf("AMX kernel cases skipped: this CPU / OS has no usable AMX-INT8 (the other ISAs still run them)\n");
+    }
+#endif
+    {
+        int all[40];
+        for (int i = 0; i < 40; i++) all[i] = i + 1;
+        const int some[] = {1, 2, 4, 5, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 65, 70, 100};
+        const int few[] = {1, 3, 8, 9, 16, 20};
+        const tk_dtype tiled[] = {TK_Q4_0, TK_Q8_0};
+        for (int i = 0; i < 2; i++) {
+            const tk_dtype wt = tiled[i];
+            test_invariance(wt, 37, 544, all, 40, 0);
+            test_invariance(wt, 50, 5632, some, (int)(sizeof some / sizeof some[0]), 0);
+            test_invariance(wt, 19, 8288, few, (int)(sizeof few / sizeof few[0]), 0); /* > 256 blocks */
+            test_invariance(wt, 21, 96, all, 40, 1);
+            if (wt == TK_Q8_0) test_invariance(wt, 21, 96, all, 40, 2);
+            /* accuracy against the scalar reference / float64 for tile-sized batches */
+            run_case(wt, 37, 5632, 20, 0);
+            run_case(wt, 33, 2048, 40, 0);
+            run_case(wt, 17, 32, 17, 0);
+            run_case(wt, 50, 64, 70, 0);
+            run_case(wt, 5, 96, 20, 1);
+            if (wt == TK_Q8_0) run_case(wt, 5, 96, 20, 2);
         }
     }
     printf("max |simd - scalar| / S = %.3g, max |y - y64| / S = %.3g\n", max_rel_simd, max_rel_ref);

@@ -4,8 +4,10 @@ const tk_qkernel *tk_qkernel_get(tk_dtype wtype, tk_isa isa) {
     if (!tk_isa_supported(isa)) return NULL;
     const tk_qkernel *k = NULL;
     switch (isa) {
-    case TK_ISA_AMX: /* no AMX kernels yet: AMX CPUs run the AVX-512 ones */
-        __attribute__((fallthrough));
+    case TK_ISA_AMX:
+        k = tk_qk_amx(wtype);
+        if (k) return k;
+        __attribute__((fallthrough)); /* other types: the AVX-512 kernels */
     case TK_ISA_AVX512:
         k = tk_qk_avx512(wtype);
         if (k) return k;

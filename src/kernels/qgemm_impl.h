@@ -12,6 +12,7 @@
 const tk_qkernel *tk_qk_scalar(tk_dtype wtype);
 const tk_qkernel *tk_qk_avx2(tk_dtype wtype);
 const tk_qkernel *tk_qk_avx512(tk_dtype wtype);
+const tk_qkernel *tk_qk_amx(tk_dtype wtype); /* Q4_0, Q8_0 */
 
 /* Packed activation row sizes. */
 size_t tk_qk_act_bytes_q8_0(int64_t n);
