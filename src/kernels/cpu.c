@@ -122,17 +122,18 @@ tk_isa tk_cpu_best_isa(void) {
     return best_of(&f);
 }
 
-tk_isa tk_cpu_isa(void) {
+tk_isa tk_cpu_isa_env(const char *var, tk_isa best) {
     const tk_cpu_features f = tk_cpu_features_get();
-    const tk_isa best = best_of(&f);
-    const char *env = getenv("TK_ISA");
+    const char *env = getenv(var);
     if (!env || !*env) return best;
     const int want = tk_isa_from_name(env);
-    if (want < 0 || !supported(&f, (tk_isa)want)) return best;
-    /* Only lower: on x86 the supported levels nest, so a supported request is
-     * never above best; NEON and the x86 levels never coexist. */
+    /* Only lower: on x86 the supported levels nest, so a supported request
+     * at or below best is honoured; NEON and the x86 levels never coexist. */
+    if (want < 0 || !supported(&f, (tk_isa)want) || want > (int)best) return best;
     return (tk_isa)want;
 }
+
+tk_isa tk_cpu_isa(void) { return tk_cpu_isa_env("TK_ISA", tk_cpu_best_isa()); }
 
 static const char *const isa_names[TK_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "amx"};
 

@@ -45,6 +45,11 @@ bool tk_isa_supported(tk_isa isa);
  * an unknown value is ignored. */
 tk_isa tk_cpu_isa(void);
 
+/* `best` lowered by the level named in the environment variable `var` if it
+ * is set, supported and not above best (TK_ATTN_ISA lowers the attention
+ * kernels alone, for measurements). */
+tk_isa tk_cpu_isa_env(const char *var, tk_isa best);
+
 /* The best level the CPU supports, ignoring TK_ISA. */
 tk_isa tk_cpu_best_isa(void);
 

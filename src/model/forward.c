@@ -18,6 +18,16 @@
 
 _Static_assert(ATTN_SPLIT % TK_ATTN_CHUNK == 0, "segments are whole chunks");
 
+/* The attention kernel level: the matmuls' level, except that AMX is opt-in
+ * (TK_ATTN_ISA=amx): its F16 kernel prefills faster (4K context: +15 %,
+ * 16K: +40 %) but decodes slower (4K: -10 %, 16K: -9 %) than the AVX-512
+ * one, docs/benchmarks.md.  TK_ATTN_ISA may also name a lower level. */
+static tk_isa attn_level(void) {
+    const tk_isa isa = tk_cpu_isa();
+    if (getenv("TK_ATTN_ISA")) return tk_cpu_isa_env("TK_ATTN_ISA", isa);
+    return isa == TK_ISA_AMX ? TK_ISA_AVX512 : isa;
+}
+
 int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int ctx_len, int kv_block_size,
                        int n_threads, bool reference, tk_err *err) {
     memset(ws, 0, sizeof *ws);
@@ -64,7 +74,7 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
      * every segment of a full-context tile of each KV head. */
     ws->att_group = hp->n_heads / hp->n_kv_heads;
     ws->att_hd = hp->head_dim;
-    ws->att_isa = reference ? TK_ISA_SCALAR : tk_attn_isa(tk_cpu_isa(), hp->head_dim);
+    ws->att_isa = reference ? TK_ISA_SCALAR : tk_attn_isa(attn_level(), hp->head_dim);
     ws->att_tile_tokens = ATTN_TILE_ROWS / ws->att_group > 1 ? ATTN_TILE_ROWS / ws->att_group : 1;
     if (ws->att_tile_tokens > max_tokens) ws->att_tile_tokens = max_tokens;
     size_t tile_rows = (size_t)ws->att_tile_tokens * ws->att_group, state = tile_rows * (hp->head_dim + 2);
