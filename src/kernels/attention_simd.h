@@ -253,6 +253,7 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     if (q8) quant_q(tile, hd, n_rows, qw, dq, qbias);
     const bool convert_v = kv->type != TK_KV_F32 && n_rows > RB;
     rowp krow[CH], vrow[CH];
+    pf_cursor pf;
     const float *qr[RB], *dqr[RB];
     const int32_t *qwr[RB], *qbr[RB];
     float *srow[RB], *arow[RB];
@@ -260,9 +261,13 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
         const int da = c0 > tlo ? c0 : tlo, db = c0 + CH < thi ? c0 + CH : thi;
         for (int i = 0; i < CH; i++) krow[i] = (rowp)(const void *)zero_row;
         chunk_rows(kv, s, layer, kv_head, c0, da, db, krow, vrow);
-        if (db < thi) prefetch_rows(kv, s, layer, kv_head, db, db + CH < thi ? db + CH : thi);
+        /* the next chunk's K/V lines, a few at a time: a burst of more
+         * prefetches than the core has fill buffers stalls it */
+        pf_init(&pf, kv, s, layer, kv_head, db, db + CH < thi ? db + CH : thi);
+        pf_step(&pf, 8);
         if (q8) build_kt8(hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt8, dk);
         else build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt);
+        pf_step(&pf, 8);
         tk_kv_type vtype = kv->type;
         if (convert_v) {
             for (int i = da - c0; i < db - c0; i++) {
@@ -302,10 +307,13 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
             const int va = ua / VL, vb = (ub + VL - 1) / VL;
             if (q8) qk8_rows(nr, qwr, dqr, qbr, kt8, dk, nb, va, vb, srow, scale);
             else qk_rows(nr, qr, kt, hd, va, vb, srow, scale);
-            for (int m = 0; m < nr; m++)
+            for (int m = 0; m < nr; m++) {
                 softmax_row(srow[m], va, vb, ra[m], rb[m], &mx[r0 + m], &sum[r0 + m], &alpha[m]);
+                pf_step(&pf, 4);
+            }
             pv_rows(vtype, nr, vrow, (const float *const *)srow, ua, ub, hd, arow, alpha);
         }
+        pf_step(&pf, INT_MAX);
     }
     return 0;
 }

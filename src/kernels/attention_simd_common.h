@@ -61,7 +61,7 @@ AI vf vexp(vf x) {
 static float *align16f(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 /* Starts loading the K and V rows of positions [a, b) into the cache. */
-static void prefetch_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int a, int b) {
+static inline void prefetch_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int a, int b) {
     for (int p = a; p < b;) {
         int end = (p / kv->block_size + 1) * kv->block_size;
         if (end > b) end = b;
@@ -72,6 +72,46 @@ static void prefetch_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, i
             _mm_prefetch(v + o, _MM_HINT_T0);
         }
         p = end;
+    }
+}
+
+/* The lines of the K and V rows of positions [a, b), to be prefetched a
+ * few at a time (pf_step) while the current chunk is computed: a burst of
+ * more prefetches than the core has line-fill buffers stalls it. */
+typedef struct pf_cursor {
+    const char *k[CH + 1], *v[CH + 1];
+    size_t bytes[CH + 1];
+    int n, i;   /* runs; the current one */
+    size_t off; /* bytes of run i already issued */
+} pf_cursor;
+
+static inline void pf_init(pf_cursor *pf, const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int a, int b) {
+    pf->n = pf->i = 0;
+    pf->off = 0;
+    for (int p = a; p < b;) {
+        int end = (p / kv->block_size + 1) * kv->block_size;
+        if (end > b) end = b;
+        pf->k[pf->n] = (const char *)tk_kv_k(kv, s, layer, kv_head, p);
+        pf->v[pf->n] = (const char *)tk_kv_v(kv, s, layer, kv_head, p);
+        pf->bytes[pf->n++] = (size_t)(end - p) * kv->row_bytes;
+        p = end;
+    }
+}
+
+/* Issues the next n K lines and n V lines. */
+AI void pf_step(pf_cursor *pf, int n) {
+    while (n > 0 && pf->i < pf->n) {
+        _mm_prefetch(pf->k[pf->i] + pf->off, _MM_HINT_T0);
+        _mm_prefetch(pf->v[pf->i] + pf->off, _MM_HINT_T0);
+        n--;
+        pf->off += 64;
+        if (pf->off >= pf->bytes[pf->i]) {
+            /* the run's last line (a run need not start on a line) */
+            _mm_prefetch(pf->k[pf->i] + pf->bytes[pf->i] - 1, _MM_HINT_T0);
+            _mm_prefetch(pf->v[pf->i] + pf->bytes[pf->i] - 1, _MM_HINT_T0);
+            pf->i++;
+            pf->off = 0;
+        }
     }
 }
 
