@@ -531,6 +531,16 @@ static void test_isa_selection(void) {
     CHECK(tk_cpu_isa() == TK_ISA_SCALAR, "TK_ISA=scalar");
     setenv("TK_ISA", "bogus", 1);
     CHECK(tk_cpu_isa() == best, "unknown TK_ISA ignored");
+    /* tk_cpu_isa_env (TK_ATTN_ISA): only lowers the level it is given */
+    unsetenv("TK_TEST_ISA");
+    CHECK(tk_cpu_isa_env("TK_TEST_ISA", TK_ISA_SCALAR) == TK_ISA_SCALAR, "unset -> the given level");
+    setenv("TK_TEST_ISA", "scalar", 1);
+    CHECK(tk_cpu_isa_env("TK_TEST_ISA", best) == TK_ISA_SCALAR, "TK_TEST_ISA=scalar");
+    setenv("TK_TEST_ISA", tk_isa_name(best), 1);
+    CHECK(tk_cpu_isa_env("TK_TEST_ISA", TK_ISA_SCALAR) == TK_ISA_SCALAR, "never above the given level");
+    setenv("TK_TEST_ISA", "bogus", 1);
+    CHECK(tk_cpu_isa_env("TK_TEST_ISA", best) == best, "unknown name ignored");
+    unsetenv("TK_TEST_ISA");
     for (int i = 0; i < TK_ISA_COUNT; i++) {
         setenv("TK_ISA", tk_isa_name((tk_isa)i), 1);
         const tk_isa got = tk_cpu_isa();
