@@ -46,44 +46,21 @@
 
 #include "attention_avx512_ops.h"
 #include "attention_simd_common.h"
-
-/* The tile instructions, with "memory" clobbers on the loads and stores
- * (GCC 12's _tile_loadd and _tile_loadconfig do not tell the compiler they
- * read memory, so it could move our stores to the buffers past them). */
-#define T_LOAD(t, base, stride)                                                                              \
-    __asm__ volatile("{tileloadd\t(%0,%1,1), %%tmm" #t "|tileloadd\t%%tmm" #t ", [%0+%1*1]}" ::"r"(         \
-                         (const void *)(base)),                                                              \
-                     "r"((long)(stride))                                                                     \
-                     : "memory")
-#define T_STORE(t, base, stride)                                                                             \
-    __asm__ volatile("{tilestored\t%%tmm" #t ", (%0,%1,1)|tilestored\t[%0+%1*1], %%tmm" #t "}" ::"r"(        \
-                         (void *)(base)),                                                                    \
-                     "r"((long)(stride))                                                                     \
-                     : "memory")
-#define T_ZERO(t) __asm__ volatile("tilezero\t%%tmm" #t ::)
-#define T_DP(c, a, b)                                                                                        \
-    __asm__ volatile("{tdpbf16ps\t%%tmm" #b ", %%tmm" #a ", %%tmm" #c "|tdpbf16ps\t%%tmm" #c ", %%tmm" #a    \
-                     ", %%tmm" #b "}" ::)
-
-typedef struct tile_config {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
+#include "amx_tiles.h"
 
 #define TB 16     /* rows of a row block (tile rows) */
 #define MAX_RB 64 /* row blocks per call (1024 rows; bigger tiles go in pieces) */
 #define TILE 512  /* bf16 elements of one 16 x 64-byte tile */
 
 static inline void tile_configure(int m) {
-    tile_config c;
+    tk_amx_config c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int t = 0; t < 8; t++) {
         c.colsb[t] = 64;
         c.rows[t] = (uint8_t)(t < 6 ? m : 16);
     }
-    __asm__ volatile("ldtilecfg\t%0" ::"m"(c) : "memory");
+    tk_amx_load_config(&c);
 }
 
 /* x rounded to bf16 precision (8 bits, ties away from zero), as a float:
@@ -179,30 +156,30 @@ static void build_vt_amx(int hd, rowp const *vrow, int p0, int p1, uint16_t *vt)
  * pair is computed on stale tiles and not used). */
 static void qk_amx(const uint16_t *qa, const uint16_t *kt, int nks, int ja, int jb, float *S, float *S2) {
     for (int j = ja & ~1; j < jb; j += 2) {
-        T_ZERO(0);
-        T_ZERO(1);
-        T_ZERO(2);
-        T_ZERO(3);
+        TK_TILE_ZERO(0);
+        TK_TILE_ZERO(1);
+        TK_TILE_ZERO(2);
+        TK_TILE_ZERO(3);
         for (int ks = 0; ks < nks; ks++) {
             const uint16_t *q = qa + (size_t)ks * 2 * TILE;
             const uint16_t *k0 = kt + ((size_t)(j * nks + ks) * 2) * TILE, *k1 = k0 + (size_t)nks * 2 * TILE;
-            T_LOAD(4, q, 64);
-            T_LOAD(5, q + TILE, 64);
-            T_LOAD(6, k0, 64);
-            T_LOAD(7, k1, 64);
-            T_DP(0, 4, 6);
-            T_DP(1, 4, 7);
-            T_DP(2, 5, 6);
-            T_DP(3, 5, 7);
-            T_LOAD(6, k0 + TILE, 64);
-            T_LOAD(7, k1 + TILE, 64);
-            T_DP(2, 4, 6);
-            T_DP(3, 4, 7);
+            TK_TILE_LOAD(4, q, 64);
+            TK_TILE_LOAD(5, q + TILE, 64);
+            TK_TILE_LOAD(6, k0, 64);
+            TK_TILE_LOAD(7, k1, 64);
+            TK_TILE_DPBF16PS(0, 4, 6);
+            TK_TILE_DPBF16PS(1, 4, 7);
+            TK_TILE_DPBF16PS(2, 5, 6);
+            TK_TILE_DPBF16PS(3, 5, 7);
+            TK_TILE_LOAD(6, k0 + TILE, 64);
+            TK_TILE_LOAD(7, k1 + TILE, 64);
+            TK_TILE_DPBF16PS(2, 4, 6);
+            TK_TILE_DPBF16PS(3, 4, 7);
         }
-        T_STORE(0, S + j * 16, CH * sizeof(float));
-        T_STORE(1, S + j * 16 + 16, CH * sizeof(float));
-        T_STORE(2, S2 + j * 16, CH * sizeof(float));
-        T_STORE(3, S2 + j * 16 + 16, CH * sizeof(float));
+        TK_TILE_STORE(0, S + j * 16, CH * sizeof(float));
+        TK_TILE_STORE(1, S + j * 16 + 16, CH * sizeof(float));
+        TK_TILE_STORE(2, S2 + j * 16, CH * sizeof(float));
+        TK_TILE_STORE(3, S2 + j * 16 + 16, CH * sizeof(float));
     }
 }
 
@@ -214,45 +191,45 @@ static void pv_amx(const uint16_t *pt, const uint16_t *vt, int hd, int pa, int p
     for (int d4 = 0; d4 < ndb; d4 += 4) {
         const int nd = ndb - d4 < 4 ? ndb - d4 : 4;
         float *o = ob + d4 * 16;
-        T_LOAD(0, o, ostride);
-        if (nd > 1) T_LOAD(1, o + 16, ostride);
-        if (nd > 2) T_LOAD(2, o + 32, ostride);
-        if (nd > 3) T_LOAD(3, o + 48, ostride);
+        TK_TILE_LOAD(0, o, ostride);
+        if (nd > 1) TK_TILE_LOAD(1, o + 16, ostride);
+        if (nd > 2) TK_TILE_LOAD(2, o + 32, ostride);
+        if (nd > 3) TK_TILE_LOAD(3, o + 48, ostride);
         for (int pg = pa; pg < pb; pg++) {
             const uint16_t *p = pt + (size_t)pg * 2 * TILE;
-            T_LOAD(4, p, 64);
-            T_LOAD(5, p + TILE, 64);
+            TK_TILE_LOAD(4, p, 64);
+            TK_TILE_LOAD(5, p + TILE, 64);
 #define PV_PAIR(D0, D1)                                                                                      \
     if (nd > D1) {                                                                                           \
         const uint16_t *v0 = vt + ((size_t)(pg * ndb + d4 + D0) * 2) * TILE, *v1 = v0 + 2 * TILE;           \
-        T_LOAD(6, v0, 64);                                                                                   \
-        T_LOAD(7, v1, 64);                                                                                   \
-        T_DP(D0, 4, 6);                                                                                      \
-        T_DP(D1, 4, 7);                                                                                      \
-        T_DP(D0, 5, 6);                                                                                      \
-        T_DP(D1, 5, 7);                                                                                      \
-        T_LOAD(6, v0 + TILE, 64);                                                                            \
-        T_LOAD(7, v1 + TILE, 64);                                                                            \
-        T_DP(D0, 4, 6);                                                                                      \
-        T_DP(D1, 4, 7);                                                                                      \
-        T_DP(D0, 5, 6);                                                                                      \
-        T_DP(D1, 5, 7);                                                                                      \
+        TK_TILE_LOAD(6, v0, 64);                                                                                   \
+        TK_TILE_LOAD(7, v1, 64);                                                                                   \
+        TK_TILE_DPBF16PS(D0, 4, 6);                                                                                      \
+        TK_TILE_DPBF16PS(D1, 4, 7);                                                                                      \
+        TK_TILE_DPBF16PS(D0, 5, 6);                                                                                      \
+        TK_TILE_DPBF16PS(D1, 5, 7);                                                                                      \
+        TK_TILE_LOAD(6, v0 + TILE, 64);                                                                            \
+        TK_TILE_LOAD(7, v1 + TILE, 64);                                                                            \
+        TK_TILE_DPBF16PS(D0, 4, 6);                                                                                      \
+        TK_TILE_DPBF16PS(D1, 4, 7);                                                                                      \
+        TK_TILE_DPBF16PS(D0, 5, 6);                                                                                      \
+        TK_TILE_DPBF16PS(D1, 5, 7);                                                                                      \
     } else if (nd > D0) {                                                                                    \
         const uint16_t *v = vt + ((size_t)(pg * ndb + d4 + D0) * 2) * TILE;                                  \
-        T_LOAD(6, v, 64);                                                                                    \
-        T_DP(D0, 4, 6);                                                                                      \
-        T_DP(D0, 5, 6);                                                                                      \
-        T_LOAD(7, v + TILE, 64);                                                                             \
-        T_DP(D0, 4, 7);                                                                                      \
+        TK_TILE_LOAD(6, v, 64);                                                                                    \
+        TK_TILE_DPBF16PS(D0, 4, 6);                                                                                      \
+        TK_TILE_DPBF16PS(D0, 5, 6);                                                                                      \
+        TK_TILE_LOAD(7, v + TILE, 64);                                                                             \
+        TK_TILE_DPBF16PS(D0, 4, 7);                                                                                      \
     }
             PV_PAIR(0, 1);
             PV_PAIR(2, 3);
 #undef PV_PAIR
         }
-        T_STORE(0, o, ostride);
-        if (nd > 1) T_STORE(1, o + 16, ostride);
-        if (nd > 2) T_STORE(2, o + 32, ostride);
-        if (nd > 3) T_STORE(3, o + 48, ostride);
+        TK_TILE_STORE(0, o, ostride);
+        if (nd > 1) TK_TILE_STORE(1, o + 16, ostride);
+        if (nd > 2) TK_TILE_STORE(2, o + 32, ostride);
+        if (nd > 3) TK_TILE_STORE(3, o + 48, ostride);
     }
 }
 
@@ -394,7 +371,7 @@ int tk_attn_tile_amx(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
         }
     }
 #undef BUILD
-    __asm__ volatile("tilerelease" ::: "memory");
+    tk_amx_release();
     memcpy(acc, ob, sizeof(float) * (size_t)n_rows * hd);
     return 0;
 }

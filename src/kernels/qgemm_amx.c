@@ -41,6 +41,8 @@
 #include <immintrin.h>
 #include <stdalign.h>
 
+#include "amx_tiles.h"
+
 #define AI static inline __attribute__((always_inline))
 #define UNROLL _Pragma("GCC unroll 16")
 
@@ -61,11 +63,6 @@ AI int m_vnni(int T) { return T == W_Q4_0 ? 8 : 4; }
 
 /* Tiles: 0, 1 C; 2, 3 A (rows = min(n_tok, 16)); 4, 5 B; 6 C and 7 A of
  * the token tail (n_tok > 16, n_tok % 16 rows). */
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg;
 
 AI uint32_t ld16(const void *p) {
     uint16_t v;
@@ -240,27 +237,27 @@ AI void run_stream(const int T, const int M, const bptr *wp, uintptr_t pn, size_
             _mm_prefetch((const char *)(pn + o), _MM_HINT_T1);
         const __m512 dw0 = build_b(T, wp, b, B[0]);
         const __m512 dw1 = build_b(T, wp, b + 1, B[1]);
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_loadd(2, a + (size_t)b * AB + 2, (long)arb);
-        _tile_loadd(4, B[0], 64);
-        _tile_dpbssd(0, 2, 4);
-        _tile_loadd(3, a + (size_t)(b + 1) * AB + 2, (long)arb);
-        _tile_loadd(5, B[1], 64);
-        _tile_dpbssd(1, 3, 5);
-        _tile_stored(0, C[0], 64);
-        _tile_stored(1, C[1], 64);
+        TK_TILE_ZERO(0);
+        TK_TILE_ZERO(1);
+        TK_TILE_LOAD(2, a + (size_t)b * AB + 2, (long)arb);
+        TK_TILE_LOAD(4, B[0], 64);
+        TK_TILE_DPBSSD(0, 2, 4);
+        TK_TILE_LOAD(3, a + (size_t)(b + 1) * AB + 2, (long)arb);
+        TK_TILE_LOAD(5, B[1], 64);
+        TK_TILE_DPBSSD(1, 3, 5);
+        TK_TILE_STORE(0, C[0], 64);
+        TK_TILE_STORE(1, C[1], 64);
         scale_acc(M, C[0], dw0, da + kb * 16, acc);
         scale_acc(M, C[1], dw1, da + (kb + 1) * 16, acc);
     }
     if (kb < kc) {
         const int64_t b = kb0 + kb;
         const __m512 dw0 = build_b(T, wp, b, B[0]);
-        _tile_zero(0);
-        _tile_loadd(2, a + (size_t)b * AB + 2, (long)arb);
-        _tile_loadd(4, B[0], 64);
-        _tile_dpbssd(0, 2, 4);
-        _tile_stored(0, C[0], 64);
+        TK_TILE_ZERO(0);
+        TK_TILE_LOAD(2, a + (size_t)b * AB + 2, (long)arb);
+        TK_TILE_LOAD(4, B[0], 64);
+        TK_TILE_DPBSSD(0, 2, 4);
+        TK_TILE_STORE(0, C[0], 64);
         scale_acc(M, C[0], dw0, da + kb * 16, acc);
     }
     acc_store(M, y, ldy, m, acc);
@@ -278,33 +275,33 @@ AI void run_buf(const int M, const int TAIL, const int8_t *Bb, const float *dwb,
     if (!TAIL)
         for (; kb + 2 <= kc; kb += 2) {
             const int64_t b = kb0 + kb;
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_loadd(2, a + (size_t)b * AB + 2, (long)arb);
-            _tile_loadd(4, Bb + 512 * kb, 64);
-            _tile_dpbssd(0, 2, 4);
-            _tile_loadd(3, a + (size_t)(b + 1) * AB + 2, (long)arb);
-            _tile_loadd(5, Bb + 512 * (kb + 1), 64);
-            _tile_dpbssd(1, 3, 5);
-            _tile_stored(0, C[0], 64);
-            _tile_stored(1, C[1], 64);
+            TK_TILE_ZERO(0);
+            TK_TILE_ZERO(1);
+            TK_TILE_LOAD(2, a + (size_t)b * AB + 2, (long)arb);
+            TK_TILE_LOAD(4, Bb + 512 * kb, 64);
+            TK_TILE_DPBSSD(0, 2, 4);
+            TK_TILE_LOAD(3, a + (size_t)(b + 1) * AB + 2, (long)arb);
+            TK_TILE_LOAD(5, Bb + 512 * (kb + 1), 64);
+            TK_TILE_DPBSSD(1, 3, 5);
+            TK_TILE_STORE(0, C[0], 64);
+            TK_TILE_STORE(1, C[1], 64);
             scale_acc(M, C[0], _mm512_load_ps(dwb + 16 * kb), da + kb * TC_BUF, acc);
             scale_acc(M, C[1], _mm512_load_ps(dwb + 16 * (kb + 1)), da + (kb + 1) * TC_BUF, acc);
         }
     for (; kb < kc; kb++) {
         const int64_t b = kb0 + kb;
         if (TAIL) {
-            _tile_zero(6);
-            _tile_loadd(7, a + (size_t)b * AB + 2, (long)arb);
-            _tile_loadd(4, Bb + 512 * kb, 64);
-            _tile_dpbssd(6, 7, 4);
-            _tile_stored(6, C[0], 64);
+            TK_TILE_ZERO(6);
+            TK_TILE_LOAD(7, a + (size_t)b * AB + 2, (long)arb);
+            TK_TILE_LOAD(4, Bb + 512 * kb, 64);
+            TK_TILE_DPBSSD(6, 7, 4);
+            TK_TILE_STORE(6, C[0], 64);
         } else {
-            _tile_zero(0);
-            _tile_loadd(2, a + (size_t)b * AB + 2, (long)arb);
-            _tile_loadd(4, Bb + 512 * kb, 64);
-            _tile_dpbssd(0, 2, 4);
-            _tile_stored(0, C[0], 64);
+            TK_TILE_ZERO(0);
+            TK_TILE_LOAD(2, a + (size_t)b * AB + 2, (long)arb);
+            TK_TILE_LOAD(4, Bb + 512 * kb, 64);
+            TK_TILE_DPBSSD(0, 2, 4);
+            TK_TILE_STORE(0, C[0], 64);
         }
         scale_acc(M, C[0], _mm512_load_ps(dwb + 16 * kb), da + kb * TC_BUF, acc);
     }
@@ -322,7 +319,7 @@ AI void gemm_amx(const int T, const stream_fn *sf, const buf_fn *bf, const void 
     if (r0 >= r1 || n_tok <= 0) return;
     const uint8_t *W = w, *A = act;
     const int64_t nb = n / 32;
-    tilecfg cfg;
+    tk_amx_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     const int mp = n_tok < 16 ? n_tok : 16, mt = n_tok > 16 ? n_tok % 16 : 0;
@@ -336,7 +333,7 @@ AI void gemm_amx(const int T, const stream_fn *sf, const buf_fn *bf, const void 
         cfg.colsb[7] = 32, cfg.rows[7] = (uint8_t)mt;
     }
     const int tiles = n_tok > m_vnni(T);
-    if (tiles) _tile_loadconfig(&cfg);
+    if (tiles) tk_amx_load_config(&cfg);
     if (n_tok <= 16) {
         alignas(64) float da[KC_STREAM * 16];
         alignas(64) int32_t corr[KC_STREAM * 16];
@@ -378,7 +375,7 @@ AI void gemm_amx(const int T, const stream_fn *sf, const buf_fn *bf, const void 
             }
         }
     }
-    if (tiles) _tile_release();
+    if (tiles) tk_amx_release();
 }
 
 /* ================= instantiation ================= */
