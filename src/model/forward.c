@@ -21,9 +21,9 @@ _Static_assert(ATTN_SPLIT % TK_ATTN_CHUNK == 0, "segments are whole chunks");
 /* The attention kernel level: the matmuls' level, except that AMX is opt-in
  * (TK_ATTN_ISA=amx): its F16 kernel prefills faster (4K context: +15 %,
  * 16K: +40 %) but decodes slower (4K: -10 %, 16K: -9 %) than the AVX-512
- * one, docs/benchmarks.md.  TK_ATTN_ISA may also name a lower level. */
-static tk_isa attn_level(void) {
-    const tk_isa isa = tk_cpu_isa();
+ * one, docs/benchmarks.md.  TK_ATTN_ISA may also name a lower level.  isa:
+ * the matmuls' level. */
+static tk_isa attn_level(tk_isa isa) {
     if (getenv("TK_ATTN_ISA")) return tk_cpu_isa_env("TK_ATTN_ISA", isa);
     return isa == TK_ISA_AMX ? TK_ISA_AVX512 : isa;
 }
@@ -65,7 +65,8 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
     size_t longest = (size_t)hp->dim;
     if ((size_t)hp->ffn_dim > longest) longest = hp->ffn_dim;
     if (q_dim > longest) longest = q_dim;
-    if (tk_matmul_ws_init(&ws->mm, tk_cpu_isa(), reference, max_tokens, (int64_t)longest, n_threads, err)) {
+    const tk_isa isa = tk_cpu_isa();
+    if (tk_matmul_ws_init(&ws->mm, isa, reference, max_tokens, (int64_t)longest, n_threads, err)) {
         tk_forward_ws_free(ws);
         return -1;
     }
@@ -74,7 +75,7 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
      * every segment of a full-context tile of each KV head. */
     ws->att_group = hp->n_heads / hp->n_kv_heads;
     ws->att_hd = hp->head_dim;
-    ws->att_isa = reference ? TK_ISA_SCALAR : tk_attn_isa(attn_level(), hp->head_dim);
+    ws->att_isa = reference ? TK_ISA_SCALAR : tk_attn_isa(attn_level(isa), hp->head_dim);
     ws->att_tile_tokens = ATTN_TILE_ROWS / ws->att_group > 1 ? ATTN_TILE_ROWS / ws->att_group : 1;
     if (ws->att_tile_tokens > max_tokens) ws->att_tile_tokens = max_tokens;
     size_t tile_rows = (size_t)ws->att_tile_tokens * ws->att_group, state = tile_rows * (hp->head_dim + 2);
