@@ -2,6 +2,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "../formats/dtype.h"
 
@@ -46,6 +49,25 @@ void tk_kv_load(const tk_kv_pool *p, const unsigned char *rows, int n, float *ou
     }
 }
 
+/* The K and V pools on transparent huge pages where the OS offers them
+ * (Linux "madvise" mode): a long-context decode reads, per block, one run of
+ * block_size rows of one (layer, head) and then jumps a whole block ahead,
+ * so with 4 KB pages nearly every run costs a TLB miss (and, in a VM, a
+ * nested page walk). */
+static void *pool_alloc(size_t bytes) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    const size_t huge = (size_t)2 << 20;
+    if (bytes >= huge) {
+        void *p = NULL;
+        const size_t rounded = (bytes + huge - 1) / huge * huge;
+        if (posix_memalign(&p, huge, rounded)) return NULL;
+        (void)madvise(p, rounded, MADV_HUGEPAGE); /* a hint: 4 KB pages if refused */
+        return p;
+    }
+#endif
+    return malloc(bytes);
+}
+
 int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks,
                     tk_kv_type type, bool prefix_cache, tk_err *err) {
     memset(p, 0, sizeof *p);
@@ -66,8 +88,8 @@ int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, i
     uint32_t buckets = 1;
     while (buckets < (uint32_t)n_blocks) buckets <<= 1;
     p->bucket_mask = buckets - 1;
-    p->k = malloc(total);
-    p->v = malloc(total);
+    p->k = pool_alloc(total);
+    p->v = pool_alloc(total);
     p->refcount = calloc((size_t)n_blocks, sizeof(int));
     p->free_list = malloc((size_t)n_blocks * sizeof(int));
     p->hash = calloc((size_t)n_blocks, sizeof(uint64_t));
