@@ -1,7 +1,9 @@
 /* The batched, paged forward pass: several sequences decoded together in
  * mixed batches (one prefilling while others decode) give the same logits
  * as each decoded alone; results do not depend on the thread count or the
- * KV block size. */
+ * KV block size.  Past 512 positions, a decoded token's attention is cut
+ * into segments spread over the threads (flash-decoding) and folded in
+ * order: the same logits as the same positions computed in a prefill. */
 #include <math.h>
 
 #include <tokamak.h>
@@ -99,6 +101,49 @@ static int run_together(const char *model, float *out[N_SEQ], int nv) {
     return rc;
 }
 
+/* LONG_PROMPT forced tokens, then LONG_STEPS more: all in one prefill
+ * (logits of the last LONG_STEPS positions), or prefilled and then decoded
+ * one by one with `threads` threads. */
+#define LONG_PROMPT 1100
+#define LONG_STEPS 4
+static int run_long(const char *model, int threads, bool decode, float *out, int nv) {
+    tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = 1200, .max_seqs = 1};
+    tk_engine *e;
+    tk_err err;
+    if (tk_engine_open(&cfg, &e, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    int seq = tk_engine_seq_new(e, &err), n = LONG_PROMPT + LONG_STEPS, rc = 0;
+    int32_t *tok = malloc(sizeof(int32_t) * n), *pos = malloc(sizeof(int32_t) * n), *sq = malloc(sizeof(int32_t) * n);
+    uint8_t *fl = malloc((size_t)n);
+    for (int i = 0; i < n; i++) {
+        tok[i] = (i * 131 + 7) % 500 + 3;
+        pos[i] = i;
+        sq[i] = seq;
+        fl[i] = !decode && i >= LONG_PROMPT;
+    }
+    /* the prefill in batches of at most 256 tokens */
+    int end = decode ? LONG_PROMPT : n;
+    float *o = out;
+    for (int a = 0; a < end && rc == 0; a += 256) {
+        int k = end - a < 256 ? end - a : 256, wants = 0;
+        for (int i = a; i < a + k; i++) wants += fl[i];
+        tk_batch b = {k, tok + a, pos + a, sq + a, fl + a};
+        rc = tk_engine_decode(e, &b, o, &err);
+        o += (size_t)wants * nv;
+    }
+    for (int i = LONG_PROMPT; decode && i < n && rc == 0; i++) {
+        uint8_t f = 1;
+        tk_batch one = {1, tok + i, pos + i, sq + i, &f};
+        rc = tk_engine_decode(e, &one, out + (size_t)(i - LONG_PROMPT) * nv, &err);
+    }
+    if (rc) fprintf(stderr, "%s\n", err.msg);
+    free(tok), free(pos), free(sq), free(fl);
+    tk_engine_close(e);
+    return rc;
+}
+
 static double max_diff(const float *a, const float *b, size_t n) {
     double m = 0;
     for (size_t i = 0; i < n; i++) m = fmax(m, fabs((double)a[i] - b[i]));
@@ -131,6 +176,20 @@ int main(void) {
          * rounding only (logits here span about 20). */
         d = max_diff(alone[s], alone_b16[s], rows);
         CHECK(d < 1e-4, "sequence %d: block 4 vs block 16 differ by %g", s, d);
+    }
+
+    /* Long context: decode (segments split over 1, 2, 3 threads) = prefill */
+    {
+        size_t n = (size_t)LONG_STEPS * nv;
+        float *pre = calloc(n, sizeof(float)), *dec = calloc(n, sizeof(float));
+        CHECK(run_long(model, 2, false, pre, nv) == 0, "long prefill");
+        for (int threads = 1; threads <= 3; threads++) {
+            CHECK(run_long(model, threads, true, dec, nv) == 0, "long decode, %d threads", threads);
+            double d = max_diff(pre, dec, n);
+            CHECK(d == 0, "position %d+: decoded with %d threads vs prefilled differ by %g", LONG_PROMPT, threads, d);
+        }
+        free(pre);
+        free(dec);
     }
 
     /* The pool is never exceeded: a batch needing more blocks than exist

@@ -253,6 +253,9 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     tile_bounds(tile, seg_lo, seg_hi, &tlo, &thi);
     if (tlo >= thi) return 0;
     if (q8) quant_q(tile, hd, n_rows, qw, dq, qbias);
+    /* the last chunk prefetches the first one of the next segment (what the
+     * caller usually folds next), if the tile sees that far */
+    const int next_hi = tile_reach(tile, thi);
     const bool convert_v = kv->type != TK_KV_F32 && n_rows > RB;
     rowp krow[CH], vrow[CH];
     pf_cursor pf;
@@ -265,7 +268,7 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
         chunk_rows(kv, s, layer, kv_head, c0, da, db, krow, vrow);
         /* the next chunk's K/V lines, a few at a time: a burst of more
          * prefetches than the core has fill buffers stalls it */
-        pf_init(&pf, kv, s, layer, kv_head, db, db + CH < thi ? db + CH : thi);
+        pf_init(&pf, kv, s, layer, kv_head, db, db + CH < next_hi ? db + CH : next_hi);
         pf_step(&pf, 8);
         if (q8) build_kt8(hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt8, dk);
         else build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt);

@@ -145,6 +145,15 @@ static void tile_bounds(const tk_attn_tile *tile, int seg_lo, int seg_hi, int *t
     *thi = b0;
 }
 
+/* How far the chunk prefetches may reach for a call whose part of the tile
+ * ends at thi: the tile's largest hi (positions below it hold K/V). */
+static inline int tile_reach(const tk_attn_tile *tile, int thi) {
+    int reach = thi;
+    for (int t = 0; t < tile->n_tok; t++)
+        if (tile->hi[t] > reach) reach = tile->hi[t];
+    return reach;
+}
+
 /* Row `row` (token row / group) of the tile in the chunk at c0: the lanes
  * [*ra, *rb) it sees (empty when *ra >= *rb). */
 AI void row_lanes(const tk_attn_tile *tile, int row, int seg_lo, int seg_hi, int c0, int *ra, int *rb) {

@@ -129,11 +129,12 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
  * ATTN_SPLIT (absolute positions) into segments; a token's result is the
  * in-order fold of its segments' partial states, whether one task folds
  * them all (the usual case) or, when there are too few tiles to keep every
- * thread busy (decoding one long sequence), each segment is a task of its
- * own and a merge task folds them (flash-decoding).  Neither the segments
- * nor the fold order depend on the thread count, the tile or the batch, and
- * the kernels compute each row independently of its tile, so results do not
- * either. */
+ * thread busy (decoding one long sequence), tasks of consecutive segments
+ * keep each segment's state and a merge task folds them (flash-decoding;
+ * a task's segments are consecutive so that each kernel call's prefetch of
+ * the next segment is used).  Neither the segments nor the fold order
+ * depend on the thread count, the tile or the batch, and the kernels
+ * compute each row independently of its tile, so results do not either. */
 
 typedef struct attn_job {
     const tk_model *m;
@@ -159,14 +160,24 @@ static void attn_task(void *ctx, int task, int thread) {
     const tk_hparams *hp = &j->m->hp;
     const tk_attn_task *at = &ws->att_tasks[task];
     const int group = ws->att_group, hd = ws->att_hd, rows = at->n_tok * group;
+    const size_t state = (size_t)rows * (hd + 2);
     float *scratch = ws->att_scratch + (size_t)thread * ws->att_scratch_stride;
-    float *state = at->part >= 0 ? ws->att_parts + at->part : scratch + ws->att_kernel_floats;
-    float *tmp = scratch + ws->att_kernel_floats + (size_t)rows * (hd + 2);
-    float *acc = state, *mx = acc + (size_t)rows * hd, *sum = mx + rows;
-    float *acc2 = tmp, *mx2 = acc2 + (size_t)rows * hd, *sum2 = mx2 + rows;
     tk_attn_tile tile = {ws->q + ((size_t)at->t0 * hp->n_heads + (size_t)at->kv_head * group) * hd,
                          (size_t)hp->n_heads * hd, at->n_tok, group, ws->att_lo + at->t0, ws->att_hi + at->t0};
     const tk_kv_seq *seq = j->seqs[j->batch->seq[at->t0]];
+    if (at->part >= 0) {
+        /* each segment's own state, for the merge task */
+        for (int sg = at->seg_a; sg < at->seg_b; sg++) {
+            float *acc = ws->att_parts + at->part + (size_t)(sg - at->seg_a) * state;
+            float *mx = acc + (size_t)rows * hd, *sum = mx + rows;
+            tk_attn_init(rows, hd, acc, mx, sum);
+            tk_attn_tile_range((tk_isa)ws->att_isa, j->kv, seq, j->layer, at->kv_head, &tile, j->m->attn_scale,
+                               sg * ATTN_SPLIT, (sg + 1) * ATTN_SPLIT, acc, mx, sum, scratch);
+        }
+        return;
+    }
+    float *acc = scratch + ws->att_kernel_floats, *mx = acc + (size_t)rows * hd, *sum = mx + rows;
+    float *acc2 = acc + state, *mx2 = acc2 + (size_t)rows * hd, *sum2 = mx2 + rows;
     tk_attn_init(rows, hd, acc, mx, sum);
     for (int sg = at->seg_a; sg < at->seg_b; sg++) {
         int lo = sg * ATTN_SPLIT, hi = lo + ATTN_SPLIT;
@@ -181,7 +192,7 @@ static void attn_task(void *ctx, int task, int thread) {
             tk_attn_merge(rows, hd, acc, mx, sum, acc2, mx2, sum2);
         }
     }
-    if (at->part < 0) attn_output(j, at, state);
+    attn_output(j, at, acc);
 }
 
 /* Folds the segments of one split (tile, KV head) in order; writes the output. */
@@ -189,12 +200,13 @@ static void attn_merge_task(void *ctx, int task, int thread) {
     (void)thread;
     const attn_job *j = ctx;
     tk_forward_ws *ws = j->ws;
-    const int first = ws->att_merge[2 * task], end = ws->att_merge[2 * task + 1];
-    const tk_attn_task *at = &ws->att_tasks[first];
+    const tk_attn_task *at = &ws->att_tasks[ws->att_merge[2 * task]];
+    const int n_seg = ws->att_merge[2 * task + 1];
     const int hd = ws->att_hd, rows = at->n_tok * ws->att_group;
+    const size_t state = (size_t)rows * (hd + 2);
     float *acc = ws->att_parts + at->part, *mx = acc + (size_t)rows * hd, *sum = mx + rows;
-    for (int p = first + 1; p < end; p++) {
-        const float *b = ws->att_parts + ws->att_tasks[p].part;
+    for (int k = 1; k < n_seg; k++) {
+        const float *b = acc + (size_t)k * state;
         tk_attn_merge(rows, hd, acc, mx, sum, b, b + (size_t)rows * hd, b + (size_t)rows * hd + rows);
     }
     attn_output(j, at, acc);
@@ -216,9 +228,11 @@ static void attention(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *const 
         n_tiles++;
         t = e;
     }
-    /* Split tiles into per-segment tasks only when there are too few tiles
-     * for the threads (results are the same either way). */
-    bool split = n_tiles * n_kv < 4 * tk_pool_size(pool);
+    /* Split tiles into tasks of consecutive segments only when there are
+     * too few tiles for the threads (results are the same either way):
+     * about 4 tasks per thread. */
+    const int want_tasks = 4 * tk_pool_size(pool);
+    bool split = n_tiles * n_kv < want_tasks;
     int n_tasks = 0, n_merge = 0;
     size_t parts_used = 0;
     for (int t = 0; t < T;) {
@@ -231,16 +245,20 @@ static void attention(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *const 
         }
         int seg_a = lo / ATTN_SPLIT, seg_b = (hi - 1) / ATTN_SPLIT + 1, n_seg = seg_b - seg_a;
         size_t state = (size_t)(e - t) * ws->att_group * (ws->att_hd + 2);
+        int groups = (want_tasks + n_tiles * n_kv - 1) / (n_tiles * n_kv);
+        if (groups > n_seg) groups = n_seg;
+        const int per = groups > 0 ? (n_seg + groups - 1) / groups : n_seg;
         for (int h = 0; h < n_kv; h++) {
             bool sp = split && n_seg > 1 && parts_used + n_seg * state <= ws->att_parts_cap &&
                       n_tasks + n_seg + (T - t) * n_kv <= ws->att_tasks_cap;
             if (sp) {
                 ws->att_merge[2 * n_merge] = n_tasks;
-                for (int sg = seg_a; sg < seg_b; sg++) {
-                    ws->att_tasks[n_tasks++] = (tk_attn_task){t, e - t, h, sg, sg + 1, (long)parts_used};
-                    parts_used += state;
+                ws->att_merge[2 * n_merge++ + 1] = n_seg;
+                for (int sg = seg_a; sg < seg_b; sg += per) {
+                    int sg_end = sg + per < seg_b ? sg + per : seg_b;
+                    ws->att_tasks[n_tasks++] = (tk_attn_task){t, e - t, h, sg, sg_end, (long)parts_used};
+                    parts_used += (size_t)(sg_end - sg) * state;
                 }
-                ws->att_merge[2 * n_merge++ + 1] = n_tasks;
             } else {
                 ws->att_tasks[n_tasks++] = (tk_attn_task){t, e - t, h, seg_a, seg_b, -1};
             }

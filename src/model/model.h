@@ -70,8 +70,9 @@ enum {
 /* One attention task: a tile of n_tok consecutive batch tokens (one
  * sequence) against one KV head, over the segments [seg_a, seg_b) of
  * ATTN_SPLIT positions; part < 0: the task covers every segment of its tile
- * and writes the output itself, else its partial state is at att_parts +
- * part and a merge task folds it with the tile's other segments. */
+ * and writes the output itself, else it writes each segment's partial state
+ * on its own, segment seg_a's at att_parts + part and the next ones after
+ * it, and a merge task folds the tile's segments in order. */
 typedef struct tk_attn_task {
     int t0, n_tok, kv_head, seg_a, seg_b;
     long part;
