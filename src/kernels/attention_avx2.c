@@ -39,6 +39,16 @@ static inline vf vload_i8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
 }
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+/* The f16 at rows[i] + off, i < 8, as floats (two 4-lane gathers by
+ * address; each reads 4 bytes, inside the row). */
+static inline vf vload_scales(const unsigned char *const *rows, size_t off) {
+    const __m256i o = _mm256_set1_epi64x((long long)off);
+    const __m256i a = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(const void *)rows), o);
+    const __m256i b = _mm256_add_epi64(_mm256_loadu_si256((const __m256i *)(const void *)(rows + 4)), o);
+    const __m128i m = _mm_set1_epi32(0xffff);
+    const __m128i ga = _mm256_i64gather_epi32((const int *)0, a, 1), gb = _mm256_i64gather_epi32((const int *)0, b, 1);
+    return _mm256_cvtph_ps(_mm_packus_epi32(_mm_and_si128(ga, m), _mm_and_si128(gb, m)));
+}
 static inline float vhmax(vf v) {
     __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     a = _mm_max_ps(a, _mm_movehl_ps(a, a));

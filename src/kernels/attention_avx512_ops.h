@@ -31,6 +31,15 @@ static inline vf vload_i8(const int8_t *p) {
     return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)));
 }
 static inline float h2f(uint16_t h) { return _cvtsh_ss(h); }
+/* The f16 at rows[i] + off, i < 16, as floats (two 8-lane gathers by
+ * address; each reads 4 bytes, inside the row). */
+static inline vf vload_scales(const unsigned char *const *rows, size_t off) {
+    const __m512i o = _mm512_set1_epi64((long long)off);
+    const __m512i a = _mm512_add_epi64(_mm512_loadu_si512((const void *)rows), o);
+    const __m512i b = _mm512_add_epi64(_mm512_loadu_si512((const void *)(rows + 8)), o);
+    const __m256i ga = _mm512_i64gather_epi32(a, (const void *)0, 1), gb = _mm512_i64gather_epi32(b, (const void *)0, 1);
+    return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(ga), gb, 1)));
+}
 static inline float vhmax(vf v) {
     __m256 a = _mm256_max_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
     __m128 b = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));

@@ -70,10 +70,7 @@ static void build_kt8(int hd, rowp const *krow, int j0, int j1, int32_t *kt8, fl
                 vi_store(kt8 + (size_t)(u * VL + i) * CH + j * VL, k8_encode((vi)r[i]));
         }
         for (int b = 0; b < nb; b++)
-            for (int i = 0; i < VL; i++) {
-                tk_block_q8_0 const *blk = (const tk_block_q8_0 *)(const void *)krow[j * VL + i] + b;
-                dk[(size_t)b * CH + j * VL + i] = h2f(blk->d);
-            }
+            vstore(dk + (size_t)b * CH + j * VL, vload_scales(krow + j * VL, (size_t)b * sizeof(tk_block_q8_0)));
     }
 }
 
