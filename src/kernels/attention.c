@@ -136,6 +136,8 @@ size_t tk_attn_tile_scratch_floats(int head_dim, int block_size, int max_rows) {
     /* Q8_0: the quantized queries (hd/4 dwords and two words per block per
      * row, rounded up to 64 bytes) */
     simd += (size_t)max_rows * (hd / 4 + 2 * (hd / 32)) + 32;
+    /* Q8_0: the chunk's V scales */
+    simd += (hd / 32) * ch + 16;
     /* AMX (per 16-row block, rows rounded up to 16, at most 1024): Q tiles,
      * scores, P tiles and accumulators; two chunks of K and of V tiles (hi
      * and lo bf16); a row of zeros; rounding to 64 bytes */

@@ -183,9 +183,11 @@ static void qk_rows(int nr, const float *const *qr, const float *kt, int hd, int
 }
 
 /* acc rows (MR rows, NV vectors from head dim d0) = acc * alpha + sum over
- * positions [ia, ib) of p * v, in position order. */
-AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, const float *const *prow, int ia,
-                 int ib, int d0, float *const *arow, const float *alpha) {
+ * positions [ia, ib) of p * v, in position order.  Q8_0: dv holds the
+ * chunk's V scales (dv[block * CH + lane]); a pass stays inside one block,
+ * so a row's scale is loaded once per pass, already a float. */
+AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, const float *dv,
+                 const float *const *prow, int ia, int ib, int d0, float *const *arow, const float *alpha) {
     vf acc[PV_MR][PV_NV];
     _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
         vf a = vset1(alpha[m]);
@@ -193,7 +195,13 @@ AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, 
     }
     for (int i = ia; i < ib; i++) {
         vf v[PV_NV];
-        _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = load_row(vrow[i], type, d0 + n * VL);
+        if (type == TK_KV_Q8_0) {
+            const vf sc = vset1(dv[(size_t)(d0 / 32) * CH + i]);
+            const int8_t *qs = ((const tk_block_q8_0 *)(const void *)vrow[i])[d0 / 32].qs + d0 % 32;
+            _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = vmul(vload_i8(qs + n * VL), sc);
+        } else {
+            _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = load_row(vrow[i], type, d0 + n * VL);
+        }
         _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
             vf pb = vset1(prow[m][i]);
             _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) acc[m][n] = vfma(pb, v[n], acc[m][n]);
@@ -203,29 +211,30 @@ AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, 
         _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) vstore(arow[m] + d0 + n * VL, acc[m][n]);
 }
 
-AI void pv_rows_t(tk_kv_type type, int nr, rowp const *vrow, const float *const *prow, int ia, int ib, int hd,
-                  float *const *arow, const float *alpha) {
+AI void pv_rows_t(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow, int ia,
+                  int ib, int hd, float *const *arow, const float *alpha) {
+    _Static_assert(32 % (PV_NV * VL) == 0, "a P·V pass stays inside one Q8_0 block");
     int m = 0;
     for (; m + PV_MR <= nr; m += PV_MR) {
         int d0 = 0;
         for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL)
-            pv_block(PV_MR, PV_NV, type, vrow, prow + m, ia, ib, d0, arow + m, alpha + m);
-        for (; d0 < hd; d0 += VL) pv_block(PV_MR, 1, type, vrow, prow + m, ia, ib, d0, arow + m, alpha + m);
+            pv_block(PV_MR, PV_NV, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
+        for (; d0 < hd; d0 += VL) pv_block(PV_MR, 1, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
     }
     for (; m < nr; m++) {
         int d0 = 0;
         for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL)
-            pv_block(1, PV_NV, type, vrow, prow + m, ia, ib, d0, arow + m, alpha + m);
-        for (; d0 < hd; d0 += VL) pv_block(1, 1, type, vrow, prow + m, ia, ib, d0, arow + m, alpha + m);
+            pv_block(1, PV_NV, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
+        for (; d0 < hd; d0 += VL) pv_block(1, 1, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
     }
 }
 
-static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *const *prow, int ia, int ib, int hd,
-                    float *const *arow, const float *alpha) {
+static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow, int ia,
+                    int ib, int hd, float *const *arow, const float *alpha) {
     switch (type) {
-    case TK_KV_F32: pv_rows_t(TK_KV_F32, nr, vrow, prow, ia, ib, hd, arow, alpha); break;
-    case TK_KV_F16: pv_rows_t(TK_KV_F16, nr, vrow, prow, ia, ib, hd, arow, alpha); break;
-    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, nr, vrow, prow, ia, ib, hd, arow, alpha); break;
+    case TK_KV_F32: pv_rows_t(TK_KV_F32, nr, vrow, dv, prow, ia, ib, hd, arow, alpha); break;
+    case TK_KV_F16: pv_rows_t(TK_KV_F16, nr, vrow, dv, prow, ia, ib, hd, arow, alpha); break;
+    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, nr, vrow, dv, prow, ia, ib, hd, arow, alpha); break;
     }
 }
 
@@ -242,9 +251,11 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     const int nb = hd / 32;
     int32_t *kt8 = (int32_t *)(void *)kt, *qw = (int32_t *)(void *)align16f(zero_row + hd), *qbias = NULL;
     float *dk = align16f(kt + (size_t)(hd / 4) * CH), *dq = NULL;
+    float *dvs = NULL; /* Q8_0: the chunk's V scales, [block][lane] */
     if (q8) {
         dq = align16f((float *)(void *)(qw + (size_t)n_rows * (hd / 4)));
         qbias = (int32_t *)(void *)(dq + (size_t)n_rows * nb);
+        dvs = align16f((float *)(void *)(qbias + (size_t)n_rows * nb));
     }
     int tlo, thi;
     tile_bounds(tile, seg_lo, seg_hi, &tlo, &thi);
@@ -261,7 +272,7 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
     float *srow[RB], *arow[RB];
     for (int c0 = tlo / CH * CH; c0 < thi; c0 += CH) {
         const int da = c0 > tlo ? c0 : tlo, db = c0 + CH < thi ? c0 + CH : thi;
-        for (int i = 0; i < CH; i++) krow[i] = (rowp)(const void *)zero_row;
+        for (int i = 0; i < CH; i++) krow[i] = vrow[i] = (rowp)(const void *)zero_row;
         chunk_rows(kv, s, layer, kv_head, c0, da, db, krow, vrow);
         /* the next chunk's K/V lines, a few at a time: a burst of more
          * prefetches than the core has fill buffers stalls it */
@@ -271,16 +282,19 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
         else build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt);
         pf_step(&pf, 8);
         tk_kv_type vtype = kv->type;
+        if (q8)
+            for (int j = (da - c0) / VL; j * VL < db - c0; j++)
+                for (int b = 0; b < nb; b++)
+                    vstore(dvs + (size_t)b * CH + j * VL, vload_scales(vrow + j * VL, (size_t)b * sizeof(tk_block_q8_0)));
         if (convert_v) {
             for (int i = da - c0; i < db - c0; i++) {
                 float *dst = vconv + (size_t)i * hd;
-                switch (vtype) {
-                case TK_KV_F16:
+                if (q8) {
+                    const tk_block_q8_0 *blk = (const tk_block_q8_0 *)(const void *)vrow[i];
+                    for (int d0 = 0; d0 < hd; d0 += VL)
+                        vstore(dst + d0, vmul(vload_i8(blk[d0 / 32].qs + d0 % 32), vset1(dvs[(size_t)(d0 / 32) * CH + i])));
+                } else {
                     for (int d0 = 0; d0 < hd; d0 += VL) vstore(dst + d0, load_row(vrow[i], TK_KV_F16, d0));
-                    break;
-                default:
-                    for (int d0 = 0; d0 < hd; d0 += VL) vstore(dst + d0, load_row(vrow[i], TK_KV_Q8_0, d0));
-                    break;
                 }
                 vrow[i] = (rowp)(const void *)dst;
             }
@@ -313,7 +327,7 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
                 softmax_row(srow[m], va, vb, ra[m], rb[m], &mx[r0 + m], &sum[r0 + m], &alpha[m]);
                 pf_step(&pf, 4);
             }
-            pv_rows(vtype, nr, vrow, (const float *const *)srow, ua, ub, hd, arow, alpha);
+            pv_rows(vtype, nr, vrow, dvs, (const float *const *)srow, ua, ub, hd, arow, alpha);
         }
         pf_step(&pf, INT_MAX);
     }
