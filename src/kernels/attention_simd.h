@@ -53,7 +53,7 @@ static void build_kt(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, 
     switch (type) {
     case TK_KV_F32: build_kt_t(TK_KV_F32, hd, krow, j0, j1, kt); break;
     case TK_KV_F16: build_kt_t(TK_KV_F16, hd, krow, j0, j1, kt); break;
-    case TK_KV_Q8_0: build_kt_t(TK_KV_Q8_0, hd, krow, j0, j1, kt); break;
+    case TK_KV_Q8_0: break; /* integer scores: build_kt8 */
     }
 }
 
@@ -197,8 +197,7 @@ AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, 
         vf v[PV_NV];
         if (type == TK_KV_Q8_0) {
             const vf sc = vset1(dv[(size_t)(d0 / 32) * CH + i]);
-            const int8_t *qs = ((const tk_block_q8_0 *)(const void *)vrow[i])[d0 / 32].qs + d0 % 32;
-            _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = vmul(vload_i8(qs + n * VL), sc);
+            _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = load_q8(vrow[i], d0 + n * VL, sc);
         } else {
             _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = load_row(vrow[i], type, d0 + n * VL);
         }
@@ -290,9 +289,8 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
             for (int i = da - c0; i < db - c0; i++) {
                 float *dst = vconv + (size_t)i * hd;
                 if (q8) {
-                    const tk_block_q8_0 *blk = (const tk_block_q8_0 *)(const void *)vrow[i];
                     for (int d0 = 0; d0 < hd; d0 += VL)
-                        vstore(dst + d0, vmul(vload_i8(blk[d0 / 32].qs + d0 % 32), vset1(dvs[(size_t)(d0 / 32) * CH + i])));
+                        vstore(dst + d0, load_q8(vrow[i], d0, vset1(dvs[(size_t)(d0 / 32) * CH + i])));
                 } else {
                     for (int d0 = 0; d0 < hd; d0 += VL) vstore(dst + d0, load_row(vrow[i], TK_KV_F16, d0));
                 }

@@ -6,7 +6,7 @@
  *   VL                      floats per vector; vf the vector type
  *   vzero vset1 vload vstore vfma vmul vadd vsub vmax vmin vround
  *   vload_f16(const uint16_t *)  VL halves -> floats
- *   vload_i8(const int8_t *)     VL int8 -> floats
+ *   vload_i8(const int8_t *)     VL int8 -> floats (Q8_0 rows, load_q8)
  *   h2f(uint16_t)                one half -> float
  *   vhmax vhsum                  horizontal max / sum (a fixed order)
  *   vmask(s, la, lb)             lanes outside [la, lb) -> -inf
@@ -32,11 +32,17 @@
 
 typedef const unsigned char *rowp;
 
+/* Dims [d0, d0 + VL) of an F32 or F16 row as floats (Q8_0 rows: load_q8,
+ * with the scale the kernel gathered for the chunk). */
 AI vf load_row(rowp row, tk_kv_type type, int d0) {
     if (type == TK_KV_F32) return vload((const float *)(const void *)row + d0);
-    if (type == TK_KV_F16) return vload_f16((const uint16_t *)(const void *)row + d0);
-    const tk_block_q8_0 *b = (const tk_block_q8_0 *)(const void *)row + d0 / 32;
-    return vmul(vload_i8(b->qs + d0 % 32), vset1(h2f(b->d)));
+    return vload_f16((const uint16_t *)(const void *)row + d0);
+}
+
+/* Dims [d0, d0 + VL) of a Q8_0 row (inside one block) as int8 * sc, sc the
+ * block's scale as a float. */
+AI vf load_q8(rowp row, int d0, vf sc) {
+    return vmul(vload_i8(((const tk_block_q8_0 *)(const void *)row)[d0 / 32].qs + d0 % 32), sc);
 }
 
 /* exp(x) for x <= 88: Cody-Waite reduction to r in [-ln2/2, ln2/2], a
