@@ -41,7 +41,8 @@ static int cmp_double(const void *a, const void *b) {
 
 /* The engine-like decode (see the header). */
 static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
-    const int n_kv = 4, group = 8, hd = 64, block = 16;
+    const int n_kv = 4, group = 8, hd = 64;
+    const int block = getenv("TK_BENCH_BLOCK") ? atoi(getenv("TK_BENCH_BLOCK")) : 64;
     const int split = getenv("TK_BENCH_SPLIT") ? atoi(getenv("TK_BENCH_SPLIT")) : 512;
     const size_t flush_mb = getenv("TK_BENCH_FLUSH_MB") ? (size_t)atol(getenv("TK_BENCH_FLUSH_MB")) : 600;
     int reps = getenv("TK_BENCH_REPS") ? atoi(getenv("TK_BENCH_REPS")) : 15;
@@ -158,7 +159,9 @@ static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
 int main(int argc, char **argv) {
     int ctx = argc > 1 ? atoi(argv[1]) : 4096;
     int type = argc > 2 ? tk_kv_type_from_name(argv[2]) : TK_KV_F32;
-    const int n_kv = 4, group = 8, hd = 64, block = 16, tile_tok = 8, n_pre = ctx < 512 ? ctx : 512;
+    const int n_kv = 4, group = 8, hd = 64, n_pre = ctx < 512 ? ctx : 512;
+    const int block = getenv("TK_BENCH_BLOCK") ? atoi(getenv("TK_BENCH_BLOCK")) : 64;
+    const int tile_tok = getenv("TK_BENCH_TILE") ? atoi(getenv("TK_BENCH_TILE")) : 8;
     if (ctx < 1 || type < 0) {
         fprintf(stderr, "usage: bench_attn [context] [f32|f16|q8_0]\n");
         return 1;

@@ -132,6 +132,7 @@ static void usage(FILE *f) {
                "  --context-threads N  also time the decode at each context with only N threads\n"
                "                   (after the same prefill; shows what split-KV attention gains)\n"
                "  --kv-type T      KV cache storage: f16 (default), f32, q8_0\n"
+               "  --block-size N   tokens per KV block (default 64)\n"
                "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,rope-q,residual\n"
                "  --verify-cost    time a pass over k + 1 tokens relative to one token, k = 1..8 (at\n"
                "                   context -p), and nothing else\n"
@@ -149,6 +150,7 @@ int tk_cmd_bench(int argc, char **argv) {
     const char *model = NULL;
     tk_spec_args spec = {0};
     int pp = 128, tg = -1, reps = 0, threads = 0, batch = 0, ctx_threads = 0; /* tg, reps < defaults: not given */
+    int block_size = 0;
     bool json = false, bandwidth = true, verify_cost = false;
     tk_bench_spec_opts so = {.prompt_chars = 600, .n_prompts = 4, .seed = 1};
     const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
@@ -171,6 +173,7 @@ int tk_cmd_bench(int argc, char **argv) {
         TK_OPT_S("--context", &contexts),
         TK_OPT_I("--context-threads", &ctx_threads, 1, 4096),
         TK_OPT_S("--kv-type", &kv_type),
+        TK_OPT_I("--block-size", &block_size, 1, 4096),
         TK_OPT_S("--fuse", &fusions),
     };
     const tk_cli cli = {.cmd = "bench", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
@@ -225,7 +228,8 @@ int tk_cmd_bench(int argc, char **argv) {
     int max_seqs = batch > 1 ? batch : 1;
     tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
                             .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
-                            .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions};
+                            .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions,
+                            .kv_block_size = block_size};
     if (n_ctx_list && cfg.max_batch_tokens < 512) cfg.max_batch_tokens = 512; /* context prefill in chunks */
     if (cfg.max_batch_tokens < 1) cfg.max_batch_tokens = 1;
     tk_engine *e;
