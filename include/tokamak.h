@@ -41,7 +41,7 @@ typedef struct tk_engine_config {
     int ctx_len;                /* max tokens per sequence; 0: the model's, at most 4096 */
     int max_seqs;               /* sequences that can be live at once; 0: 1 */
     int max_batch_tokens;       /* tokens per forward pass; 0: 512 */
-    int kv_block_size;          /* tokens per KV block; 0: 16 */
+    int kv_block_size;          /* tokens per KV block; 0: 64 */
     bool require_tokenizer;     /* fail if no tokenizer can be loaded */
     size_t kv_memory;           /* KV pool bytes; 0: enough for max_seqs full contexts */
     const char *kv_type;        /* "f16" (default), "f32" or "q8_0" */

@@ -52,7 +52,7 @@ static void usage(FILE *f) {
             "  --max-seqs N             sequences decoded together (default 16)\n"
             "  --max-batch-tokens N     tokens per forward pass (default 128, at least --max-seqs)\n"
             "  --kv-memory SIZE         KV cache pool, e.g. 512M, 2G (default: max-seqs full contexts)\n"
-            "  --block-size N           tokens per KV block (default 16)\n"
+            "  --block-size N           tokens per KV block (default 64)\n"
             "  --kv-type TYPE           KV cache element type: f16 (default), f32, q8_0\n"
             "  --no-prefix-cache        disable automatic prefix caching\n"
             "  --no-window-release      keep KV blocks that left the sliding window (models whose layers all\n"

@@ -595,7 +595,9 @@ def test_preemption_tiny_kv(tokamak_bin, model_dir, client):
     prompts = PROMPTS[:6]
     alone = [complete(client, p, max_tokens=48, extra_body={"ignore_eos": True}).choices[0].text
              for p in prompts]
-    s = Server(tokamak_bin, model_dir, "--max-seqs", "8", "--kv-memory", "1200K", "--kv-type", "f32")
+    # 16-token blocks: the pool below is 4-16 of them, less than the 6 requests need at once
+    s = Server(tokamak_bin, model_dir, "--max-seqs", "8", "--kv-memory", "1200K", "--kv-type", "f32",
+               "--block-size", "16")
     try:
         blocks = s.metrics()["tokamak_kv_blocks_total"]
         assert 4 <= blocks <= 16, blocks  # too few for 6 requests x 4 blocks at once
@@ -671,8 +673,8 @@ def test_loadtest_shared_prefix(tokamak_bin, server):
     assert first["prompt_tokens"] >= 200
     assert first["cached_tokens"] == 0, first
     for r in later:
-        # all full KV blocks of the shared prefix (the tails differ)
-        assert r["cached_tokens"] >= first["prompt_tokens"] - 8 - 32, r
+        # all full KV blocks (64 tokens, the default) of the shared prefix (the tails differ)
+        assert r["cached_tokens"] >= first["prompt_tokens"] - 8 - 63, r
     assert out["total_cached_tokens"] == sum(r["cached_tokens"] for r in reqs)
     after = server.wait_idle()
     hits = after["tokamak_prefix_cache_hits_total"] - before["tokamak_prefix_cache_hits_total"]
