@@ -210,14 +210,18 @@ AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, 
         _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) vstore(arow[m] + d0 + n * VL, acc[m][n]);
 }
 
+/* pf: the next chunk's prefetches, a few issued after each pass (spread
+ * over P·V, the longest phase, instead of a burst after it) */
 AI void pv_rows_t(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow, int ia,
-                  int ib, int hd, float *const *arow, const float *alpha) {
+                  int ib, int hd, float *const *arow, const float *alpha, pf_cursor *pf) {
     _Static_assert(32 % (PV_NV * VL) == 0, "a P·V pass stays inside one Q8_0 block");
     int m = 0;
     for (; m + PV_MR <= nr; m += PV_MR) {
         int d0 = 0;
-        for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL)
+        for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL) {
             pv_block(PV_MR, PV_NV, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
+            pf_step(pf, 12);
+        }
         for (; d0 < hd; d0 += VL) pv_block(PV_MR, 1, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
     }
     for (; m < nr; m++) {
@@ -229,11 +233,11 @@ AI void pv_rows_t(tk_kv_type type, int nr, rowp const *vrow, const float *dv, co
 }
 
 static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow, int ia,
-                    int ib, int hd, float *const *arow, const float *alpha) {
+                    int ib, int hd, float *const *arow, const float *alpha, pf_cursor *pf) {
     switch (type) {
-    case TK_KV_F32: pv_rows_t(TK_KV_F32, nr, vrow, dv, prow, ia, ib, hd, arow, alpha); break;
-    case TK_KV_F16: pv_rows_t(TK_KV_F16, nr, vrow, dv, prow, ia, ib, hd, arow, alpha); break;
-    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, nr, vrow, dv, prow, ia, ib, hd, arow, alpha); break;
+    case TK_KV_F32: pv_rows_t(TK_KV_F32, nr, vrow, dv, prow, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_F16: pv_rows_t(TK_KV_F16, nr, vrow, dv, prow, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, nr, vrow, dv, prow, ia, ib, hd, arow, alpha, pf); break;
     }
 }
 
@@ -325,7 +329,7 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
                 softmax_row(srow[m], va, vb, ra[m], rb[m], &mx[r0 + m], &sum[r0 + m], &alpha[m]);
                 pf_step(&pf, 4);
             }
-            pv_rows(vtype, nr, vrow, dvs, (const float *const *)srow, ua, ub, hd, arow, alpha);
+            pv_rows(vtype, nr, vrow, dvs, (const float *const *)srow, ua, ub, hd, arow, alpha, &pf);
         }
         pf_step(&pf, INT_MAX);
     }
