@@ -127,8 +127,9 @@ static void usage(FILE *f) {
                "  -r N   repetitions (median, mean and sd reported; --verify-cost: passes per size, default 41)\n"
                "  -b B   also decode B sequences at once (aggregate tokens/s)\n"
                "  --no-bandwidth   skip the memory bandwidth measurement\n"
-               "  --context N,N,.. attention scaling: prefill N tokens, then decode -n tokens at that\n"
-               "                   context (prefill t/s, decode ms/token), with the peak RSS\n"
+               "  --context N,N,.. attention scaling: prefill N tokens for each context, then decode -n\n"
+               "                   tokens at every context in turns (prefill t/s, median decode\n"
+               "                   ms/token), with the peak RSS after each prefill\n"
                "  --context-threads N  also time the decode at each context with only N threads\n"
                "                   (after the same prefill; shows what split-KV attention gains)\n"
                "  --kv-type T      KV cache storage: f16 (default), f32, q8_0\n"
@@ -226,6 +227,7 @@ int tk_cmd_bench(int argc, char **argv) {
     for (int i = 0; i < n_ctx_list; i++)
         if (ctx_list[i] + tg + 8 > ctx) ctx = ctx_list[i] + tg + 8;
     int max_seqs = batch > 1 ? batch : 1;
+    if (n_ctx_list > max_seqs) max_seqs = n_ctx_list; /* the contexts are decoded in turns */
     tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
                             .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
                             .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions,
@@ -300,34 +302,46 @@ int tk_cmd_bench(int argc, char **argv) {
             for (int s = 0; s < batch; s++) tk_engine_seq_free(e, seqs[s]);
         }
     }
-    /* attention scaling: prefill each context, then decode at it */
+    /* attention scaling: prefill every context (each its own sequence), then
+     * decode them in turns, one token of each per round, so that the
+     * machine's drift (a shared VM's bandwidth moves by minutes) hits every
+     * context alike and the ratios compare like with like */
     double ctx_pp[8] = {0}, ctx_tg_ms[8] = {0}, ctx_tg_alt_ms[8] = {0};
     const int all_threads = ms.n_threads;
     int alt_threads = ctx_threads ? tk_engine_set_threads(e, ctx_threads) : 0;
     tk_engine_set_threads(e, all_threads);
     size_t ctx_rss[8] = {0};
+    int ctx_seq[8];
+    for (int c = 0; c < n_ctx_list; c++) ctx_seq[c] = -1;
     for (int c = 0; c < n_ctx_list && rc == 0; c++) {
-        seq = tk_engine_seq_new(e, &err);
-        double t0 = now_seconds();
-        rc |= feed(e, &fd, seq, tokens, ctx_list[c], 0, logits, &err);
-        ctx_pp[c] = ctx_list[c] / (now_seconds() - t0);
-        int n_dec = tg > 0 ? tg : 16;
-        t0 = now_seconds();
-        for (int i = 0; i < n_dec && rc == 0; i++)
-            rc |= feed(e, &fd, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
-        ctx_tg_ms[c] = 1e3 * (now_seconds() - t0) / n_dec;
-        if (alt_threads) {
-            /* the same positions again (their K/V are rewritten with the same values) */
-            tk_engine_set_threads(e, alt_threads);
-            t0 = now_seconds();
-            for (int i = 0; i < n_dec && rc == 0; i++)
-                rc |= feed(e, &fd, seq, tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
-            ctx_tg_alt_ms[c] = 1e3 * (now_seconds() - t0) / n_dec;
-            tk_engine_set_threads(e, all_threads);
+        ctx_seq[c] = tk_engine_seq_new(e, &err);
+        if (ctx_seq[c] < 0) {
+            rc = 1;
+            break;
         }
+        double t0 = now_seconds();
+        rc |= feed(e, &fd, ctx_seq[c], tokens, ctx_list[c], 0, logits, &err);
+        ctx_pp[c] = ctx_list[c] / (now_seconds() - t0);
         ctx_rss[c] = tk_peak_rss();
-        tk_engine_seq_free(e, seq);
     }
+    const int n_dec = tg > 0 ? tg : 16;
+    for (int pass = 0; pass < (alt_threads ? 2 : 1) && rc == 0 && n_ctx_list; pass++) {
+        /* pass 1: the same positions again with the other thread count (their
+         * K/V are rewritten with the same values) */
+        tk_engine_set_threads(e, pass ? alt_threads : all_threads);
+        stat_acc tok_ms[8];
+        memset(tok_ms, 0, sizeof tok_ms);
+        for (int i = 0; i < n_dec && rc == 0; i++)
+            for (int c = 0; c < n_ctx_list && rc == 0; c++) {
+                double t0 = now_seconds();
+                rc |= feed(e, &fd, ctx_seq[c], tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
+                acc_add(&tok_ms[c], 1e3 * (now_seconds() - t0));
+            }
+        for (int c = 0; c < n_ctx_list; c++) (pass ? ctx_tg_alt_ms : ctx_tg_ms)[c] = acc_median(&tok_ms[c]);
+    }
+    tk_engine_set_threads(e, all_threads);
+    for (int c = 0; c < n_ctx_list; c++)
+        if (ctx_seq[c] >= 0) tk_engine_seq_free(e, ctx_seq[c]);
     if (rc) {
         fprintf(stderr, "tokamak bench: %s\n", err.msg);
         free(tokens);
