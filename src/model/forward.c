@@ -15,8 +15,8 @@
 #define ATTN_SPLIT 512
 /* Query rows (tokens x query heads of one KV head) per attention tile: 16
  * tokens of a GQA group of 8 (the K transpose, V conversion, query
- * quantization and segment merges are per tile; 4K prefill +2-6 % over 64
- * rows, docs/benchmarks.md). */
+ * quantization and segment merges are per tile; 4K prefill 216-228 vs
+ * 206-215 t/s with 64 rows, docs/kernels.md). */
 #define ATTN_TILE_ROWS 128
 
 _Static_assert(ATTN_SPLIT % TK_ATTN_CHUNK == 0, "segments are whole chunks");
