@@ -9,7 +9,8 @@
  * Reports ms and GFLOP/s (2 * rows * visible positions * head_dim * 2).
  * Environment: TK_BENCH_ISA=<level> runs one level, TK_BENCH_REPS=n
  * repeats (best of; prefill at most 5), TK_BENCH_NO_PREFILL=1 decode only
- * (for profiling).
+ * (for profiling), TK_BENCH_BLOCK=n tokens per KV block (default 64, as
+ * the engine), TK_BENCH_TILE=n prefill tile tokens (default 8).
  *
  * Engine-like decode (TK_BENCH_LAYERS=n, n > 1): a pool of n layers (the
  * engine's KV layout: a block holds every layer), decode of one token at
@@ -39,10 +40,12 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+static int kv_block_size(void) { return getenv("TK_BENCH_BLOCK") ? atoi(getenv("TK_BENCH_BLOCK")) : 64; }
+
 /* The engine-like decode (see the header). */
 static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
     const int n_kv = 4, group = 8, hd = 64;
-    const int block = getenv("TK_BENCH_BLOCK") ? atoi(getenv("TK_BENCH_BLOCK")) : 64;
+    const int block = kv_block_size();
     const int split = getenv("TK_BENCH_SPLIT") ? atoi(getenv("TK_BENCH_SPLIT")) : 512;
     const size_t flush_mb = getenv("TK_BENCH_FLUSH_MB") ? (size_t)atol(getenv("TK_BENCH_FLUSH_MB")) : 600;
     int reps = getenv("TK_BENCH_REPS") ? atoi(getenv("TK_BENCH_REPS")) : 15;
@@ -160,7 +163,7 @@ int main(int argc, char **argv) {
     int ctx = argc > 1 ? atoi(argv[1]) : 4096;
     int type = argc > 2 ? tk_kv_type_from_name(argv[2]) : TK_KV_F32;
     const int n_kv = 4, group = 8, hd = 64, n_pre = ctx < 512 ? ctx : 512;
-    const int block = getenv("TK_BENCH_BLOCK") ? atoi(getenv("TK_BENCH_BLOCK")) : 64;
+    const int block = kv_block_size();
     const int tile_tok = getenv("TK_BENCH_TILE") ? atoi(getenv("TK_BENCH_TILE")) : 8;
     if (ctx < 1 || type < 0) {
         fprintf(stderr, "usage: bench_attn [context] [f32|f16|q8_0]\n");

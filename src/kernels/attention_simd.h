@@ -57,6 +57,12 @@ static void build_kt(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, 
     }
 }
 
+/* Q8_0: the scales of the VL rows at rows[0..VL) as floats, block b's at
+ * d[b * CH] onwards (K and V chunks alike). */
+AI void gather_scales(rowp const *rows, int nb, float *d) {
+    for (int b = 0; b < nb; b++) vstore(d + (size_t)b * CH, vload_scales(rows, (size_t)b * sizeof(tk_block_q8_0)));
+}
+
 /* Q8_0: kt8[d4][pos] (dwords = 4 dims) and dk[block][pos] for the vectors
  * [j0, j1) of the chunk. */
 static void build_kt8(int hd, rowp const *krow, int j0, int j1, int32_t *kt8, float *dk) {
@@ -69,8 +75,7 @@ static void build_kt8(int hd, rowp const *krow, int j0, int j1, int32_t *kt8, fl
             _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) if (u * VL + i < nd4)
                 vi_store(kt8 + (size_t)(u * VL + i) * CH + j * VL, k8_encode((vi)r[i]));
         }
-        for (int b = 0; b < nb; b++)
-            vstore(dk + (size_t)b * CH + j * VL, vload_scales(krow + j * VL, (size_t)b * sizeof(tk_block_q8_0)));
+        gather_scales(krow + j * VL, nb, dk + j * VL);
     }
 }
 
@@ -286,9 +291,7 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
         pf_step(&pf, 8);
         tk_kv_type vtype = kv->type;
         if (q8)
-            for (int j = (da - c0) / VL; j * VL < db - c0; j++)
-                for (int b = 0; b < nb; b++)
-                    vstore(dvs + (size_t)b * CH + j * VL, vload_scales(vrow + j * VL, (size_t)b * sizeof(tk_block_q8_0)));
+            for (int j = (da - c0) / VL; j * VL < db - c0; j++) gather_scales(vrow + j * VL, nb, dvs + j * VL);
         if (convert_v) {
             for (int i = da - c0; i < db - c0; i++) {
                 float *dst = vconv + (size_t)i * hd;
