@@ -10,7 +10,9 @@
  * Environment: TK_BENCH_ISA=<level> runs one level, TK_BENCH_REPS=n
  * repeats (best of; prefill at most 5), TK_BENCH_NO_PREFILL=1 decode only
  * (for profiling), TK_BENCH_BLOCK=n tokens per KV block (default 64, as
- * the engine), TK_BENCH_TILE=n prefill tile tokens (default 8).
+ * the engine), TK_BENCH_TILE=n prefill tile tokens (default 8),
+ * TK_BENCH_FLOOR=1 also prints lower bounds for the prefill call (the
+ * softmax step alone, the AMX tile products alone: attn_floor.c).
  *
  * Engine-like decode (TK_BENCH_LAYERS=n, n > 1): a pool of n layers (the
  * engine's KV layout: a block holds every layer), decode of one token at
@@ -26,6 +28,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attn_floor.h"
 #include "kernels/attention.h"
 #include "kernels/cpu.h"
 
@@ -234,6 +237,7 @@ int main(int argc, char **argv) {
         printf("%-7s decode %8.3f ms (%6.1f GFLOP/s)   prefill %d tok %9.2f ms (%6.1f GFLOP/s)\n", tk_isa_name(isa),
                best_d * 1e3, fl_d / best_d * 1e-9, n_pre, best_p * 1e3, fl_p / best_p * 1e-9);
     }
+    if (getenv("TK_BENCH_FLOOR")) tk_bench_attn_floor(n_pre, group, n_kv, hd, hi, 3);
     tk_kv_seq_release(&kv, &seq);
     tk_kv_pool_free(&kv);
     free(q), free(st), free(scratch), free(lo), free(hi);

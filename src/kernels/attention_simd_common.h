@@ -64,7 +64,7 @@ AI vf vexp(vf x) {
     return vzero_where_lt(vexp_scale2(p, n), x, -87.0f);
 }
 
-static float *align16f(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
+static inline float *align16f(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 /* Starts loading the K and V rows of positions [a, b) into the cache. */
 static inline void prefetch_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int a, int b) {
@@ -122,7 +122,7 @@ AI void pf_step(pf_cursor *pf, int n) {
 }
 
 /* Row pointers of positions [a, b) (chunk lanes a - c0 ...), block by block. */
-static void chunk_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int c0, int a, int b,
+static inline void chunk_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, int c0, int a, int b,
                        rowp *krow, rowp *vrow) {
     for (int p = a; p < b;) {
         int end = (p / kv->block_size + 1) * kv->block_size;
@@ -139,7 +139,7 @@ static void chunk_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int 
 
 /* The part of the tile's ranges inside [seg_lo, seg_hi): [*tlo, *thi), empty
  * (tlo >= thi) when no token sees anything there. */
-static void tile_bounds(const tk_attn_tile *tile, int seg_lo, int seg_hi, int *tlo, int *thi) {
+static inline void tile_bounds(const tk_attn_tile *tile, int seg_lo, int seg_hi, int *tlo, int *thi) {
     int a0 = INT_MAX, b0 = INT_MIN;
     for (int t = 0; t < tile->n_tok; t++) {
         int a = tile->lo[t] > seg_lo ? tile->lo[t] : seg_lo, b = tile->hi[t] < seg_hi ? tile->hi[t] : seg_hi;
