@@ -21,7 +21,6 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels/cpu.h"
 
@@ -30,15 +29,10 @@
 
 #include <immintrin.h>
 
+#include "bench_clock.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/attention_avx512_ops.h"
 #include "kernels/attention_simd_common.h"
-
-static double cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* The softmax steps of rows [0, n_rows) where row r sees positions
  * [0, hi[r / group]) in chunks of CH. */
@@ -46,7 +40,7 @@ static double softmax_floor(int n_tok, int group, const int *hi, float *check) {
     alignas(64) float sr[CH];
     for (int i = 0; i < CH; i++) sr[i] = (float)(i % 13) * 0.25f - 1.0f;
     float total = 0;
-    double t0 = cpu_now();
+    double t0 = bench_cpu_seconds();
     for (int t = 0; t < n_tok; t++)
         for (int g = 0; g < group; g++) {
             float mx = -INFINITY, sum = 0, alpha;
@@ -56,7 +50,7 @@ static double softmax_floor(int n_tok, int group, const int *hi, float *check) {
             }
             total += sum;
         }
-    double t1 = cpu_now();
+    double t1 = bench_cpu_seconds();
     *check += total;
     return t1 - t0;
 }
@@ -76,14 +70,14 @@ static double tiles_floor(double n_ops) {
     TK_TILE_ZERO(1);
     TK_TILE_ZERO(2);
     TK_TILE_ZERO(3);
-    double t0 = cpu_now();
+    double t0 = bench_cpu_seconds();
     for (double k = 0; k < n_ops; k += 4) {
         TK_TILE_DPBF16PS(0, 4, 6);
         TK_TILE_DPBF16PS(1, 4, 7);
         TK_TILE_DPBF16PS(2, 5, 6);
         TK_TILE_DPBF16PS(3, 5, 7);
     }
-    double t1 = cpu_now();
+    double t1 = bench_cpu_seconds();
     tk_amx_release();
     return t1 - t0;
 }

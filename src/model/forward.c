@@ -157,6 +157,17 @@ static void attn_output(const attn_job *j, const tk_attn_task *at, const float *
                        ws->att + ((size_t)(at->t0 + t) * j->m->hp.n_heads + (size_t)at->kv_head * group) * hd);
 }
 
+/* Segment sg of the task's tile into the partial state st (acc, then the
+ * rows' max and sum), from empty. */
+static void attn_segment(const attn_job *j, const tk_attn_task *at, const tk_attn_tile *tile, const tk_kv_seq *seq,
+                         int sg, float *st, float *scratch) {
+    const int hd = j->ws->att_hd, rows = tile->n_tok * tile->group;
+    float *mx = st + (size_t)rows * hd, *sum = mx + rows;
+    tk_attn_init(rows, hd, st, mx, sum);
+    tk_attn_tile_range((tk_isa)j->ws->att_isa, j->kv, seq, j->layer, at->kv_head, tile, j->m->attn_scale,
+                       sg * ATTN_SPLIT, (sg + 1) * ATTN_SPLIT, st, mx, sum, scratch);
+}
+
 static void attn_task(void *ctx, int task, int thread) {
     const attn_job *j = ctx;
     tk_forward_ws *ws = j->ws;
@@ -170,30 +181,17 @@ static void attn_task(void *ctx, int task, int thread) {
     const tk_kv_seq *seq = j->seqs[j->batch->seq[at->t0]];
     if (at->part >= 0) {
         /* each segment's own state, for the merge task */
-        for (int sg = at->seg_a; sg < at->seg_b; sg++) {
-            float *acc = ws->att_parts + at->part + (size_t)(sg - at->seg_a) * state;
-            float *mx = acc + (size_t)rows * hd, *sum = mx + rows;
-            tk_attn_init(rows, hd, acc, mx, sum);
-            tk_attn_tile_range((tk_isa)ws->att_isa, j->kv, seq, j->layer, at->kv_head, &tile, j->m->attn_scale,
-                               sg * ATTN_SPLIT, (sg + 1) * ATTN_SPLIT, acc, mx, sum, scratch);
-        }
+        for (int sg = at->seg_a; sg < at->seg_b; sg++)
+            attn_segment(j, at, &tile, seq, sg, ws->att_parts + at->part + (size_t)(sg - at->seg_a) * state, scratch);
         return;
     }
+    /* the first fold step: merging into an empty state is a copy */
     float *acc = scratch + ws->att_kernel_floats, *mx = acc + (size_t)rows * hd, *sum = mx + rows;
     float *acc2 = acc + state, *mx2 = acc2 + (size_t)rows * hd, *sum2 = mx2 + rows;
-    tk_attn_init(rows, hd, acc, mx, sum);
-    for (int sg = at->seg_a; sg < at->seg_b; sg++) {
-        int lo = sg * ATTN_SPLIT, hi = lo + ATTN_SPLIT;
-        if (sg == at->seg_a) {
-            /* the first fold step: merging into an empty state is a copy */
-            tk_attn_tile_range((tk_isa)ws->att_isa, j->kv, seq, j->layer, at->kv_head, &tile, j->m->attn_scale, lo,
-                               hi, acc, mx, sum, scratch);
-        } else {
-            tk_attn_init(rows, hd, acc2, mx2, sum2);
-            tk_attn_tile_range((tk_isa)ws->att_isa, j->kv, seq, j->layer, at->kv_head, &tile, j->m->attn_scale, lo,
-                               hi, acc2, mx2, sum2, scratch);
-            tk_attn_merge(rows, hd, acc, mx, sum, acc2, mx2, sum2);
-        }
+    attn_segment(j, at, &tile, seq, at->seg_a, acc, scratch);
+    for (int sg = at->seg_a + 1; sg < at->seg_b; sg++) {
+        attn_segment(j, at, &tile, seq, sg, acc2, scratch);
+        tk_attn_merge(rows, hd, acc, mx, sum, acc2, mx2, sum2);
     }
     attn_output(j, at, acc);
 }
