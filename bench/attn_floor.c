@@ -29,7 +29,7 @@
 
 #include <immintrin.h>
 
-#include "bench_clock.h"
+#include <tokamak.h>
 #include "kernels/amx_tiles.h"
 #include "kernels/attention_avx512_ops.h"
 #include "kernels/attention_simd_common.h"
@@ -40,7 +40,7 @@ static double softmax_floor(int n_tok, int group, const int *hi, float *check) {
     alignas(64) float sr[CH];
     for (int i = 0; i < CH; i++) sr[i] = (float)(i % 13) * 0.25f - 1.0f;
     float total = 0;
-    double t0 = bench_cpu_seconds();
+    double t0 = tk_clock_seconds(TK_CLOCK_THREAD_CPU);
     for (int t = 0; t < n_tok; t++)
         for (int g = 0; g < group; g++) {
             float mx = -INFINITY, sum = 0, alpha;
@@ -50,7 +50,7 @@ static double softmax_floor(int n_tok, int group, const int *hi, float *check) {
             }
             total += sum;
         }
-    double t1 = bench_cpu_seconds();
+    double t1 = tk_clock_seconds(TK_CLOCK_THREAD_CPU);
     *check += total;
     return t1 - t0;
 }
@@ -70,14 +70,14 @@ static double tiles_floor(double n_ops) {
     TK_TILE_ZERO(1);
     TK_TILE_ZERO(2);
     TK_TILE_ZERO(3);
-    double t0 = bench_cpu_seconds();
+    double t0 = tk_clock_seconds(TK_CLOCK_THREAD_CPU);
     for (double k = 0; k < n_ops; k += 4) {
         TK_TILE_DPBF16PS(0, 4, 6);
         TK_TILE_DPBF16PS(1, 4, 7);
         TK_TILE_DPBF16PS(2, 5, 6);
         TK_TILE_DPBF16PS(3, 5, 7);
     }
-    double t1 = bench_cpu_seconds();
+    double t1 = tk_clock_seconds(TK_CLOCK_THREAD_CPU);
     tk_amx_release();
     return t1 - t0;
 }

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "attn_floor.h"
-#include "bench_clock.h"
+#include <tokamak.h>
 #include "kernels/attention.h"
 #include "kernels/cpu.h"
 
@@ -118,7 +118,7 @@ static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
         unsigned fs = 0;
         for (size_t i = 0; i < flush_n; i += 64) fs += flush[i];
         sink += fs;
-        double t0 = bench_cpu_seconds();
+        double t0 = tk_clock_seconds(TK_CLOCK_THREAD_CPU);
         for (int l = 0; l < n_layers; l++)
             for (int h = 0; h < n_kv; h++) {
                 tk_attn_tile tile = {q, (size_t)group * hd, 1, group, &lo, &hi};
@@ -139,7 +139,7 @@ static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
                 tk_attn_output(group, hd, acc, sum, out);
                 check += out[0];
             }
-        times[rep] = bench_cpu_seconds() - t0;
+        times[rep] = tk_clock_seconds(TK_CLOCK_THREAD_CPU) - t0;
     }
     qsort(times, reps, sizeof(double), cmp_double);
     double med = times[reps / 2];
@@ -204,17 +204,17 @@ int main(int argc, char **argv) {
         int reps = getenv("TK_BENCH_REPS") ? atoi(getenv("TK_BENCH_REPS")) : 5;
         const int no_prefill = getenv("TK_BENCH_NO_PREFILL") != NULL;
         for (int rep = 0; rep < reps; rep++) {
-            double t0 = bench_cpu_seconds();
+            double t0 = tk_clock_seconds(TK_CLOCK_THREAD_CPU);
             for (int h = 0; h < n_kv; h++) {
                 tk_attn_tile tile = {q, (size_t)group * hd, 1, group, lo, hi + n_pre - 1};
                 tk_attn_init(group, hd, st, st + group * hd, st + group * hd + group);
                 tk_attn_tile_range(isa, &kv, &seq, 0, h, &tile, 0.125f, 0, INT_MAX, st, st + group * hd,
                                    st + group * hd + group, scratch);
             }
-            double t1 = bench_cpu_seconds();
+            double t1 = tk_clock_seconds(TK_CLOCK_THREAD_CPU);
             if (t1 - t0 < best_d) best_d = t1 - t0;
             if ((isa == TK_ISA_SCALAR && rep > 0) || rep >= 5 || no_prefill) continue;
-            t0 = bench_cpu_seconds();
+            t0 = tk_clock_seconds(TK_CLOCK_THREAD_CPU);
             for (int h = 0; h < n_kv; h++)
                 for (int t = 0; t < n_pre; t += tile_tok) {
                     tk_attn_tile tile = {q + (size_t)t * group * hd, (size_t)group * hd, tile_tok, group, lo + t, hi + t};
@@ -222,7 +222,7 @@ int main(int argc, char **argv) {
                     tk_attn_tile_range(isa, &kv, &seq, 0, h, &tile, 0.125f, 0, INT_MAX, st, st + rows * hd,
                                        st + rows * hd + rows, scratch);
                 }
-            t1 = bench_cpu_seconds();
+            t1 = tk_clock_seconds(TK_CLOCK_THREAD_CPU);
             if (t1 - t0 < best_p) best_p = t1 - t0;
         }
         double fl_d = 4.0 * n_kv * group * (double)ctx * hd;

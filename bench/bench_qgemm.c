@@ -28,17 +28,15 @@
 #include <string.h>
 #include <time.h>
 
+#include <tokamak.h>
+
 #include "formats/dtype.h"
 #include "kernels/cpu.h"
 #include "kernels/qgemm.h"
 
 static int use_cputime;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(use_cputime ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+static double now(void) { return tk_clock_seconds(use_cputime ? TK_CLOCK_THREAD_CPU : TK_CLOCK_WALL); }
 
 static uint64_t rs = 88172645463325252ull;
 static uint64_t xr(void) {

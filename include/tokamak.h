@@ -21,6 +21,11 @@ typedef struct tk_err {
 } tk_err;
 
 typedef struct tk_engine tk_engine;
+
+/* Seconds since an arbitrary origin, for timing: the monotonic wall clock,
+ * the calling thread's CPU time, or the process's CPU time. */
+typedef enum tk_clock_kind { TK_CLOCK_WALL = 0, TK_CLOCK_THREAD_CPU = 1, TK_CLOCK_PROCESS_CPU = 2 } tk_clock_kind;
+double tk_clock_seconds(tk_clock_kind kind);
 typedef struct tk_tokenizer tk_tokenizer;
 
 /* Speculative decoding (see docs/speculative.md): a cheap source proposes a

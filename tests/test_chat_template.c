@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "chat/template.h"
+#include "jinja/template.h"
 #include "tk_test.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))

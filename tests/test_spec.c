@@ -639,12 +639,6 @@ static void test_refusals(void) {
     tk_engine_close(e);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* With arguments, runs only the named parts (units, sampling, greedy, code). */
 static bool want(int argc, char **argv, const char *name) {
     if (argc < 2) return true;
@@ -654,32 +648,32 @@ static bool want(int argc, char **argv, const char *name) {
 }
 
 int main(int argc, char **argv) {
-    double t0 = now_s();
+    double t0 = tk_clock_seconds(TK_CLOCK_WALL);
     if (want(argc, argv, "units")) {
         test_ngram();
         test_accept_rule();
         test_cost_model();
         test_refusals();
-        printf("[units: %.1f s]\n", now_s() - t0);
+        printf("[units: %.1f s]\n", tk_clock_seconds(TK_CLOCK_WALL) - t0);
     }
-    t0 = now_s();
+    t0 = tk_clock_seconds(TK_CLOCK_WALL);
     if (want(argc, argv, "sampling")) {
         test_sampling_distribution();
-        printf("[sampling distribution: %.1f s]\n", now_s() - t0);
+        printf("[sampling distribution: %.1f s]\n", tk_clock_seconds(TK_CLOCK_WALL) - t0);
     }
-    t0 = now_s();
+    t0 = tk_clock_seconds(TK_CLOCK_WALL);
     struct stat st;
     if (stat(tk_shared("models/code-target"), &st) != 0) {
         printf("code models absent: greedy identity skipped\n");
     } else {
         if (want(argc, argv, "greedy")) {
             test_greedy_identity();
-            printf("[greedy identity: %.1f s]\n", now_s() - t0);
+            printf("[greedy identity: %.1f s]\n", tk_clock_seconds(TK_CLOCK_WALL) - t0);
         }
-        t0 = now_s();
+        t0 = tk_clock_seconds(TK_CLOCK_WALL);
         if (want(argc, argv, "code")) {
             test_code_sampling();
-            printf("[code sampling: %.1f s]\n", now_s() - t0);
+            printf("[code sampling: %.1f s]\n", tk_clock_seconds(TK_CLOCK_WALL) - t0);
         }
     }
     TK_TEST_END();

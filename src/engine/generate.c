@@ -16,15 +16,9 @@ typedef struct gen_ctx {
     tk_engine *e;
 } gen_ctx;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void on_event(void *user, const tk_event *ev) {
     gen_ctx *g = user;
-    if (ev->token >= 0 && g->t_first == 0) g->t_first = now_seconds();
+    if (ev->token >= 0 && g->t_first == 0) g->t_first = tk_clock_seconds(TK_CLOCK_WALL);
     if (ev->text_len > 0 && g->cb && !g->stopped_by_cb && g->cb(g->user, ev->text, ev->text_len)) {
         g->stopped_by_cb = true;
         tk_engine_cancel(g->e, g->id);
@@ -69,14 +63,14 @@ int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p,
                             .sampling = p->sampling, .ignore_eos = p->ignore_eos, .top_logprobs = -1,
                             .speculative = p->speculative, .draft_max = p->draft_max, .draft_min = p->draft_min};
     gen_ctx g = {.cb = cb, .user = user, .stats = stats, .e = e};
-    g.t_start = now_seconds();
+    g.t_start = tk_clock_seconds(TK_CLOCK_WALL);
     int rc = tk_engine_submit(e, &rp, on_event, &g, &g.id, err);
     free(tokens);
     if (rc) return -1;
     while (!g.done) {
         if (tk_engine_step(e, err) < 0) return -1;
     }
-    double t_end = now_seconds();
+    double t_end = tk_clock_seconds(TK_CLOCK_WALL);
     if (g.t_first == 0) g.t_first = t_end;
     stats->n_prompt = n;
     stats->prompt_seconds = g.t_first - g.t_start;

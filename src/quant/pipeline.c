@@ -33,12 +33,6 @@
 #include "quant_internal.h"
 #include "quantize.h"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void progress(const tk_quant_params *p, const char *stage, int done, int total, const char *what) {
     if (!p->progress) return;
     tk_quant_progress pr = {stage, done, total, what};
@@ -646,7 +640,7 @@ done:
 
 int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_params *p, tk_quant_report *rep,
                       tk_err *err) {
-    const double t0 = now_s();
+    const double t0 = tk_clock_seconds(TK_CLOCK_WALL);
     tk_quant_report dummy;
     if (!rep) rep = &dummy;
     memset(rep, 0, sizeof *rep);
@@ -753,6 +747,6 @@ done:
     tk_pool_free(q.pool);
     tk_tokenizer_free(q.tok);
     tk_source_close(&q.src);
-    rep->seconds = now_s() - t0;
+    rep->seconds = tk_clock_seconds(TK_CLOCK_WALL) - t0;
     return rc;
 }

@@ -76,21 +76,13 @@ typedef struct tk_request {
     struct tk_request *next; /* incoming / waiting lists */
 } tk_request;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* The clock for the speculative cost model's pass times: with a pool of one
  * thread, the stepping thread's CPU time (on a shared machine, a pass
  * descheduled part-way would otherwise look several times dearer); with
  * more threads, the wall clock (the caller's CPU time would miss its
  * helpers' work). */
 static double pass_clock(const tk_engine *e) {
-    struct timespec ts;
-    clock_gettime(tk_pool_size(e->pool) == 1 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+    return tk_clock_seconds(tk_pool_size(e->pool) == 1 ? TK_CLOCK_THREAD_CPU : TK_CLOCK_WALL);
 }
 
 static const double bucket_bounds[] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75,
@@ -110,7 +102,13 @@ int tk_sched_init(tk_engine *e, int max_waiting, int draft_rows, tk_err *err) {
     tk_sched *s = &e->sched;
     memset(s, 0, sizeof *s);
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->work, NULL);
+    /* timed waits on the monotonic clock: a wall-clock step must not
+     * stretch or cut them */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->work, &ca);
+    pthread_condattr_destroy(&ca);
     s->max_waiting = max_waiting;
     s->next_id = 1;
     size_t T = (size_t)e->ws.max_tokens, nv = (size_t)e->model.hp.n_vocab;
@@ -329,7 +327,7 @@ int tk_engine_submit(tk_engine *e, const tk_request_params *p, tk_event_cb cb, v
         return tk_err_set(err, "queue full: %d requests are waiting or running", s->n_live);
     }
     r->id = s->next_id++;
-    r->submit_time = now_seconds();
+    r->submit_time = tk_clock_seconds(TK_CLOCK_WALL);
     if (s->incoming_tail) s->incoming_tail->next = r;
     else s->incoming_head = r;
     s->incoming_tail = r;
@@ -362,7 +360,7 @@ void tk_engine_wait_for_work(tk_engine *e, int timeout_ms) {
     pthread_mutex_lock(&s->mu);
     if (s->n_live == 0 && s->n_cancel == 0) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
+        clock_gettime(CLOCK_MONOTONIC, &ts);
         ts.tv_sec += timeout_ms / 1000;
         ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
         if (ts.tv_nsec >= 1000000000L) {
@@ -1011,7 +1009,7 @@ static void spec_verify(tk_engine *e, tk_sample_state *ss, const float *rows, do
  * prefix cache, and sample where logits were produced. */
 static void consume_batch(tk_engine *e, int n_batch) {
     tk_sched *s = &e->sched;
-    double now = now_seconds();
+    double now = tk_clock_seconds(TK_CLOCK_WALL);
     int row = 0;
     for (int b = 0; b < n_batch; b++) {
         tk_sample_state *ss = s->b_owner[b];

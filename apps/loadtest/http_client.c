@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sbuf.h"
+#include "common/sbuf.h"
 
 #define MAX_HEADER_BYTES (64 * 1024)
 
@@ -51,15 +51,9 @@ int tk_url_parse(const char *url, tk_url *u, tk_err *err) {
     return 0;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static int wait_fd(int fd, short ev, double deadline, tk_err *err) {
     for (;;) {
-        double left = deadline - now_s();
+        double left = deadline - tk_clock_seconds(TK_CLOCK_WALL);
         if (left <= 0) return tk_err_set(err, "timed out");
         struct pollfd pf = {.fd = fd, .events = ev};
         int rc = poll(&pf, 1, (int)(left * 1000) + 1);
@@ -179,7 +173,7 @@ static int feed_body(body_dec *d, const char *p, size_t n, tk_err *err) {
 
 int tk_http_request(const tk_url *u, const char *method, const char *path, const char *api_key, const char *body,
                     size_t body_len, double timeout_s, int *status, tk_http_body_cb cb, void *user, tk_err *err) {
-    double deadline = now_s() + timeout_s;
+    double deadline = tk_clock_seconds(TK_CLOCK_WALL) + timeout_s;
     *status = 0;
     int fd = connect_to(u, deadline, err);
     if (fd < 0) return -1;

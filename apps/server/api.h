@@ -12,7 +12,7 @@
 #include <jansson.h>
 #include <tokamak.h>
 
-#include "../chat/template.h"
+#include "jinja/template.h"
 
 #define TK_API_MAX_BODY (1u << 20)  /* bytes of request body */
 #define TK_API_MAX_STOP 4

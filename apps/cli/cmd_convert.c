@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../formats/dtype.h"
-#include "../formats/gguf.h"
-#include "../formats/llama_gguf.h"
-#include "../formats/source.h"
-#include "../tokenizer/tokenizer.h"
-#include "args.h"
+#include "formats/dtype.h"
+#include "formats/gguf.h"
+#include "formats/llama_gguf.h"
+#include "formats/source.h"
+#include "tokenizer/tokenizer.h"
+#include "common/args.h"
 #include "commands.h"
 
 static void usage(FILE *f) {

@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../formats/dtype.h"
-#include "../formats/gguf.h"
-#include "../quant/quant.h"
-#include "../tokenizer/tokenizer.h"
-#include "../util/rng.h"
-#include "args.h"
+#include "formats/dtype.h"
+#include "formats/gguf.h"
+#include "quant/quant.h"
+#include "tokenizer/tokenizer.h"
+#include "util/rng.h"
+#include "common/args.h"
 #include "commands.h"
 
 typedef struct shape {

@@ -19,8 +19,8 @@
 
 #include <tokamak.h>
 
-#include "../chat/template.h"
-#include "../tokenizer/tokenizer.h"
+#include "jinja/template.h"
+#include "tokenizer/tokenizer.h"
 
 typedef struct tk_server_config {
     const char *host;          /* numeric IPv4/IPv6 address */

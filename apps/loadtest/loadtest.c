@@ -19,10 +19,10 @@
 
 #include <jansson.h>
 
-#include "../cli/args.h"
-#include "../cli/commands.h"
+#include "common/args.h"
+#include "commands.h"
 #include "http_client.h"
-#include "sbuf.h"
+#include "common/sbuf.h"
 
 #define LT_MAX_REQUESTS 100000
 #define LT_MAX_INFLIGHT 1024
@@ -131,12 +131,6 @@ typedef struct lt_bench {
     int inflight;
 } lt_bench;
 
-static double mono(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 typedef struct lt_stream {
     lt_result *r;
     double t_send, t_last;
@@ -163,7 +157,7 @@ static void on_sse_data(lt_stream *s, const char *data, size_t n) {
     json_t *c0 = json_is_array(ch) ? json_array_get(ch, 0) : NULL;
     json_t *text = c0 ? json_object_get(c0, "text") : NULL;
     if (json_is_string(text) && json_string_length(text) > 0) {
-        double t = mono();
+        double t = tk_clock_seconds(TK_CLOCK_WALL);
         if (r->chunks == 0) {
             r->ttft = t - s->t_send;
         } else {
@@ -256,7 +250,7 @@ static char *make_prompt(lt_bench *b, int idx, int *n_words) {
 static void run_one(lt_bench *b, int idx) {
     lt_result *r = &b->res[idx];
     r->sent = true;
-    double t = mono();
+    double t = tk_clock_seconds(TK_CLOCK_WALL);
     r->start = t - b->t0;
     if (t >= b->deadline) {
         snprintf(r->err, sizeof r->err, "benchmark duration exceeded before sending");
@@ -277,13 +271,13 @@ static void run_one(lt_bench *b, int idx) {
         return;
     }
     lt_stream s = {.r = r};
-    double left = b->deadline - mono();
+    double left = b->deadline - tk_clock_seconds(TK_CLOCK_WALL);
     double timeout = b->timeout < left ? b->timeout : left;
     tk_err err;
-    s.t_send = mono();
+    s.t_send = tk_clock_seconds(TK_CLOCK_WALL);
     int rc = tk_http_request(&b->url, "POST", b->path, b->api_key, body, strlen(body), timeout, &r->status, on_body,
                              &s, &err);
-    r->latency = mono() - s.t_send;
+    r->latency = tk_clock_seconds(TK_CLOCK_WALL) - s.t_send;
     free(body);
     if (rc) {
         snprintf(r->err, sizeof r->err, "%.180s", err.msg);
@@ -307,7 +301,7 @@ static void *worker_pool(void *arg) {
     lt_bench *b = arg;
     for (;;) {
         int i = atomic_fetch_add(&b->next, 1);
-        if (i >= b->n_requests || mono() >= b->deadline) break;
+        if (i >= b->n_requests || tk_clock_seconds(TK_CLOCK_WALL) >= b->deadline) break;
         run_one(b, i);
     }
     return NULL;
@@ -553,7 +547,7 @@ int tk_cmd_loadtest(int argc, char **argv) {
     pthread_mutex_init(&b.mu, NULL);
     pthread_cond_init(&b.cv, NULL);
     atomic_init(&b.next, 0);
-    b.t0 = mono();
+    b.t0 = tk_clock_seconds(TK_CLOCK_WALL);
     b.deadline = b.t0 + b.duration;
     if (!b.rate) {
         int nt = b.concurrency < b.n_requests ? b.concurrency : b.n_requests;
@@ -577,14 +571,14 @@ int tk_cmd_loadtest(int argc, char **argv) {
         uint64_t x = b.seed ^ 0xa77a1ULL;
         double next = b.t0;
         for (int i = 0; i < b.n_requests; i++) {
-            double now = mono();
+            double now = tk_clock_seconds(TK_CLOCK_WALL);
             if (next > now) {
                 struct timespec ts = {.tv_sec = (time_t)(next - now), .tv_nsec = (long)(fmod(next - now, 1.0) * 1e9)};
                 while (nanosleep(&ts, &ts) && errno == EINTR) {
                 }
             }
             next += -log(1.0 - rng_unit(&x)) / b.rate;
-            if (mono() >= b.deadline) break;
+            if (tk_clock_seconds(TK_CLOCK_WALL) >= b.deadline) break;
             pthread_mutex_lock(&b.mu);
             while (b.inflight >= cap) pthread_cond_wait(&b.cv, &b.mu);
             b.inflight++;
@@ -604,7 +598,7 @@ int tk_cmd_loadtest(int argc, char **argv) {
             if (started[i]) pthread_join(threads[i], NULL);
         free(started);
     }
-    double duration_s = mono() - b.t0;
+    double duration_s = tk_clock_seconds(TK_CLOCK_WALL) - b.t0;
 
     /* Aggregate. */
     int n_ok = 0, n_fail = 0, n_unsent = 0;

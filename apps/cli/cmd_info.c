@@ -4,8 +4,8 @@
 
 #include <tokamak.h>
 
-#include "../tokenizer/tokenizer.h"
-#include "args.h"
+#include "tokenizer/tokenizer.h"
+#include "common/args.h"
 #include "commands.h"
 
 static void usage(FILE *f) { fprintf(f, "usage: tokamak info MODEL [--tokenizer PATH]\n"); }

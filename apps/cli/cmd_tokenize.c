@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tokenizer/tokenizer.h"
-#include "../util/mapfile.h"
-#include "args.h"
+#include "tokenizer/tokenizer.h"
+#include "util/mapfile.h"
+#include "common/args.h"
 #include "commands.h"
 
 static void usage(FILE *f) {

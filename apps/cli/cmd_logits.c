@@ -7,7 +7,7 @@
 
 #include <tokamak.h>
 
-#include "args.h"
+#include "common/args.h"
 #include "commands.h"
 
 /* Parses "1,303,281" into a malloc'd array. */

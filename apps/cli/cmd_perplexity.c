@@ -32,9 +32,9 @@
 
 #include <tokamak.h>
 
-#include "../tokenizer/tokenizer.h"
-#include "../util/mapfile.h"
-#include "args.h"
+#include "tokenizer/tokenizer.h"
+#include "util/mapfile.h"
+#include "common/args.h"
 #include "commands.h"
 
 static void usage(FILE *f) {

@@ -13,17 +13,11 @@
 
 #include <tokamak.h>
 
-#include "../tokenizer/tokenizer.h"
-#include "../util/mapfile.h"
+#include "tokenizer/tokenizer.h"
+#include "util/mapfile.h"
 #include "bench_spec.h"
 
 #define MAX_K 8
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -47,12 +41,6 @@ typedef struct pass_timer {
     bool cpu; /* time in this thread's CPU time (--cpu-time: one thread) */
     float *logits;
 } pass_timer;
-
-static double thread_cpu_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int timer_init(pass_timer *t, tk_engine *e, int ctx, tk_err *err) {
     t->e = e;
@@ -85,9 +73,9 @@ static double timer_pass(pass_timer *t, int n, tk_err *err) {
         seq[i] = t->seq;
         flag[i] = 1;
     }
-    double t0 = t->cpu ? thread_cpu_seconds() : now_seconds();
+    double t0 = t->cpu ? tk_clock_seconds(TK_CLOCK_THREAD_CPU) : tk_clock_seconds(TK_CLOCK_WALL);
     if (tk_engine_decode(t->e, &(tk_batch){n, tok, pos, seq, flag}, t->logits, err)) return -1;
-    return (t->cpu ? thread_cpu_seconds() : now_seconds()) - t0;
+    return (t->cpu ? tk_clock_seconds(TK_CLOCK_THREAD_CPU) : tk_clock_seconds(TK_CLOCK_WALL)) - t0;
 }
 
 static void timer_free(pass_timer *t) {
@@ -158,12 +146,6 @@ int tk_bench_verify_cost(tk_engine *e, int ctx, int reps) {
     return 0;
 }
 
-static double cpu_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* One request's decode phase: from its first token (which the prompt's
  * pass produced) to its last, in wall and in process CPU time.  With one
  * thread the CPU time is the work done, whatever else the machine runs. */
@@ -176,12 +158,12 @@ typedef struct run_result {
 static void on_run_event(void *user, const tk_event *ev) {
     run_result *r = user;
     if (ev->token >= 0 && ev->n_generated == 1) {
-        r->wall0 = now_seconds();
-        r->cpu0 = cpu_seconds();
+        r->wall0 = tk_clock_seconds(TK_CLOCK_WALL);
+        r->cpu0 = tk_clock_seconds(TK_CLOCK_PROCESS_CPU);
     }
     if (ev->done) {
-        r->wall = now_seconds() - r->wall0;
-        r->cpu = cpu_seconds() - r->cpu0;
+        r->wall = tk_clock_seconds(TK_CLOCK_WALL) - r->wall0;
+        r->cpu = tk_clock_seconds(TK_CLOCK_PROCESS_CPU) - r->cpu0;
         r->n_generated = ev->n_generated;
         r->drafted = ev->spec_drafted;
         r->accepted = ev->spec_accepted;

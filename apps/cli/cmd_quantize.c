@@ -5,8 +5,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../quant/quantize.h"
-#include "args.h"
+#include "quant/quantize.h"
+#include "common/args.h"
 #include "commands.h"
 
 static void usage(FILE *f) {
@@ -39,16 +39,10 @@ typedef struct prog_state {
     int last_line_done;
 } prog_state;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void on_progress(void *user, const tk_quant_progress *p) {
     prog_state *s = user;
     if (s->quiet) return;
-    const double t = now_s();
+    const double t = tk_clock_seconds(TK_CLOCK_WALL);
     if (strcmp(s->stage, p->stage)) {
         snprintf(s->stage, sizeof s->stage, "%s", p->stage);
         s->stage_t0 = t;
@@ -141,7 +135,7 @@ int tk_cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "tokamak quantize: --calib/--act-order need --method gptq or awq\n");
         return 2;
     }
-    prog_state ps = {.t0 = now_s(), .tty = isatty(2) != 0, .quiet = quiet};
+    prog_state ps = {.t0 = tk_clock_seconds(TK_CLOCK_WALL), .tty = isatty(2) != 0, .quiet = quiet};
     p.progress = on_progress;
     p.progress_user = &ps;
     tk_quant_report rep;

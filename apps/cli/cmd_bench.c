@@ -10,15 +10,9 @@
 
 #include <tokamak.h>
 
-#include "args.h"
+#include "common/args.h"
 #include "bench_spec.h"
 #include "commands.h"
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 typedef struct stat_acc {
     double v[64];
@@ -80,7 +74,7 @@ static double measure_bandwidth(int threads) {
         pthread_t th[64];
         bw_arg args[64];
         int t = threads > 64 ? 64 : threads;
-        double t0 = now_seconds();
+        double t0 = tk_clock_seconds(TK_CLOCK_WALL);
         for (int i = 0; i < t; i++) {
             args[i] = (bw_arg){buf + n / t * i, n / t, 0};
             pthread_create(&th[i], NULL, bw_worker, &args[i]);
@@ -90,7 +84,7 @@ static double measure_bandwidth(int threads) {
             pthread_join(th[i], NULL);
             sink += args[i].sum;
         }
-        double gbs = bytes / (now_seconds() - t0) / 1e9;
+        double gbs = bytes / (tk_clock_seconds(TK_CLOCK_WALL) - t0) / 1e9;
         if (sink != 12345.678 && gbs > best) best = gbs; /* sink keeps the sums alive */
     }
     free(buf);
@@ -267,17 +261,17 @@ int tk_cmd_bench(int argc, char **argv) {
     for (int r = 0; r < reps && rc == 0; r++) {
         if (pp > 0) {
             seq = tk_engine_seq_new(e, &err);
-            double t0 = now_seconds();
+            double t0 = tk_clock_seconds(TK_CLOCK_WALL);
             rc |= feed(e, &fd, seq, tokens, pp, 0, logits, &err);
-            acc_add(&pp_acc, pp / (now_seconds() - t0));
+            acc_add(&pp_acc, pp / (tk_clock_seconds(TK_CLOCK_WALL) - t0));
             tk_engine_seq_free(e, seq);
         }
         if (tg > 0 && rc == 0) {
             /* decode from an empty context, one token per pass, as llama-bench's tgN */
             seq = tk_engine_seq_new(e, &err);
-            double t0 = now_seconds();
+            double t0 = tk_clock_seconds(TK_CLOCK_WALL);
             for (int i = 0; i < tg && rc == 0; i++) rc |= feed(e, &fd, seq, tokens + i, 1, i, logits, &err);
-            acc_add(&tg_acc, tg / (now_seconds() - t0));
+            acc_add(&tg_acc, tg / (tk_clock_seconds(TK_CLOCK_WALL) - t0));
             tk_engine_seq_free(e, seq);
         }
         if (batch > 1 && tg > 0 && rc == 0) {
@@ -288,7 +282,7 @@ int tk_cmd_bench(int argc, char **argv) {
                 seqs[s] = tk_engine_seq_new(e, &err);
                 rc |= feed(e, &fd, seqs[s], tokens + s, 8, 0, logits, &err);
             }
-            double t0 = now_seconds();
+            double t0 = tk_clock_seconds(TK_CLOCK_WALL);
             for (int i = 0; i < tg && rc == 0; i++) {
                 for (int s = 0; s < batch; s++) {
                     bt[s] = tokens[(s + i * 7) % n_tok];
@@ -298,7 +292,7 @@ int tk_cmd_bench(int argc, char **argv) {
                 }
                 rc |= tk_engine_decode(e, &(tk_batch){batch, bt, bp, bs, bf}, logits, &err);
             }
-            acc_add(&b_acc, (double)batch * tg / (now_seconds() - t0));
+            acc_add(&b_acc, (double)batch * tg / (tk_clock_seconds(TK_CLOCK_WALL) - t0));
             for (int s = 0; s < batch; s++) tk_engine_seq_free(e, seqs[s]);
         }
     }
@@ -319,9 +313,9 @@ int tk_cmd_bench(int argc, char **argv) {
             rc = 1;
             break;
         }
-        double t0 = now_seconds();
+        double t0 = tk_clock_seconds(TK_CLOCK_WALL);
         rc |= feed(e, &fd, ctx_seq[c], tokens, ctx_list[c], 0, logits, &err);
-        ctx_pp[c] = ctx_list[c] / (now_seconds() - t0);
+        ctx_pp[c] = ctx_list[c] / (tk_clock_seconds(TK_CLOCK_WALL) - t0);
         ctx_rss[c] = tk_peak_rss();
     }
     const int n_dec = tg > 0 ? tg : 16;
@@ -333,9 +327,9 @@ int tk_cmd_bench(int argc, char **argv) {
         memset(tok_ms, 0, sizeof tok_ms);
         for (int i = 0; i < n_dec && rc == 0; i++)
             for (int c = 0; c < n_ctx_list && rc == 0; c++) {
-                double t0 = now_seconds();
+                double t0 = tk_clock_seconds(TK_CLOCK_WALL);
                 rc |= feed(e, &fd, ctx_seq[c], tokens + (ctx_list[c] + i) % n_tok, 1, ctx_list[c] + i, logits, &err);
-                acc_add(&tok_ms[c], 1e3 * (now_seconds() - t0));
+                acc_add(&tok_ms[c], 1e3 * (tk_clock_seconds(TK_CLOCK_WALL) - t0));
             }
         for (int c = 0; c < n_ctx_list; c++) (pass ? ctx_tg_alt_ms : ctx_tg_ms)[c] = acc_median(&tok_ms[c]);
     }

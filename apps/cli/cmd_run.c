@@ -5,8 +5,8 @@
 
 #include <tokamak.h>
 
-#include "../util/mapfile.h"
-#include "args.h"
+#include "util/mapfile.h"
+#include "common/args.h"
 #include "commands.h"
 
 static void usage(FILE *f) {

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "sbuf.h"
+#include "common/sbuf.h"
 #include "server.h"
 
 static void gauge(tk_sbuf *b, const char *name, const char *help, double v) {

@@ -14,10 +14,10 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include "../util/err.h"
+#include "util/err.h"
 #include "api.h"
 #include "live.h"
-#include "sbuf.h"
+#include "common/sbuf.h"
 #include "server.h"
 
 enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS };
@@ -58,12 +58,6 @@ typedef struct http_req {
     double last_peek;
 } http_req;
 
-static double mono_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void req_free(http_req *r) {
     tk_live_unref(r->live);
     free(r->body);
@@ -95,7 +89,7 @@ static void req_cancel(http_req *r) {
  * closed its end.  Lets a blocked request notice a disconnect even while
  * no token is being written. */
 static bool client_gone(http_req *r) {
-    double now = mono_now();
+    double now = tk_clock_seconds(TK_CLOCK_WALL);
     if (now - r->last_peek < 0.1) return false;
     r->last_peek = now;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -550,7 +544,7 @@ static enum MHD_Result handle_generate(http_req *r) {
     uint64_t seq = atomic_fetch_add(&s->id_counter, 1);
     if (!r->api.seed_given) {
         /* Unseeded requests should differ from each other. */
-        uint64_t x = s->id_salt ^ (seq * 0x9e3779b97f4a7c15ULL) ^ (uint64_t)(mono_now() * 1e9);
+        uint64_t x = s->id_salt ^ (seq * 0x9e3779b97f4a7c15ULL) ^ (uint64_t)(tk_clock_seconds(TK_CLOCK_WALL) * 1e9);
         x ^= x >> 31;
         x *= 0xbf58476d1ce4e5b9ULL;
         p.sampling.seed = x ^ (x >> 29);

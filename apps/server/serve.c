@@ -16,13 +16,13 @@
 #include <jansson.h>
 #include <tokamak.h>
 
-#include "../chat/template.h"
-#include "../cli/args.h"
-#include "../cli/commands.h"
-#include "../formats/gguf.h"
-#include "../tokenizer/tokenizer.h"
-#include "../util/err.h"
-#include "../util/mapfile.h"
+#include "jinja/template.h"
+#include "common/args.h"
+#include "commands.h"
+#include "formats/gguf.h"
+#include "tokenizer/tokenizer.h"
+#include "util/err.h"
+#include "util/mapfile.h"
 #include "server.h"
 
 /* The only mutable global: set by the signal handler, polled by the loop. */
@@ -152,12 +152,6 @@ static char *default_model_name(const char *path) {
     char *dot = strrchr(name, '.');
     if (dot && dot != name && (!strcmp(dot, ".gguf") || !strcmp(dot, ".bin"))) *dot = 0;
     return name;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
@@ -327,13 +321,13 @@ int tk_cmd_serve(int argc, char **argv) {
         tk_server_begin_stop(srv);
         /* Request threads see `stopping` within ~100 ms and cancel; keep
          * stepping meanwhile so cancellations are processed. */
-        double t0 = now_s();
-        while (atomic_load(&srv->active) > 0 && now_s() - t0 < 5.0)
+        double t0 = tk_clock_seconds(TK_CLOCK_WALL);
+        while (atomic_load(&srv->active) > 0 && tk_clock_seconds(TK_CLOCK_WALL) - t0 < 5.0)
             if (step_once(e) <= 0) usleep(5000);
         tk_server_stop(srv);
         /* Deliver the final events of cancelled requests (frees them). */
-        t0 = now_s();
-        while (step_once(e) > 0 && now_s() - t0 < 10.0) {
+        t0 = tk_clock_seconds(TK_CLOCK_WALL);
+        while (step_once(e) > 0 && tk_clock_seconds(TK_CLOCK_WALL) - t0 < 10.0) {
         }
     }
     tk_engine_close(e);
