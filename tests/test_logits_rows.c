@@ -48,8 +48,8 @@ static void test_sizes(void) {
         tk_engine *e = open_engine(cases[i].max_seqs, cases[i].batch, cases[i].draft_max);
         CHECK(e != NULL, "open case %zu", i);
         if (!e) continue;
-        CHECK(e->sched.logits_rows == cases[i].rows, "case %zu: %d logits rows, expected %d", i,
-              e->sched.logits_rows, cases[i].rows);
+        CHECK(e->batcher.logits_rows == cases[i].rows, "case %zu: %d logits rows, expected %d", i,
+              e->batcher.logits_rows, cases[i].rows);
         tk_engine_close(e);
     }
 }
@@ -58,7 +58,7 @@ static void test_draft_budget(void) {
     tk_engine *plain = open_engine(1, 256, 0), *spec = open_engine(N_REQ, 256, 0);
     CHECK(plain && spec, "open");
     if (!plain || !spec) goto out;
-    CHECK(spec->sched.draft_rows == 32, "draft rows %d", spec->sched.draft_rows);
+    CHECK(spec->batcher.sched.draft_rows == 32, "draft rows %d", spec->batcher.sched.draft_rows);
     char *text;
     size_t len;
     tk_err err;

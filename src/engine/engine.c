@@ -118,7 +118,7 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
     int draft_len = cfg->draft_max > 0 ? cfg->draft_max : 8;
     int draft_rows = shared_pool ? 0 : e->max_seqs * draft_len;
     if (!shared_pool && draft_rows < TK_SPEC_MAX_DRAFT) draft_rows = TK_SPEC_MAX_DRAFT;
-    if (tk_sched_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, draft_rows, err)) goto fail;
+    if (tk_batcher_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, draft_rows, err)) goto fail;
     *out = e;
     return 0;
 fail:
@@ -162,7 +162,7 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
             tk_engine_close(e);
             return -1;
         }
-        if (tk_spec_check_vocab(e, e->draft, err)) {
+        if (tk_spec_check_vocab(e->model.hp.n_vocab, e->tok, e->draft->model.hp.n_vocab, e->draft->tok, err)) {
             tk_engine_close(e);
             return -1;
         }
@@ -183,19 +183,19 @@ void tk_engine_spec_info(tk_engine *e, tk_spec_info *o) {
     o->spec_mode = e->spec_mode;
     o->draft_max = e->draft_max;
     o->draft_min = e->draft_min;
-    pthread_mutex_lock(&e->sched.mu);
+    pthread_mutex_lock(&e->batcher.mu);
     int measured = tk_spec_cost_estimate(&e->cost_pub, &o->draft_cost, &o->verify_slope);
     o->draft_cost_measured = measured & 1;
     o->draft_cost_prior = e->cost_pub.c_prior;
     o->verify_slope_prior = e->cost_pub.v_prior;
     o->verify_measured = measured & 2;
-    pthread_mutex_unlock(&e->sched.mu);
+    pthread_mutex_unlock(&e->batcher.mu);
 }
 
 void tk_engine_close(tk_engine *e) {
     if (!e) return;
     tk_engine_close(e->draft);
-    tk_sched_free(e);
+    tk_batcher_free(e);
     if (e->seqs)
         for (int i = 0; i < e->max_seqs; i++) tk_kv_seq_release(&e->kv, &e->seqs[i]);
     free(e->seqs);

@@ -285,6 +285,11 @@ int tk_kv_seq_drop_before(tk_kv_pool *p, tk_kv_seq *s, int pos) {
 void tk_kv_seq_truncate(tk_kv_pool *p, tk_kv_seq *s, int len) {
     if (len < 0) len = 0;
     if (len < s->len) s->len = len;
+    if (s->n_hashed > len / p->block_size) {
+        /* the chain restarts at block 0: hashes depend on tokens alone */
+        s->n_hashed = 0;
+        s->last_hash = 0;
+    }
     tk_kv_seq_shrink(p, s, (len + p->block_size - 1) / p->block_size);
 }
 
@@ -303,12 +308,12 @@ int tk_kv_seq_fork(tk_kv_pool *p, const tk_kv_seq *src, tk_kv_seq *dst, tk_err *
     dst->n_blocks = src->n_blocks;
     dst->n_dropped = src->n_dropped;
     dst->len = src->len;
+    dst->n_hashed = src->n_hashed;
+    dst->last_hash = src->last_hash;
     return 0;
 }
 
-int tk_kv_seq_match_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, int max_blocks,
-                           uint64_t *last_hash) {
-    *last_hash = 0;
+int tk_kv_seq_match_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, int max_blocks) {
     if (!p->prefix_cache || s->n_blocks != 0) return 0;
     uint64_t h = 0;
     int n = 0;
@@ -325,12 +330,15 @@ int tk_kv_seq_match_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, i
         n++;
     }
     s->len = n * p->block_size;
-    *last_hash = h;
+    s->n_hashed = n;
+    s->last_hash = h;
     return n;
 }
 
-uint64_t tk_kv_seq_register_block(tk_kv_pool *p, const tk_kv_seq *s, int i, uint64_t parent,
-                                  const int32_t *block_tokens) {
+/* Registers full block i of the sequence, holding block_tokens, under
+ * hash(parent, block_tokens); returns that hash (for the next block). */
+static uint64_t register_block(tk_kv_pool *p, const tk_kv_seq *s, int i, uint64_t parent,
+                               const int32_t *block_tokens) {
     uint64_t h = tk_kv_block_hash(parent, block_tokens, p->block_size);
     if (!p->prefix_cache || i >= s->n_blocks || s->blocks[i] < 0) return h;
     int b = s->blocks[i];
@@ -341,4 +349,12 @@ uint64_t tk_kv_seq_register_block(tk_kv_pool *p, const tk_kv_seq *s, int i, uint
     p->bucket[h & p->bucket_mask] = b;
     p->registered[b] = true;
     return h;
+}
+
+void tk_kv_seq_register_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, int n_tokens) {
+    int full = n_tokens / p->block_size;
+    while (s->n_hashed < full) {
+        s->last_hash = register_block(p, s, s->n_hashed, s->last_hash, tokens + (size_t)s->n_hashed * p->block_size);
+        s->n_hashed++;
+    }
 }

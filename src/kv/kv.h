@@ -62,6 +62,10 @@ typedef struct tk_kv_seq {
      * before n_dropped * block_size no longer have K/V.  The table keeps its
      * logical indexing (block i holds positions [i*bs, (i+1)*bs)). */
     int n_dropped;
+    /* Prefix cache: blocks [0, n_hashed) have been registered (or matched)
+     * and last_hash is the chained hash of block n_hashed - 1. */
+    int n_hashed;
+    uint64_t last_hash;
 } tk_kv_seq;
 
 int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks,
@@ -93,26 +97,28 @@ int tk_kv_seq_prepare_write(tk_kv_pool *p, tk_kv_seq *s, int from, int to, tk_er
  * sequence's reference).  For sliding-window models: pos = next position -
  * window + 1.  Returns how many blocks were released. */
 int tk_kv_seq_drop_before(tk_kv_pool *p, tk_kv_seq *s, int pos);
-/* Drops positions >= len, releasing blocks no longer needed. */
+/* Drops positions >= len, releasing blocks no longer needed (and the
+ * prefix-hash state past len: it is rebuilt from the tokens on the next
+ * registration). */
 void tk_kv_seq_truncate(tk_kv_pool *p, tk_kv_seq *s, int len);
 /* Gives back blocks past the first n_blocks (undoes a reservation). */
 void tk_kv_seq_shrink(tk_kv_pool *p, tk_kv_seq *s, int n_blocks);
 /* Releases all blocks and the table. */
 void tk_kv_seq_release(tk_kv_pool *p, tk_kv_seq *s);
-/* dst (empty) shares all of src's blocks (released entries stay released). */
+/* dst (empty) shares all of src's blocks (released entries stay released)
+ * and its prefix-hash state. */
 int tk_kv_seq_fork(tk_kv_pool *p, const tk_kv_seq *src, tk_kv_seq *dst, tk_err *err);
 
 /* ---- prefix cache ---- */
 uint64_t tk_kv_block_hash(uint64_t parent, const int32_t *tokens, int n);
 /* Appends to the (empty) sequence the cached blocks matching the prefix of
  * tokens (full blocks only, at most max_blocks); returns how many matched.
- * *last_hash gets the hash of the last matched block (0 if none). */
-int tk_kv_seq_match_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, int max_blocks,
-                           uint64_t *last_hash);
-/* Registers full block i of the sequence, holding block_tokens, under
- * hash(parent, block_tokens); returns that hash (for the next block). */
-uint64_t tk_kv_seq_register_block(tk_kv_pool *p, const tk_kv_seq *s, int i, uint64_t parent,
-                                  const int32_t *block_tokens);
+ * They count as registered for tk_kv_seq_register_prefix. */
+int tk_kv_seq_match_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, int max_blocks);
+/* Registers every full block among positions [0, n_tokens) not registered
+ * yet, each under the hash of its tokens chained with its parent's (tokens:
+ * the sequence's tokens from position 0). */
+void tk_kv_seq_register_prefix(tk_kv_pool *p, tk_kv_seq *s, const int32_t *tokens, int n_tokens);
 
 /* Address of the stored K (or V) row of (layer, kv_head) at position pos. */
 static inline unsigned char *tk_kv_k(const tk_kv_pool *p, const tk_kv_seq *s, int layer, int head, int pos) {

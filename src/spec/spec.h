@@ -26,12 +26,18 @@
 #include <stdint.h>
 
 #include "../sample/sampler.h"
+#include "../tokenizer/tokenizer.h"
 
 /* n-gram lengths prompt lookup tries, longest first */
 #define TK_SPEC_NGRAM_MAX 4
 #define TK_SPEC_NGRAM_MIN 1
 /* hard bound on the draft length */
 #define TK_SPEC_MAX_DRAFT 32
+
+/* A draft model must share the target's vocabulary (ids pass between the
+ * two as they are): the same size, special tokens and token texts.  nt/nd:
+ * the models' vocabulary sizes; a and b their tokenizers (NULL: none). */
+int tk_spec_check_vocab(int nt, const tk_tokenizer *a, int nd, const tk_tokenizer *b, tk_err *err);
 
 /* Prompt lookup: the latest earlier occurrence in tokens[0..n) of the last
  * g tokens, for g = ngram_max down to ngram_min; writes up to k tokens that

@@ -2,14 +2,12 @@
  * between the two models as they are. */
 #include <string.h>
 
-#include "../engine/engine_internal.h"
+#include "spec.h"
 
-int tk_spec_check_vocab(const tk_engine *target, const tk_engine *draft, tk_err *err) {
-    int nt = target->model.hp.n_vocab, nd = draft->model.hp.n_vocab;
+int tk_spec_check_vocab(int nt, const tk_tokenizer *a, int nd, const tk_tokenizer *b, tk_err *err) {
     if (nt != nd)
         return tk_err_set(err, "the draft model's vocabulary has %d tokens, the target's %d: they must be the same",
                           nd, nt);
-    const tk_tokenizer *a = target->tok, *b = draft->tok;
     if (!a || !b) {
         /* Only sizes can be compared: accept when neither has a tokenizer
          * (token-id use); refuse when one is missing. */
