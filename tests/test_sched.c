@@ -184,7 +184,31 @@ static void test_stop_strings(void) {
     tk_engine_close(e);
 }
 
+/* Two n = 2 requests on three sequence slots: the first one's pending fork
+ * holds a slot in reserve, so the second waits instead of taking it (and
+ * then never getting its own fork's slot: it used to hang). */
+static void test_fork_slots(void) {
+    tk_engine *e = open_engine("models/stories260K.bin", NULL, 3, 0, 64);
+    if (!e) return;
+    int32_t p[12];
+    for (int k = 0; k < 12; k++) p[k] = k == 0 ? 1 : 20 + k * 5;
+    tk_request_params ps[2];
+    for (int i = 0; i < 2; i++) {
+        ps[i] = (tk_request_params){.prompt = p, .n_prompt = 12, .max_tokens = 6, .n = 2, .top_logprobs = -1};
+        tk_sampling_defaults(&ps[i].sampling);
+        ps[i].sampling.temperature = 0.8f;
+        ps[i].sampling.seed = 5 + (uint64_t)i;
+    }
+    result rs[2];
+    memset(rs, 0, sizeof rs);
+    CHECK(tk_test_run_requests(e, ps, 2, on_event, rs, sizeof rs[0], NULL, NULL, 200) == 0, "both finish");
+    CHECK(rs[0].n[0] == 6 && rs[0].n[1] == 6 && rs[1].n[0] == 6 && rs[1].n[1] == 6, "all four samples: %d %d %d %d",
+          rs[0].n[0], rs[0].n[1], rs[1].n[0], rs[1].n[1]);
+    tk_engine_close(e);
+}
+
 int main(void) {
+    test_fork_slots();
     test_concurrent_equals_alone();
     test_prefix_cache_and_n();
     test_stop_strings();

@@ -156,12 +156,25 @@ static void schedule_running(tk_sched *s) {
  * forks included, so that forking never fails). */
 static int slots_needed(const tk_sched_req *r) { return r->n - r->n_done; }
 
+/* Slots free for a new request: those no one holds, less those promised to
+ * the pending forks of running requests (they take theirs when sample 0's
+ * prefill ends). */
+static int slots_free(tk_sched *s) {
+    int n = s->kv.free_slots(s->kv.ctx);
+    for (int i = 0; i < s->n_running; i++)
+        for (int k = 0; k < s->running[i]->n; k++) {
+            const tk_sched_seq *q = s->running[i]->seqs[k];
+            n -= q->pending_fork && !q->done;
+        }
+    return n;
+}
+
 /* Admits waiting requests in order while slots, budget and blocks allow;
  * never lets a later request overtake the head of the queue. */
 static void admit_waiting(tk_sched *s) {
     while (s->waiting_head && s->budget > 0 && s->n_running < s->running_cap) {
         tk_sched_req *r = s->waiting_head;
-        if (slots_needed(r) > s->kv.free_slots(s->kv.ctx)) break;
+        if (slots_needed(r) > slots_free(s)) break;
         int first_chunk = s->n_plan, first_tokens = s->n_plan_tokens, used = 0, ok = 1;
         for (int k = 0; k < r->n && ok; k++) {
             tk_sched_seq *q = r->seqs[k];
