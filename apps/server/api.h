@@ -12,8 +12,6 @@
 #include <jansson.h>
 #include <tokamak.h>
 
-#include "jinja/template.h"
-
 #define TK_API_MAX_BODY (1u << 20)  /* bytes of request body */
 #define TK_API_MAX_STOP 4
 #define TK_API_MAX_STOP_LEN 256

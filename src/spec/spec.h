@@ -25,13 +25,13 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <tokamak.h> /* TK_SPEC_MAX_DRAFT: the hard bound on the draft length */
+
 #include "../sample/sampler.h"
 
 /* n-gram lengths prompt lookup tries, longest first */
 #define TK_SPEC_NGRAM_MAX 4
 #define TK_SPEC_NGRAM_MIN 1
-/* hard bound on the draft length */
-#define TK_SPEC_MAX_DRAFT 32
 
 /* Prompt lookup: the latest earlier occurrence in tokens[0..n) of the last
  * g tokens, for g = ngram_max down to ngram_min; writes up to k tokens that
