@@ -395,6 +395,48 @@ void tk_mapfile_close(tk_mapfile *m);
 #define TK_SPEC_MAX_DRAFT 32
 
 /* ==================================================================
+ * Offline tools: conversion to GGUF (tokamak convert)
+ * ================================================================== */
+
+typedef struct tk_convert_params {
+    const char *type;           /* f32 (also NULL), f16, bf16 or q8_0; norm vectors stay f32 */
+    const char *tokenizer_path; /* the tokenizer.bin of a llama2.c checkpoint, or an override */
+} tk_convert_params;
+
+typedef struct tk_convert_report {
+    int n_tensors;              /* tensors written (besides rope_freqs) */
+    char warning[512];          /* non-empty: what the output does not keep */
+} tk_convert_report;
+
+/* Checks the parameters (the type). */
+int tk_convert_check(const tk_convert_params *p, tk_err *err);
+/* A llama2.c checkpoint, Hugging Face directory or GGUF (llama
+ * architecture) to a GGUF with the standard llama keys. */
+int tk_convert(const char *in_path, const char *out_path, const tk_convert_params *p, tk_convert_report *rep,
+               tk_err *err);
+
+/* ==================================================================
+ * Offline tools: synthetic models (tokamak synth)
+ * ================================================================== */
+
+typedef struct tk_synth_params {
+    const char *like;          /* the shape of a real model: a tk_synth_shape_name */
+    const char *type;          /* q4_0, q8_0, q4_k_m, f16, ...: the weights' type */
+    uint64_t seed;             /* the weights are a function of it */
+    const char *shared_dir;    /* the shared assets with the shapes' tokenizers; NULL: ../shared */
+    void (*progress)(void *user, int done, int total); /* after each tensor */
+    void *progress_user;
+} tk_synth_params;
+
+/* The i-th known shape ("tinyllama-1.1b", ...), NULL past the last. */
+const char *tk_synth_shape_name(int i);
+/* Checks the parameters (shape and type). */
+int tk_synth_check(const tk_synth_params *p, tk_err *err);
+/* A GGUF with the shape's exact tensors, seeded random weights (normal,
+ * std 0.02; norms 1) and the shape's real tokenizer. */
+int tk_synth_model(const char *out_path, const tk_synth_params *p, tk_err *err);
+
+/* ==================================================================
  * Offline tools: quantization (tokamak quantize)
  * ================================================================== */
 
