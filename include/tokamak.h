@@ -2,7 +2,12 @@
  *
  * Data flow: request -> engine -> batch of (token, position, sequence,
  * wants-logits) -> batched, paged model forward -> sampler -> tokens back.
- * Single-prompt generation is a batch of one sequence. */
+ * Single-prompt generation is a batch of one sequence.
+ *
+ * Sections: the engine (configuration, batches, generation, requests,
+ * metrics, speculative decoding); tokenizers; chat templates; files; limits
+ * of request parameters; offline tools (convert, synth, quantize).  Errors:
+ * tokamak_err.h. */
 #ifndef TOKAMAK_H
 #define TOKAMAK_H
 
@@ -391,6 +396,11 @@ void tk_mapfile_close(tk_mapfile *m);
  * Limits of request parameters (tk_request_params, tk_engine_config)
  * ================================================================== */
 
+/* tk_engine_submit rejects requests beyond these. */
+#define TK_REQUEST_MAX_N 64            /* parallel samples (also at most the engine's max_seqs) */
+#define TK_REQUEST_MAX_STOP 8          /* stop strings */
+#define TK_REQUEST_MAX_STOP_LEN 256    /* bytes of one stop string */
+#define TK_REQUEST_MAX_TOP_LOGPROBS 20 /* alternatives per token */
 /* The longest draft (draft_max, draft_min) speculative decoding takes. */
 #define TK_SPEC_MAX_DRAFT 32
 
