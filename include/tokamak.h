@@ -2,7 +2,12 @@
  *
  * Data flow: request -> engine -> batch of (token, position, sequence,
  * wants-logits) -> batched, paged model forward -> sampler -> tokens back.
- * Single-prompt generation is a batch of one sequence. */
+ * Single-prompt generation is a batch of one sequence.
+ *
+ * Sections: the engine (configuration, batches, generation, requests,
+ * metrics, speculative decoding); tokenizers; chat templates; files; limits
+ * of request parameters; offline tools (convert, synth, quantize).  Errors:
+ * tokamak_err.h. */
 #ifndef TOKAMAK_H
 #define TOKAMAK_H
 
@@ -10,15 +15,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <tokamak_err.h> /* tk_err */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* Every fallible call returns 0 (or a non-negative value) on success and -1
- * on failure, with a message naming the problem in the tk_err. */
-typedef struct tk_err {
-    char msg[512];
-} tk_err;
 
 typedef struct tk_engine tk_engine;
 
@@ -268,6 +269,240 @@ void tk_engine_spec_info(tk_engine *e, tk_spec_info *out);
 /* The draft model's engine (NULL if none), for measurements with the low
  * level API; never use it while another thread steps the engine. */
 tk_engine *tk_engine_draft(tk_engine *e);
+
+/* ==================================================================
+ * Tokenizers: SentencePiece-style BPE with byte fallback and byte-level
+ * BPE with pre-tokenizer regexes.  An engine's tokenizer comes from
+ * tk_engine_tokenizer; tk_tokenizer_open loads one on its own.
+ * ================================================================== */
+
+typedef enum tk_tok_kind {
+    TK_TOK_SPM = 0,      /* SentencePiece BPE ("llama" in GGUF) */
+    TK_TOK_BPE = 1       /* byte-level BPE ("gpt2" in GGUF) */
+} tk_tok_kind;
+
+/* Token attribute (GGUF tokenizer.ggml.token_type values). */
+enum {
+    TK_TOKEN_NORMAL = 1, TK_TOKEN_UNKNOWN = 2, TK_TOKEN_CONTROL = 3,
+    TK_TOKEN_USER_DEFINED = 4, TK_TOKEN_UNUSED = 5, TK_TOKEN_BYTE = 6
+};
+
+/* Opens the tokenizer of a model: model_path may be a .gguf file (vocab-only
+ * GGUFs work), a Hugging Face directory (tokenizer.json +
+ * tokenizer_config.json), a tokenizer.json, or a llama2.c checkpoint (its
+ * header gives the vocabulary size; tokenizer_path must then name the
+ * tokenizer.bin).  A tokenizer_path (tokenizer.json, directory, .gguf or
+ * tokenizer.bin) overrides the model's own vocabulary. */
+int tk_tokenizer_open(const char *model_path, const char *tokenizer_path, tk_tokenizer **out,
+                      tk_err *err);
+/* Frees a tokenizer from tk_tokenizer_open (not an engine's). */
+void tk_tokenizer_free(tk_tokenizer *t);
+
+/* The algorithm: SentencePiece or byte-level BPE. */
+tk_tok_kind tk_tokenizer_kind(const tk_tokenizer *t);
+/* Number of tokens in the vocabulary. */
+int tk_tokenizer_n_vocab(const tk_tokenizer *t);
+/* Beginning-of-sequence token, -1 if none. */
+int tk_tokenizer_bos(const tk_tokenizer *t);
+/* End-of-sequence token, -1 if none. */
+int tk_tokenizer_eos(const tk_tokenizer *t);
+/* Whether the model wants BOS prepended by default. */
+bool tk_tokenizer_add_bos(const tk_tokenizer *t);
+/* Whether token id ends generation (EOS, EOT, ...). */
+bool tk_tokenizer_is_eog(const tk_tokenizer *t, int id);
+/* Raw vocabulary piece (as stored, e.g. "▁the" or "Ġthe"), NUL-terminated. */
+const char *tk_tokenizer_piece(const tk_tokenizer *t, int id);
+/* The token's TK_TOKEN_* attribute. */
+int tk_tokenizer_token_type(const tk_tokenizer *t, int id);
+/* Id of a piece given as stored (e.g. "<|eot_id|>"), -1 if absent. */
+int tk_tokenizer_find(const tk_tokenizer *t, const char *piece);
+
+/* Encodes UTF-8 text.  Invalid UTF-8 is an error ("invalid UTF-8 at byte N").
+ * With parse_special, special/control token texts in the input map to their
+ * ids (leftmost, longest first, as HF tokenizers does for added tokens);
+ * user-defined (non-special) added tokens are always matched.  Writes up to
+ * cap ids; *n_out gets the total count (may exceed cap: call again bigger). */
+int tk_tokenize(const tk_tokenizer *t, const char *text, size_t len, bool add_bos,
+                bool parse_special, int32_t *ids, int cap, int *n_out, tk_err *err);
+
+/* Bytes that token `id` contributes to the decoded text, given the previous
+ * token (SPM strips the leading space after BOS).  Control tokens decode to
+ * nothing unless render_special. Returns the byte count written (<= cap);
+ * if the bytes do not fit, writes nothing useful and returns -(needed). */
+int tk_token_to_bytes(const tk_tokenizer *t, int prev_id, int id, bool render_special,
+                      char *buf, int cap);
+
+/* Streaming decoder: feed tokens one by one; emits only complete UTF-8
+ * characters, holding back a partial sequence until it is completed. */
+typedef struct tk_detok {
+    const tk_tokenizer *tok;
+    int prev_id;
+    char pending[8];
+    int n_pending;
+} tk_detok;
+
+/* Starts decoding after token prev_id (-1: at the start of the text). */
+void tk_detok_init(tk_detok *d, const tk_tokenizer *t, int prev_id);
+/* Appends the newly complete text to out (<= cap bytes); returns bytes
+ * written.  Invalid sequences become U+FFFD.  If cap is too small nothing is
+ * consumed and -(needed) is returned. */
+int tk_detok_push(tk_detok *d, int id, char *out, int cap);
+/* Flushes what is left (invalid leftovers become U+FFFD). */
+int tk_detok_flush(tk_detok *d, char *out, int cap);
+
+/* ==================================================================
+ * Chat templates: a sandboxed interpreter for the subset of Jinja2 that
+ * model chat templates use (Llama-2/3, ChatML, Mistral, Gemma...), with
+ * Hugging Face's apply_chat_template semantics.
+ * ================================================================== */
+
+typedef struct tk_chat_msg {
+    const char *role;     /* "system", "user", "assistant", ... */
+    const char *content;
+} tk_chat_msg;
+
+typedef struct tk_chat_template tk_chat_template;
+
+/* Parses a template; syntax errors name the line and column. */
+int tk_chat_template_parse(const char *source, tk_chat_template **out, tk_err *err);
+/* Frees a parsed template (NULL is fine). */
+void tk_chat_template_free(tk_chat_template *t);
+/* Renders with the variables messages, add_generation_prompt, bos_token and
+ * eos_token (NULL: undefined).  raise_exception(msg) in the template becomes
+ * an error with that message.  *out is malloc'd, NUL-terminated. */
+int tk_chat_template_render(const tk_chat_template *t, const tk_chat_msg *msgs, int n_msgs,
+                            bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                            char **out, tk_err *err);
+
+/* ==================================================================
+ * Files
+ * ================================================================== */
+
+/* Reads a whole (small) file into a NUL-terminated malloc'd buffer. */
+int tk_read_file(const char *path, char **out, size_t *len, tk_err *err);
+
+/* A read-only memory mapping of a whole file. */
+typedef struct tk_mapfile {
+    const unsigned char *data;
+    size_t size;
+} tk_mapfile;
+
+/* Maps path read-only. */
+int tk_mapfile_open(tk_mapfile *m, const char *path, tk_err *err);
+/* Unmaps (a zeroed tk_mapfile is fine). */
+void tk_mapfile_close(tk_mapfile *m);
+
+/* ==================================================================
+ * Limits of request parameters (tk_request_params, tk_engine_config)
+ * ================================================================== */
+
+/* tk_engine_submit rejects requests beyond these. */
+#define TK_REQUEST_MAX_N 64            /* parallel samples (also at most the engine's max_seqs) */
+#define TK_REQUEST_MAX_STOP 8          /* stop strings */
+#define TK_REQUEST_MAX_STOP_LEN 256    /* bytes of one stop string */
+#define TK_REQUEST_MAX_TOP_LOGPROBS 20 /* alternatives per token */
+/* The longest draft (draft_max, draft_min) speculative decoding takes. */
+#define TK_SPEC_MAX_DRAFT 32
+
+/* ==================================================================
+ * Offline tools: conversion to GGUF (tokamak convert)
+ * ================================================================== */
+
+typedef struct tk_convert_params {
+    const char *type;           /* f32 (also NULL), f16, bf16 or q8_0; norm vectors stay f32 */
+    const char *tokenizer_path; /* the tokenizer.bin of a llama2.c checkpoint, or an override */
+} tk_convert_params;
+
+typedef struct tk_convert_report {
+    int n_tensors;              /* tensors written (besides rope_freqs) */
+    char warning[512];          /* non-empty: what the output does not keep */
+} tk_convert_report;
+
+/* Checks the parameters (the type). */
+int tk_convert_check(const tk_convert_params *p, tk_err *err);
+/* A llama2.c checkpoint, Hugging Face directory or GGUF (llama
+ * architecture) to a GGUF with the standard llama keys. */
+int tk_convert(const char *in_path, const char *out_path, const tk_convert_params *p, tk_convert_report *rep,
+               tk_err *err);
+
+/* ==================================================================
+ * Offline tools: synthetic models (tokamak synth)
+ * ================================================================== */
+
+typedef struct tk_synth_params {
+    const char *like;          /* the shape of a real model: a tk_synth_shape_name */
+    const char *type;          /* q4_0, q8_0, q4_k_m, f16, ...: the weights' type */
+    uint64_t seed;             /* the weights are a function of it */
+    const char *shared_dir;    /* the shared assets with the shapes' tokenizers; NULL: ../shared */
+    void (*progress)(void *user, int done, int total); /* after each tensor */
+    void *progress_user;
+} tk_synth_params;
+
+/* The i-th known shape ("tinyllama-1.1b", ...), NULL past the last. */
+const char *tk_synth_shape_name(int i);
+/* Checks the parameters (shape and type). */
+int tk_synth_check(const tk_synth_params *p, tk_err *err);
+/* A GGUF with the shape's exact tensors, seeded random weights (normal,
+ * std 0.02; norms 1) and the shape's real tokenizer. */
+int tk_synth_model(const char *out_path, const tk_synth_params *p, tk_err *err);
+
+/* ==================================================================
+ * Offline tools: quantization (tokamak quantize)
+ * ================================================================== */
+
+typedef enum tk_qmethod { TK_QMETHOD_RTN = 0, TK_QMETHOD_GPTQ = 1, TK_QMETHOD_AWQ = 2 } tk_qmethod;
+
+typedef struct tk_quant_progress {
+    const char *stage;   /* "quantize", "calibrate", "gptq", "awq", "write" */
+    int done, total;     /* units of this stage (tensors or layers) */
+    const char *what;    /* tensor or layer being worked on */
+} tk_quant_progress;
+
+typedef struct tk_quant_params {
+    const char *type;        /* f32 f16 bf16 q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k q4_k_m nf4
+                                (nf4_dq: nf4 with double quantization) */
+    tk_qmethod method;
+    int group;               /* 0: the container's own (byte-exact reference RTN) */
+    bool pure;               /* every matrix in the base type */
+    bool allow_requantize;   /* accept already-quantized input tensors */
+    const char *tokenizer_path;
+    /* calibration (GPTQ, AWQ) */
+    const char *calib_path;  /* UTF-8 text */
+    int ctx;                 /* tokens per calibration window (BOS first); 0: 256 */
+    int max_windows;         /* 0: all the text gives */
+    bool act_order;
+    double damp;             /* 0: 0.01 */
+    int awq_grid;            /* 0: 20 */
+    bool awq_no_clip;        /* skip AWQ's weight clipping search */
+    int n_threads;           /* 0: online cores */
+    void (*progress)(void *user, const tk_quant_progress *p);
+    void *progress_user;
+} tk_quant_params;
+
+typedef struct tk_quant_report {
+    char type[16];           /* the type's canonical name ("q4_k_m") */
+    int64_t n_params;
+    size_t bytes;            /* tensor data written */
+    int n_tensors;
+    int n_calib_tokens;
+    int n_windows;
+    double seconds;
+    /* calibration-output error summed over the calibrated matrices, and what
+     * round to nearest would give on the same inputs (GPTQ / AWQ only) */
+    double method_error, rtn_error;
+    struct {
+        const char *name;    /* "Q6_K" */
+        int n_tensors;
+    } types[32];             /* tensors written by storage type, in type order */
+    int n_types;
+} tk_quant_report;
+
+/* Checks a tk_quant_params type name. */
+int tk_quant_type_check(const char *type, tk_err *err);
+/* A source model (GGUF F32/F16/BF16, llama2.c, Hugging Face directory) to a
+ * quantized GGUF by round to nearest, GPTQ or AWQ (docs/quantization.md). */
+int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_params *p, tk_quant_report *rep,
+                      tk_err *err);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "jinja/template.h"
+#include <tokamak.h>
 
 static const char *opt_str(json_t *o, const char *key) {
     json_t *v = json_object_get(o, key);

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "jinja/template.h"
+#include <tokamak.h>
 #include "tk_test.h"
 
 #define N(a) ((int)(sizeof(a) / sizeof((a)[0])))

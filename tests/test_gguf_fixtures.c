@@ -16,7 +16,7 @@
 
 #include "formats/gguf.h"
 #include "formats/source.h"
-#include "util/mapfile.h"
+#include <tokamak.h> /* tk_mapfile, tk_read_file */
 #include "tk_test.h"
 
 _Static_assert(FLT_DECIMAL_DIG == 9, "9 digits round-trip a float");

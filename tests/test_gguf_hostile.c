@@ -14,7 +14,7 @@
 #include "formats/source.h"
 #include "model/model.h"
 #include "tk_test.h"
-#include "util/mapfile.h"
+#include <tokamak.h> /* tk_mapfile, tk_read_file */
 
 /* ---- byte builder ---- */
 

@@ -22,7 +22,7 @@
 #include "formats/safetensors.h"
 #include "formats/source.h"
 #include "tk_test.h"
-#include "util/mapfile.h"
+#include <tokamak.h> /* tk_mapfile, tk_read_file */
 
 /* ---------- helpers ---------- */
 

@@ -494,7 +494,7 @@ static void check_model(const char *model, const char *name, const char *type, t
     tk_quant_params p;
     memset(&p, 0, sizeof p);
     tk_err err;
-    CHECK(tk_qscheme_parse(type, &p.scheme, &err) == 0, "%s", err.msg);
+    p.type = type;
     p.method = method;
     p.group = group;
     p.n_threads = 2;

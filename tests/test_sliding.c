@@ -28,7 +28,6 @@
 #include <tokamak.h>
 
 #include "../src/engine/engine_internal.h"
-#include "../src/util/mapfile.h"
 #include "formats/gguf.h"
 #include "engine_test.h"
 #include "tk_test.h"

@@ -21,7 +21,6 @@
 
 #include "../src/engine/engine_internal.h"
 #include "../src/spec/spec.h"
-#include "../src/util/mapfile.h"
 #include "engine_test.h"
 #include "tk_test.h"
 

@@ -15,7 +15,7 @@
 #include "formats/gguf.h"
 #include "tk_test.h"
 #include "tokenizer/tokenizer.h"
-#include "util/mapfile.h"
+#include <tokamak.h> /* tk_mapfile, tk_read_file */
 
 /* tests/data/tok_corpus.txt, found next to this source file */
 static const char *corpus_path(void) {

@@ -13,8 +13,6 @@
 
 #include <tokamak.h>
 
-#include "tokenizer/tokenizer.h"
-#include "util/mapfile.h"
 #include "bench_spec.h"
 
 #define MAX_K 8

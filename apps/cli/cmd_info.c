@@ -4,7 +4,6 @@
 
 #include <tokamak.h>
 
-#include "tokenizer/tokenizer.h"
 #include "common/args.h"
 #include "commands.h"
 

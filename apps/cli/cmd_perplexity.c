@@ -32,8 +32,6 @@
 
 #include <tokamak.h>
 
-#include "tokenizer/tokenizer.h"
-#include "util/mapfile.h"
 #include "common/args.h"
 #include "commands.h"
 

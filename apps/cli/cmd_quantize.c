@@ -2,10 +2,12 @@
  * a quantized GGUF by round to nearest, GPTQ or AWQ. */
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "quant/quantize.h"
+#include <tokamak.h>
+
 #include "common/args.h"
 #include "commands.h"
 
@@ -109,17 +111,18 @@ int tk_cmd_quantize(int argc, char **argv) {
         return 2;
     }
     p.damp = damp;
+    p.type = type_name;
     tk_err err;
-    if (tk_qscheme_parse(type_name, &p.scheme, &err)) {
+    if (tk_quant_type_check(type_name, &err)) {
         fprintf(stderr, "tokamak quantize: %s\n", err.msg);
         return 2;
     }
     if (dq) {
-        if (p.scheme.base != TK_NF4) {
+        if (strcasecmp(type_name, "nf4")) {
             fprintf(stderr, "tokamak quantize: --nf4-double-quant needs --type nf4\n");
             return 2;
         }
-        tk_qscheme_parse("nf4_dq", &p.scheme, &err);
+        p.type = "nf4_dq";
     }
     if (!strcmp(method, "rtn")) {
         p.method = TK_QMETHOD_RTN;
@@ -145,11 +148,10 @@ int tk_cmd_quantize(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "wrote %s: %s/%s, %d tensors, %zu bytes (%.2f MiB), %.3f bits per weight, %.1f s\n", out,
-            p.scheme.name, method, rep.n_tensors, rep.bytes, rep.bytes / 1048576.0,
+            rep.type, method, rep.n_tensors, rep.bytes, rep.bytes / 1048576.0,
             rep.n_params ? 8.0 * (double)rep.bytes / (double)rep.n_params : 0, rep.seconds);
     fprintf(stderr, "types:");
-    for (int t = 0; t < TK_DTYPE_LIMIT; t++)
-        if (rep.types_count[t]) fprintf(stderr, " %s x%d", tk_dtype_get(t)->name, rep.types_count[t]);
+    for (int t = 0; t < rep.n_types; t++) fprintf(stderr, " %s x%d", rep.types[t].name, rep.types[t].n_tensors);
     fputc('\n', stderr);
     if (p.method != TK_QMETHOD_RTN)
         fprintf(stderr,

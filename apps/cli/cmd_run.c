@@ -5,7 +5,6 @@
 
 #include <tokamak.h>
 
-#include "util/mapfile.h"
 #include "common/args.h"
 #include "commands.h"
 

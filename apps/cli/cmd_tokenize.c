@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tokenizer/tokenizer.h"
-#include "util/mapfile.h"
+#include <tokamak.h>
+
 #include "common/args.h"
 #include "commands.h"
 

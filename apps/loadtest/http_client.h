@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "util/err.h"
+#include <tokamak.h>
 
 typedef struct tk_url {
     char host[256];

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "spec/spec.h"
-
 void tk_api_error_set(tk_api_error *e, int status, const char *type, const char *code, const char *param,
                       const char *fmt, ...) {
     e->status = status;

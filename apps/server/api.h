@@ -12,13 +12,11 @@
 #include <jansson.h>
 #include <tokamak.h>
 
-#include "jinja/template.h"
-
 #define TK_API_MAX_BODY (1u << 20)  /* bytes of request body */
 #define TK_API_MAX_STOP 4
-#define TK_API_MAX_STOP_LEN 256
+#define TK_API_MAX_STOP_LEN TK_REQUEST_MAX_STOP_LEN
 #define TK_API_MAX_N 16
-#define TK_API_MAX_TOP_LOGPROBS 20
+#define TK_API_MAX_TOP_LOGPROBS TK_REQUEST_MAX_TOP_LOGPROBS
 #define TK_API_MAX_MESSAGES 1024
 
 typedef enum tk_api_kind { TK_API_COMPLETIONS = 0, TK_API_CHAT = 1 } tk_api_kind;

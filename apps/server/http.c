@@ -13,8 +13,8 @@
 
 #include <jansson.h>
 #include <microhttpd.h>
+#include <tokamak.h>
 
-#include "util/err.h"
 #include "api.h"
 #include "live.h"
 #include "common/sbuf.h"

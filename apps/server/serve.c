@@ -16,13 +16,9 @@
 #include <jansson.h>
 #include <tokamak.h>
 
-#include "jinja/template.h"
 #include "common/args.h"
 #include "commands.h"
-#include "formats/gguf.h"
-#include "tokenizer/tokenizer.h"
-#include "util/err.h"
-#include "util/mapfile.h"
+#include "formats/gguf.h" /* until tk_engine_chat_template lands */
 #include "server.h"
 
 /* The only mutable global: set by the signal handler, polled by the loop. */

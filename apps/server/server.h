@@ -19,9 +19,6 @@
 
 #include <tokamak.h>
 
-#include "jinja/template.h"
-#include "tokenizer/tokenizer.h"
-
 typedef struct tk_server_config {
     const char *host;          /* numeric IPv4/IPv6 address */
     int port;

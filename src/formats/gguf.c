@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../util/mapfile.h"
+#include <tokamak.h> /* tk_mapfile, tk_read_file */
 
 #define GGUF_DEFAULT_ALIGNMENT 32
 /* Nested arrays are legal but unused in practice; cap the recursion so a

@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <tokamak.h> /* tk_batch */
+
 #include "../formats/source.h"
 #include "../kernels/matmul.h"
 #include "../kernels/threadpool.h"

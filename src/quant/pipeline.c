@@ -29,7 +29,7 @@
 #include "../formats/llama_gguf.h"
 #include "../model/model.h"
 #include "../tokenizer/tokenizer.h"
-#include "../util/mapfile.h"
+#include <tokamak.h> /* tk_mapfile, tk_read_file */
 #include "quant_internal.h"
 #include "quantize.h"
 
@@ -51,6 +51,7 @@ typedef struct otensor {
 
 typedef struct qctx {
     const tk_quant_params *p;
+    tk_qscheme scheme; /* parsed from p->type */
     tk_source src;
     tk_tokenizer *tok;
     otensor *t;
@@ -585,15 +586,15 @@ static bool is_layer_matrix(const char *name) {
     return false;
 }
 
-static int check_params(const tk_quant_params *p, tk_err *err) {
-    const tk_dtype base = p->scheme.base;
+static int check_params(const tk_quant_params *p, const tk_qscheme *scheme, tk_err *err) {
+    const tk_dtype base = scheme->base;
     if (p->group != 0 && p->group != 32 && p->group != 64 && p->group != 128)
         return tk_err_set(err, "group size %d: expected 32, 64 or 128", p->group);
     if (p->method == TK_QMETHOD_GPTQ && !tk_qgrid_supported(base))
         return tk_err_set(err, "GPTQ needs a q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q4_k_m or q5_k container, not %s",
-                          p->scheme.name);
+                          scheme->name);
     if (p->method == TK_QMETHOD_AWQ && (base == TK_F32 || base == TK_F16 || base == TK_BF16))
-        return tk_err_set(err, "AWQ needs a quantized type, not %s", p->scheme.name);
+        return tk_err_set(err, "AWQ needs a quantized type, not %s", scheme->name);
     if (p->method != TK_QMETHOD_RTN && !p->calib_path)
         return tk_err_set(err, "%s needs calibration text (--calib FILE)", p->method == TK_QMETHOD_GPTQ ? "GPTQ" : "AWQ");
     return 0;
@@ -604,12 +605,12 @@ static int write_output(qctx *q, const char *tmp, tk_err *err) {
     float *factors = NULL;
     int rc = -1;
     if (!w) return tk_err_set(err, "out of memory");
-    if (tk_gguf_set_llama_meta(w, &q->src, q->p->scheme.ftype) || tk_tokenizer_to_gguf(q->tok, w, err)) {
+    if (tk_gguf_set_llama_meta(w, &q->src, q->scheme.ftype) || tk_tokenizer_to_gguf(q->tok, w, err)) {
         tk_err_set(err, "cannot set the GGUF metadata");
         goto done;
     }
     static const char *const methods[] = {"rtn", "gptq", "awq"};
-    if (tk_gguf_set_str(w, "tokamak.quantize.scheme", q->p->scheme.name) ||
+    if (tk_gguf_set_str(w, "tokamak.quantize.scheme", q->scheme.name) ||
         tk_gguf_set_str(w, "tokamak.quantize.method", methods[q->p->method]) ||
         tk_gguf_set_u32(w, "tokamak.quantize.group", (uint32_t)q->p->group)) {
         tk_err_set(err, "cannot set the GGUF metadata");
@@ -644,10 +645,11 @@ int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_
     tk_quant_report dummy;
     if (!rep) rep = &dummy;
     memset(rep, 0, sizeof *rep);
-    if (check_params(p, err)) return -1;
-
     qctx q;
     memset(&q, 0, sizeof q);
+    if (tk_qscheme_parse(p->type, &q.scheme, err) || check_params(p, &q.scheme, err)) return -1;
+    snprintf(rep->type, sizeof rep->type, "%s", q.scheme.name);
+
     q.p = p;
     q.rep = rep;
     char *tmp = NULL;
@@ -681,7 +683,7 @@ int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_
                        in_path, o->src->name, info ? info->name : "?");
             goto done;
         }
-        o->type = tk_qscheme_tensor_type(&p->scheme, o->src->name, o->src->ne[0], o->rows, q.src.hp.n_layers, q.tied,
+        o->type = tk_qscheme_tensor_type(&q.scheme, o->src->name, o->src->ne[0], o->rows, q.src.hp.n_layers, q.tied,
                                          p->pure);
     }
     /* claim the output's temporary name now: an unwritable destination
@@ -717,11 +719,18 @@ int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_
         o->f = NULL;
     }
     progress(p, "quantize", q.n, q.n, "done");
+    int types_count[TK_DTYPE_LIMIT] = {0};
     for (int i = 0; i < q.n; i++) {
         rep->n_params += tk_tensor_nelems(q.t[i].src);
         rep->bytes += q.t[i].nbytes;
-        rep->types_count[q.t[i].type]++;
+        types_count[q.t[i].type]++;
     }
+    const int max_types = (int)(sizeof rep->types / sizeof rep->types[0]);
+    for (int t = 0; t < TK_DTYPE_LIMIT && rep->n_types < max_types; t++)
+        if (types_count[t]) {
+            rep->types[rep->n_types].name = tk_dtype_get(t)->name;
+            rep->types[rep->n_types++].n_tensors = types_count[t];
+        }
     rep->n_tensors = q.n;
     progress(p, "write", 0, 1, out_path);
     if (write_output(&q, tmp, err)) goto done;

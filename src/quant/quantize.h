@@ -1,5 +1,6 @@
 /* Whole-model quantization: a source model (GGUF F32/F16/BF16, llama2.c,
- * Hugging Face directory) in, a GGUF out, by round-to-nearest, GPTQ or AWQ.
+ * Hugging Face directory) in, a GGUF out, by round-to-nearest, GPTQ or AWQ
+ * (tk_quantize_model, public).
  *
  * The building blocks (usable on their own, e.g. by tests):
  *   tk_qscheme_*          the output type of each tensor (llama.cpp's rules)
@@ -13,6 +14,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include <tokamak.h>
 
 #include "../formats/source.h"
 #include "../kernels/threadpool.h"
@@ -122,50 +125,6 @@ int tk_awq_search(float *const *W, const int64_t *rows, const tk_dtype *types, i
 int tk_awq_clip(const float *W, int64_t rows, int64_t cols, tk_dtype type, int group, const double *H, float *ratios,
                 tk_pool *pool, tk_err *err);
 
-/* ---- the whole model ---- */
-
-typedef enum tk_qmethod { TK_QMETHOD_RTN = 0, TK_QMETHOD_GPTQ = 1, TK_QMETHOD_AWQ = 2 } tk_qmethod;
-
-typedef struct tk_quant_progress {
-    const char *stage;   /* "quantize", "calibrate", "gptq", "awq", "write" */
-    int done, total;     /* units of this stage (tensors or layers) */
-    const char *what;    /* tensor or layer being worked on */
-} tk_quant_progress;
-
-typedef struct tk_quant_params {
-    tk_qscheme scheme;
-    tk_qmethod method;
-    int group;               /* 0: the container's own (byte-exact reference RTN) */
-    bool pure;               /* every matrix in the base type */
-    bool allow_requantize;   /* accept already-quantized input tensors */
-    const char *tokenizer_path;
-    /* calibration (GPTQ, AWQ) */
-    const char *calib_path;  /* UTF-8 text */
-    int ctx;                 /* tokens per calibration window (BOS first); 0: 256 */
-    int max_windows;         /* 0: all the text gives */
-    bool act_order;
-    double damp;             /* 0: 0.01 */
-    int awq_grid;            /* 0: 20 */
-    bool awq_no_clip;        /* skip AWQ's weight clipping search */
-    int n_threads;           /* 0: online cores */
-    void (*progress)(void *user, const tk_quant_progress *p);
-    void *progress_user;
-} tk_quant_params;
-
-typedef struct tk_quant_report {
-    int64_t n_params;
-    size_t bytes;            /* tensor data written */
-    int n_tensors;
-    int n_calib_tokens;
-    int n_windows;
-    double seconds;
-    /* calibration-output error summed over the calibrated matrices, and what
-     * round to nearest would give on the same inputs (GPTQ / AWQ only) */
-    double method_error, rtn_error;
-    int types_count[TK_DTYPE_LIMIT];
-} tk_quant_report;
-
-int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_params *p, tk_quant_report *rep,
-                      tk_err *err);
+/* The whole model: tk_quantize_model (include/tokamak.h, "Offline tools"). */
 
 #endif

@@ -37,6 +37,11 @@ int tk_qscheme_parse(const char *name, tk_qscheme *s, tk_err *err) {
                       name ? name : "");
 }
 
+int tk_quant_type_check(const char *type, tk_err *err) {
+    tk_qscheme s;
+    return tk_qscheme_parse(type, &s, err);
+}
+
 /* llama.cpp's use_more_bits: the first and last eighth of the layers and
  * every third layer in between. */
 static bool use_more_bits(int i, int n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }

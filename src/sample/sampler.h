@@ -5,7 +5,9 @@
 
 #include <stdint.h>
 
-#include "../util/err.h" /* also brings tokamak.h: tk_sampling */
+#include <tokamak.h> /* tk_sampling */
+
+#include "../util/err.h"
 
 
 typedef struct tk_sampler {

@@ -25,14 +25,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include <tokamak.h> /* TK_SPEC_MAX_DRAFT: the hard bound on the draft length */
+
 #include "../sample/sampler.h"
 #include "../tokenizer/tokenizer.h"
 
 /* n-gram lengths prompt lookup tries, longest first */
 #define TK_SPEC_NGRAM_MAX 4
 #define TK_SPEC_NGRAM_MIN 1
-/* hard bound on the draft length */
-#define TK_SPEC_MAX_DRAFT 32
 
 /* A draft model must share the target's vocabulary (ids pass between the
  * two as they are): the same size, special tokens and token texts.  nt/nd:

@@ -13,7 +13,7 @@
 
 #include <jansson.h>
 
-#include "../util/mapfile.h"
+#include <tokamak.h> /* tk_mapfile, tk_read_file */
 #include "tok_internal.h"
 
 #define RE_BYTELEVEL "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../util/mapfile.h"
+#include <tokamak.h> /* tk_mapfile, tk_read_file */
 #include "tok_internal.h"
 
 static int32_t rd_i32(const unsigned char *p) {

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../util/mapfile.h"
+#include <tokamak.h> /* tk_mapfile, tk_read_file */
 #include "tok_internal.h"
 
 typedef struct pb {

@@ -1,4 +1,5 @@
-#include "mapfile.h"
+/* Read-only file mappings and whole-file reads (include/tokamak.h, "Files"). */
+#include <tokamak.h>
 
 #include <errno.h>
 #include <fcntl.h>

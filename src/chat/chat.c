@@ -1,19 +1,20 @@
-/* Public entry points: parse a chat template once, render it per request.
+/* The chat facade over the Jinja interpreter (src/jinja/): parse a chat
+ * template once, render it per request (include/tokamak.h, "Chat templates").
  *
  * Semantics follow Hugging Face's apply_chat_template: Jinja2's
  * ImmutableSandboxedEnvironment with trim_blocks and lstrip_blocks on, the
  * loop-controls extension (break/continue), {% generation %}, and the
  * globals raise_exception() and strftime_now() (fixed date here; see
  * builtins.c) plus HF's tojson. */
-#include "template.h"
-
 #include <stdlib.h>
 #include <string.h>
 
-#include "arena.h"
-#include "lexer.h"
-#include "parser.h"
-#include "runtime.h"
+#include <tokamak.h>
+
+#include "../jinja/arena.h"
+#include "../jinja/lexer.h"
+#include "../jinja/parser.h"
+#include "../jinja/runtime.h"
 
 /* Limits for untrusted templates. */
 #define CJ_MAX_SOURCE (4u << 20)          /* template text */
