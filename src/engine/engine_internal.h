@@ -16,11 +16,6 @@
 #include "../spec/spec.h"
 #include "../tokenizer/tokenizer.h"
 
-#define TK_MAX_STOP 8
-#define TK_MAX_STOP_LEN 256
-#define TK_MAX_N 64
-#define TK_MAX_TOP_LOGPROBS 20
-
 struct tk_request;
 
 /* One sample of a request: its tokens, sampler, output and speculation
@@ -54,7 +49,7 @@ typedef struct tk_request {
     tk_sched_req sched;     /* its seqs point to the samples' seq members */
     uint64_t id;
     tk_request_params p;
-    char *stop[TK_MAX_STOP];
+    char *stop[TK_REQUEST_MAX_STOP];
     tk_event_cb cb;
     void *user;
     tk_sample_state *samples;

@@ -133,8 +133,8 @@ void tk_output_commit(tk_engine *e, tk_sample_state *ss, int32_t tok, const floa
     tk_request *r = ss->req;
     int nv = e->model.hp.n_vocab;
     float lp = 0;
-    int32_t top_ids[TK_MAX_TOP_LOGPROBS];
-    float top_lp[TK_MAX_TOP_LOGPROBS];
+    int32_t top_ids[TK_REQUEST_MAX_TOP_LOGPROBS];
+    float top_lp[TK_REQUEST_MAX_TOP_LOGPROBS];
     int k = r->p.top_logprobs > 0 ? r->p.top_logprobs : 0;
     if (r->p.top_logprobs >= 0) lp = logprobs(logits, nv, tok, k, top_ids, top_lp);
 

@@ -117,8 +117,8 @@ static int validate(tk_engine *e, const tk_request_params *p, tk_err *err) {
         if (p->prompt[i] < 0 || p->prompt[i] >= nv)
             return tk_err_set(err, "prompt token %d (id %d) is out of range [0, %d)", i, p->prompt[i], nv);
     int n = p->n > 0 ? p->n : 1;
-    if (n > TK_MAX_N || n > e->max_seqs)
-        return tk_err_set(err, "n = %d exceeds the limit (%d)", n, e->max_seqs < TK_MAX_N ? e->max_seqs : TK_MAX_N);
+    if (n > TK_REQUEST_MAX_N || n > e->max_seqs)
+        return tk_err_set(err, "n = %d exceeds the limit (%d)", n, e->max_seqs < TK_REQUEST_MAX_N ? e->max_seqs : TK_REQUEST_MAX_N);
     if (p->n_prompt >= e->ctx_len)
         return tk_err_set(err, "the prompt is %d tokens; the context is %d tokens (one is needed to generate)",
                           p->n_prompt, e->ctx_len);
@@ -135,14 +135,14 @@ static int validate(tk_engine *e, const tk_request_params *p, tk_err *err) {
     if (blocks > e->kv.n_blocks)
         return tk_err_set(err, "the request needs up to %lld KV blocks; the pool has %d", (long long)blocks,
                           e->kv.n_blocks);
-    if (p->n_stop < 0 || p->n_stop > TK_MAX_STOP) return tk_err_set(err, "at most %d stop strings", TK_MAX_STOP);
+    if (p->n_stop < 0 || p->n_stop > TK_REQUEST_MAX_STOP) return tk_err_set(err, "at most %d stop strings", TK_REQUEST_MAX_STOP);
     for (int i = 0; i < p->n_stop; i++) {
         size_t len = p->stop[i] ? strlen(p->stop[i]) : 0;
-        if (len == 0 || len > TK_MAX_STOP_LEN)
-            return tk_err_set(err, "stop strings must be 1 to %d bytes", TK_MAX_STOP_LEN);
+        if (len == 0 || len > TK_REQUEST_MAX_STOP_LEN)
+            return tk_err_set(err, "stop strings must be 1 to %d bytes", TK_REQUEST_MAX_STOP_LEN);
     }
-    if (p->top_logprobs > TK_MAX_TOP_LOGPROBS)
-        return tk_err_set(err, "top_logprobs %d exceeds %d", p->top_logprobs, TK_MAX_TOP_LOGPROBS);
+    if (p->top_logprobs > TK_REQUEST_MAX_TOP_LOGPROBS)
+        return tk_err_set(err, "top_logprobs %d exceeds %d", p->top_logprobs, TK_REQUEST_MAX_TOP_LOGPROBS);
     if (p->speculative < TK_SPEC_DEFAULT || p->speculative > TK_SPEC_DRAFT)
         return tk_err_set(err, "unknown speculative mode %d", p->speculative);
     if (p->speculative == TK_SPEC_DRAFT && !e->draft)
