@@ -12,6 +12,7 @@
 
 struct tk_gguf;
 struct tk_gguf_writer;
+struct tk_source;
 
 typedef struct tk_tokenizer tk_tokenizer;
 
@@ -44,6 +45,14 @@ void tk_tokenizer_free(tk_tokenizer *t);
  * tokenizer.bin) overrides the model's own vocabulary. */
 int tk_tokenizer_open(const char *model_path, const char *tokenizer_path, tk_tokenizer **out,
                       tk_err *err);
+/* The tokenizer of an open model source, from the metadata it already
+ * holds (the GGUF file's keys, the HF directory's tokenizer.model or
+ * tokenizer.json with its tokenizer_config.json, a llama2.c checkpoint's
+ * vocabulary size); tokenizer_path overrides the vocabulary as in
+ * tk_tokenizer_open.  The model's generation_config.json eos ids join the
+ * end-of-generation set either way. */
+int tk_tokenizer_from_source(const struct tk_source *src, const char *tokenizer_path, tk_tokenizer **out,
+                             tk_err *err);
 
 tk_tok_kind tk_tokenizer_kind(const tk_tokenizer *t);
 int tk_tokenizer_n_vocab(const tk_tokenizer *t);
