@@ -59,7 +59,7 @@ int tk_cmd_convert(int argc, char **argv) {
         return 1;
     }
     tk_tokenizer *tok = NULL;
-    if (tk_tokenizer_open(in, tok_path, &tok, &err)) {
+    if (tk_tokenizer_from_source(&src, tok_path, &tok, &err)) {
         fprintf(stderr, "tokamak convert: tokenizer: %s\n", err.msg);
         tk_source_close(&src);
         return 1;
