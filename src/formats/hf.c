@@ -48,6 +48,7 @@ typedef struct hf_impl {
     int n_tensors;
     json_t *tok_config;   /* tokenizer_config.json */
     tk_err tok_config_err;
+    const char *tok_config_error; /* tok_config_err.msg when it could not be read */
     char *chat_template;
 } hf_impl;
 
@@ -165,9 +166,10 @@ static int chat_template_of(const json_t *cfg, char **out) {
 static int read_tokenizer_config(hf_impl *im, tk_err *err) {
     char *path = path_join(im->dir, "tokenizer_config.json");
     if (!path) return tk_err_set(err, "%s: out of memory", im->dir);
-    int rc = tk_hf_tokenizer_config_read(path, &im->tok_config, &im->tok_config_err);
+    if (tk_hf_tokenizer_config_read(path, &im->tok_config, &im->tok_config_err) != 0)
+        im->tok_config_error = im->tok_config_err.msg;
     free(path);
-    if (rc == 0 && im->tok_config && chat_template_of(im->tok_config, &im->chat_template) != 0)
+    if (im->tok_config && chat_template_of(im->tok_config, &im->chat_template) != 0)
         return tk_err_set(err, "%s: out of memory", im->dir);
     return 0;
 }
@@ -749,7 +751,7 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     src->impl = im;
     src->impl_free = hf_impl_free;
     src->hf_tok_config = im->tok_config;
-    if (im->tok_config_err.msg[0]) src->hf_tok_config_error = im->tok_config_err.msg;
+    src->hf_tok_config_error = im->tok_config_error;
     return 0;
 
 fail:
