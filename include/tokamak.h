@@ -128,6 +128,22 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err);
 void tk_engine_close(tk_engine *e);
 void tk_engine_summary(const tk_engine *e, tk_model_summary *out);
 
+/* What the model file says about chat and generation: the chat template
+ * (GGUF tokenizer.chat_template, or tokenizer_config.json's chat_template
+ * in a Hugging Face directory; NULL if none; valid until tk_engine_close)
+ * and generation_config.json's defaults.  The eos ids end generation like
+ * the tokenizer's own EOS; the sampling values are for the caller to use or
+ * not: requests are never changed by them. */
+typedef struct tk_gen_defaults {
+    int eos_ids[8];       /* end-of-generation ids */
+    int n_eos_ids;
+    float temperature;    /* < 0: not given */
+    float top_p;          /* < 0: not given */
+    int top_k;            /* < 0: not given */
+} tk_gen_defaults;
+const char *tk_engine_chat_template(const tk_engine *e);
+void tk_engine_generation_defaults(const tk_engine *e, tk_gen_defaults *out);
+
 /* Later passes use at most n of the engine's threads (clamped to [1,
  * n_threads]; the thread count it was opened with is the maximum).  Not
  * while a pass runs.  Returns the count in effect.  Results do not depend

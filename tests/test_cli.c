@@ -220,6 +220,15 @@ int main(void) {
     snprintf(args, sizeof args, "info %s", tmp_path("hf"));
     expect_error("config.json missing fields", args, "config.json");
 
+    /* info shows the chat template and generation_config.json's defaults */
+    snprintf(args, sizeof args, "info %s", tk_shared("models/code-draft"));
+    CHECK(tokamak(args) == 0 && strstr(out_text, "chat template: ") && !strstr(out_text, "chat template: none") &&
+              strstr(out_text, "generation:    EOS 2 (generation_config.json defaults)"),
+          "info code-draft: %s", out_text);
+    snprintf(args, sizeof args, "info %s", gguf);
+    CHECK(tokamak(args) == 0 && strstr(out_text, "chat template: none") && !strstr(out_text, "generation:"),
+          "info gguf: %s", out_text);
+
     /* Prompts: invalid UTF-8, longer than the context; bad token ids. */
     snprintf(args, sizeof args, "run -m %s -p \"$(printf 'ok \\377\\376 bad')\" -n 4", gguf);
     expect_error("invalid UTF-8 prompt", args, "UTF-8");

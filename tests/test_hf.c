@@ -148,7 +148,9 @@ static void check_model(const expect *e) {
     CHECK(src.format == TK_FORMAT_HF, "format");
     CHECK(strcmp(src.arch, "llama") == 0, "arch %s", src.arch);
     CHECK(strcmp(src.name, e->name) == 0, "name %s", src.name);
-    CHECK(src.hf_dir && strcmp(src.hf_dir, dir) == 0, "hf_dir");
+    CHECK(src.path && strcmp(src.path, dir) == 0, "path");
+    CHECK(src.hf_tok_config && !src.hf_tok_config_error, "tokenizer_config.json read");
+    CHECK(src.chat_template && strstr(src.chat_template, "[INST]"), "chat template");
     CHECK(hp->dim == e->dim, "dim %d", hp->dim);
     CHECK(hp->n_layers == e->layers, "layers %d", hp->n_layers);
     CHECK(hp->n_heads == e->heads, "heads %d", hp->n_heads);
@@ -619,7 +621,7 @@ static void hf_fail(const char *root, const char *label, const char *config, con
         close_src(&src);
         return;
     }
-    CHECK(src.impl == NULL && src.tensors == NULL && src.hf_dir == NULL, "%s: src cleared", label);
+    CHECK(src.impl == NULL && src.tensors == NULL && src.path == NULL, "%s: src cleared", label);
     CHECK(strstr(err.msg, want) != NULL, "%s: message '%s' lacks '%s'", label, err.msg, want);
     if (file) CHECK(strstr(err.msg, file) != NULL, "%s: message '%s' lacks '%s'", label, err.msg, file);
 }

@@ -66,6 +66,25 @@ int tk_cmd_info(int argc, char **argv) {
                tk_tokenizer_bos(t), tk_tokenizer_eos(t), tk_tokenizer_add_bos(t) ? "yes" : "no");
     else
         printf("tokenizer:     none (llama2.c models take --tokenizer tokenizer.bin)\n");
+    const char *tmpl = tk_engine_chat_template(e);
+    if (tmpl)
+        printf("chat template: %zu bytes\n", strlen(tmpl));
+    else
+        printf("chat template: none\n");
+    tk_gen_defaults g;
+    tk_engine_generation_defaults(e, &g);
+    if (g.n_eos_ids > 0 || g.temperature >= 0 || g.top_p >= 0 || g.top_k >= 0) {
+        /* generation_config.json: shown, not applied (the eos ids do stop generation) */
+        printf("generation:   ");
+        if (g.n_eos_ids > 0) {
+            printf(" EOS");
+            for (int i = 0; i < g.n_eos_ids; i++) printf("%s%d", i ? "," : " ", g.eos_ids[i]);
+        }
+        if (g.temperature >= 0) printf(" temperature %g", g.temperature);
+        if (g.top_p >= 0) printf(" top-p %g", g.top_p);
+        if (g.top_k >= 0) printf(" top-k %d", g.top_k);
+        printf(" (generation_config.json defaults)\n");
+    }
     tk_engine_close(e);
     return 0;
 }

@@ -9,16 +9,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <jansson.h>
 #include <tokamak.h>
 
 #include "common/args.h"
 #include "commands.h"
-#include "formats/gguf.h" /* until tk_engine_chat_template lands */
 #include "server.h"
 
 /* The only mutable global: set by the signal handler, polled by the loop. */
@@ -85,57 +82,6 @@ static int parse_size(const char *s, size_t *out) {
     if (v > 1e15) return -1;
     *out = (size_t)v;
     return 0;
-}
-
-static bool is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-static bool has_gguf_magic(const char *p) {
-    FILE *f = fopen(p, "rb");
-    if (!f) return false;
-    char m[4] = {0};
-    size_t n = fread(m, 1, 4, f);
-    fclose(f);
-    return n == 4 && !memcmp(m, "GGUF", 4);
-}
-
-/* The model's own chat template: tokenizer_config.json's chat_template in a
- * Hugging Face directory (a string, or a list of {name, template}), or the
- * GGUF key tokenizer.chat_template.  NULL if there is none. */
-static char *model_chat_template(const char *model_path) {
-    if (is_dir(model_path)) {
-        char path[4096];
-        if (snprintf(path, sizeof path, "%s/tokenizer_config.json", model_path) >= (int)sizeof path) return NULL;
-        json_error_t je;
-        json_t *root = json_load_file(path, JSON_DECODE_INT_AS_REAL, &je); /* model_max_length is huge */
-        if (!root) return NULL;
-        char *out = NULL;
-        json_t *ct = json_object_get(root, "chat_template");
-        if (json_is_string(ct)) {
-            out = strdup(json_string_value(ct));
-        } else if (json_is_array(ct)) {
-            json_t *pick = NULL;
-            for (size_t i = 0; i < json_array_size(ct); i++) {
-                json_t *it = json_array_get(ct, i), *name = json_object_get(it, "name");
-                if (!json_is_string(json_object_get(it, "template"))) continue;
-                if (!pick || (json_is_string(name) && !strcmp(json_string_value(name), "default"))) pick = it;
-            }
-            if (pick) out = strdup(json_string_value(json_object_get(pick, "template")));
-        }
-        json_decref(root);
-        return out;
-    }
-    if (has_gguf_magic(model_path)) {
-        tk_gguf *g;
-        tk_err err;
-        if (tk_gguf_open(model_path, &g, &err)) return NULL;
-        char *out = tk_gguf_get_str(g, "tokenizer.chat_template");
-        tk_gguf_close(g);
-        return out;
-    }
-    return NULL;
 }
 
 static char *default_model_name(const char *path) {
@@ -211,37 +157,18 @@ int tk_cmd_serve(int argc, char **argv) {
     }
 
     tk_err err;
-    /* The chat template: --chat-template, else the model's, else ChatML. */
+    /* The chat template: --chat-template (read first: a bad file fails
+     * before the model loads), else the model's, else ChatML. */
     char *tmpl_src = NULL;
-    const char *tmpl_origin;
-    if (tmpl_file) {
-        if (tk_read_file(tmpl_file, &tmpl_src, NULL, &err)) {
-            fprintf(stderr, "tokamak serve: --chat-template: %s\n", err.msg);
-            return 1;
-        }
-        tmpl_origin = tmpl_file;
-    } else {
-        tmpl_src = model_chat_template(cfg.model_path);
-        tmpl_origin = "the model";
+    if (tmpl_file && tk_read_file(tmpl_file, &tmpl_src, NULL, &err)) {
+        fprintf(stderr, "tokamak serve: --chat-template: %s\n", err.msg);
+        return 1;
     }
     tk_chat_template *tmpl = NULL;
     if (tmpl_src && tk_chat_template_parse(tmpl_src, &tmpl, &err)) {
-        if (tmpl_file) {
-            fprintf(stderr, "tokamak serve: chat template %s: %s\n", tmpl_file, err.msg);
-            free(tmpl_src);
-            return 1;
-        }
-        fprintf(stderr, "tokamak serve: warning: the model's chat template does not parse (%s)\n", err.msg);
-        tmpl = NULL;
-    }
-    if (!tmpl) {
-        if (tk_chat_template_parse(CHATML_TEMPLATE, &tmpl, &err)) {
-            fprintf(stderr, "tokamak serve: built-in ChatML template: %s\n", err.msg);
-            free(tmpl_src);
-            return 1;
-        }
-        fprintf(stderr, "tokamak serve: no usable chat template in the model; using ChatML\n");
-        tmpl_origin = "built-in ChatML";
+        fprintf(stderr, "tokamak serve: chat template %s: %s\n", tmpl_file, err.msg);
+        free(tmpl_src);
+        return 1;
     }
     free(tmpl_src);
 
@@ -252,6 +179,24 @@ int tk_cmd_serve(int argc, char **argv) {
         fprintf(stderr, "tokamak serve: %s\n", err.msg);
         tk_chat_template_free(tmpl);
         return 1;
+    }
+    const char *tmpl_origin = tmpl_file;
+    if (!tmpl) {
+        const char *model_tmpl = tk_engine_chat_template(e);
+        tmpl_origin = "the model";
+        if (model_tmpl && tk_chat_template_parse(model_tmpl, &tmpl, &err)) {
+            fprintf(stderr, "tokamak serve: warning: the model's chat template does not parse (%s)\n", err.msg);
+            tmpl = NULL;
+        }
+    }
+    if (!tmpl) {
+        if (tk_chat_template_parse(CHATML_TEMPLATE, &tmpl, &err)) {
+            fprintf(stderr, "tokamak serve: built-in ChatML template: %s\n", err.msg);
+            tk_engine_close(e);
+            return 1;
+        }
+        fprintf(stderr, "tokamak serve: no usable chat template in the model; using ChatML\n");
+        tmpl_origin = "built-in ChatML";
     }
     char *name = scfg.model_name ? strdup(scfg.model_name) : default_model_name(cfg.model_path);
     tk_server *srv = calloc(1, sizeof *srv);

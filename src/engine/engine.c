@@ -44,8 +44,9 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
         free(e);
         return -1;
     }
+    /* The tokenizer from the metadata of the model's file, opened once. */
     tk_err tok_err;
-    if (tk_tokenizer_open(cfg->model_path, cfg->tokenizer_path, &e->tok, &tok_err)) {
+    if (tk_tokenizer_from_source(&e->model.src, cfg->tokenizer_path, &e->tok, &tok_err)) {
         e->tok = NULL;
         if (cfg->require_tokenizer || cfg->tokenizer_path) {
             tk_err_set(err, "%s", tok_err.msg);
@@ -214,6 +215,9 @@ int tk_engine_n_vocab(const tk_engine *e) { return e->model.hp.n_vocab; }
 int tk_engine_ctx_len(const tk_engine *e) { return e->ctx_len; }
 
 int tk_engine_set_threads(tk_engine *e, int n) { return tk_pool_set_active(e->pool, n); }
+
+const char *tk_engine_chat_template(const tk_engine *e) { return e->model.src.chat_template; }
+void tk_engine_generation_defaults(const tk_engine *e, tk_gen_defaults *out) { *out = e->model.src.gen; }
 
 void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     const tk_model *m = &e->model;

@@ -3,8 +3,8 @@
  * names, so no renaming is needed).
  *
  * Ownership follows source.h: the impl (the open tk_gguf handle, which owns
- * the mapping, plus the copied tensor table and names) owns everything and
- * is released by impl_free. */
+ * the mapping, plus the copied path, chat template, tensor table and names)
+ * owns everything and is released by impl_free. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +18,8 @@ typedef struct gguf_impl {
     tk_gguf *g;
     tk_tensor *tensors;
     int n_tensors;
+    char *path;
+    char *chat_template;
 } gguf_impl;
 
 static void free_tensors(tk_tensor *t, int n) {
@@ -29,6 +31,8 @@ static void gguf_impl_free(void *p) {
     gguf_impl *impl = p;
     free_tensors(impl->tensors, impl->n_tensors);
     tk_gguf_close(impl->g);
+    free(impl->path);
+    free(impl->chat_template);
     free(impl);
 }
 
@@ -297,15 +301,27 @@ int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err) {
     }
 
     gguf_impl *impl = malloc(sizeof *impl);
-    if (!impl) {
+    char *path_copy = strdup(path);
+    /* a chat template that is not a string is no template */
+    const tk_gguf_kv *ct = tk_gguf_find(g, "tokenizer.chat_template");
+    bool has_tmpl = ct && ct->type == TK_GGUF_STRING;
+    char *tmpl = has_tmpl ? tk_gguf_get_str(g, "tokenizer.chat_template") : NULL;
+    if (!impl || !path_copy || (has_tmpl && !tmpl)) {
+        free(impl);
+        free(path_copy);
+        free(tmpl);
         tk_err_set(err, "%s: out of memory", path);
         goto fail;
     }
     impl->g = g;
     impl->tensors = tensors;
     impl->n_tensors = (int)nt;
+    impl->path = path_copy;
+    impl->chat_template = tmpl;
     free(arch);
     src->format = TK_FORMAT_GGUF;
+    src->path = path_copy;
+    src->chat_template = tmpl;
     src->gen.temperature = -1.0f;
     src->gen.top_p = -1.0f;
     src->gen.top_k = -1;

@@ -8,9 +8,17 @@
  * (BF16 stays BF16).  Q/K rows stay in HF order, so hp.rope_style is
  * TK_ROPE_HALVES.
  *
+ * tokenizer_config.json is read here too, once: its chat_template becomes
+ * src->chat_template and the parsed object is kept for the tokenizer loader
+ * (src->hf_tok_config).  A config that cannot be read does not fail the
+ * source: its error is kept in src->hf_tok_config_error for the loader that
+ * needs the file (tokenizer.json; tokenizer.model uses it only for
+ * add_bos_token and goes on without it).
+ *
  * Ownership: everything the source points to (tensor array, tensor names,
- * hf_dir, the file mappings) belongs to the impl and is released by
- * impl_free.  The caller must not free src->tensors or src->hf_dir itself. */
+ * path, chat template, parsed tokenizer config, the file mappings) belongs to
+ * the impl and is released by impl_free.  The caller must not free any of it
+ * itself. */
 #include <errno.h>
 #include <jansson.h>
 #include <limits.h>
@@ -26,8 +34,8 @@
 #include "safetensors.h"
 #include "source.h"
 
-/* Small JSON files (config, index, generation config) larger than this are
- * rejected before reading. */
+/* Small JSON files (config, index, generation and tokenizer config) larger
+ * than this are rejected before reading. */
 #define HF_MAX_JSON_BYTES ((long long)64 * 1024 * 1024)
 #define HF_MAX_SHARD_NAME 255
 
@@ -38,6 +46,10 @@ typedef struct hf_impl {
     int n_shards;
     tk_tensor *tensors;
     int n_tensors;
+    json_t *tok_config;   /* tokenizer_config.json */
+    tk_err tok_config_err;
+    const char *tok_config_error; /* tok_config_err.msg when it could not be read */
+    char *chat_template;
 } hf_impl;
 
 static void hf_impl_free(void *p) {
@@ -52,6 +64,8 @@ static void hf_impl_free(void *p) {
     free(im->shards);
     free(im->shard_names);
     free(im->dir);
+    json_decref(im->tok_config);
+    free(im->chat_template);
     free(im);
 }
 
@@ -78,7 +92,8 @@ static int file_exists(const char *path, tk_err *err) {
     return 1;
 }
 
-static int load_json(const char *path, json_t **out, tk_err *err) {
+/* Any JSON value, with jansson's decoding flags. */
+static int read_json(const char *path, size_t flags, json_t **out, tk_err *err) {
     *out = NULL;
     struct stat st;
     if (stat(path, &st) != 0) return tk_err_set(err, "%s: cannot open: %s", path, strerror(errno));
@@ -89,16 +104,73 @@ static int load_json(const char *path, json_t **out, tk_err *err) {
     size_t len;
     if (tk_read_file(path, &buf, &len, err) != 0) return -1;
     json_error_t jerr;
-    json_t *j = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *j = json_loadb(buf, len, flags, &jerr);
     free(buf);
     if (!j)
         return tk_err_set(err, "%s: invalid JSON: %s (line %d, column %d)", path, jerr.text,
                           jerr.line, jerr.column);
+    *out = j;
+    return 0;
+}
+
+static int load_json(const char *path, json_t **out, tk_err *err) {
+    json_t *j;
+    if (read_json(path, JSON_REJECT_DUPLICATES, &j, err) != 0) return -1;
     if (!json_is_object(j)) {
         json_decref(j);
         return tk_err_set(err, "%s: top level is not a JSON object", path);
     }
     *out = j;
+    return 0;
+}
+
+int tk_hf_tokenizer_config_read(const char *path, json_t **out, tk_err *err) {
+    *out = NULL;
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    /* model_max_length is often 1e30 written as an integer: read integers
+     * as reals; added tokens may hold "\u0000" */
+    json_t *j;
+    if (read_json(path, JSON_ALLOW_NUL | JSON_DECODE_INT_AS_REAL, &j, err) != 0) return -1;
+    if (json_is_object(j))
+        *out = j;
+    else
+        json_decref(j);
+    return 0;
+}
+
+/* tokenizer_config.json's chat_template: a string, or a list of {name,
+ * template} (the one named "default", else the first).  *out NULL: none,
+ * or not in either form.  -1: out of memory. */
+static int chat_template_of(const json_t *cfg, char **out) {
+    *out = NULL;
+    json_t *ct = json_object_get(cfg, "chat_template");
+    const char *pick = json_is_string(ct) ? json_string_value(ct) : NULL;
+    if (json_is_array(ct)) {
+        size_t i;
+        json_t *it;
+        json_array_foreach(ct, i, it) {
+            json_t *t = json_object_get(it, "template"), *name = json_object_get(it, "name");
+            if (!json_is_string(t)) continue;
+            if (!pick || (json_is_string(name) && !strcmp(json_string_value(name), "default")))
+                pick = json_string_value(t);
+        }
+    }
+    if (!pick) return 0;
+    *out = strdup(pick);
+    return *out ? 0 : -1;
+}
+
+/* Reads tokenizer_config.json into the impl; an unreadable one only
+ * records its error (see the top of this file). */
+static int read_tokenizer_config(hf_impl *im, tk_err *err) {
+    char *path = path_join(im->dir, "tokenizer_config.json");
+    if (!path) return tk_err_set(err, "%s: out of memory", im->dir);
+    if (tk_hf_tokenizer_config_read(path, &im->tok_config, &im->tok_config_err) != 0)
+        im->tok_config_error = im->tok_config_err.msg;
+    free(path);
+    if (im->tok_config && chat_template_of(im->tok_config, &im->chat_template) != 0)
+        return tk_err_set(err, "%s: out of memory", im->dir);
     return 0;
 }
 
@@ -641,6 +713,7 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     bool mistral = false;
     if (parse_config(dir, &hp, &tie, &mistral, err) != 0) goto fail;
     if (parse_generation_config(dir, hp.n_vocab, &gen, err) != 0) goto fail;
+    if (read_tokenizer_config(im, err) != 0) goto fail;
 
     hf_load L = {.im = im, .hp = &hp, .tie = tie};
     index_path = path_join(dir, "model.safetensors.index.json");
@@ -669,13 +742,16 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     src->format = TK_FORMAT_HF;
     snprintf(src->arch, sizeof src->arch, "%s", mistral ? "mistral" : "llama");
     dir_basename(dir, src->name, sizeof src->name);
+    src->path = im->dir;
     src->hp = hp;
     src->gen = gen;
+    src->chat_template = im->chat_template;
     src->tensors = im->tensors;
     src->n_tensors = im->n_tensors;
     src->impl = im;
     src->impl_free = hf_impl_free;
-    src->hf_dir = im->dir;
+    src->hf_tok_config = im->tok_config;
+    src->hf_tok_config_error = im->tok_config_error;
     return 0;
 
 fail:

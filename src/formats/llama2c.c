@@ -13,6 +13,7 @@ typedef struct llama2c_impl {
     tk_mapfile map;
     tk_tensor *tensors;
     int n_tensors;
+    char *path;
 } llama2c_impl;
 
 static void llama2c_free(void *p) {
@@ -20,6 +21,7 @@ static void llama2c_free(void *p) {
     for (int i = 0; i < impl->n_tensors; i++) free(impl->tensors[i].name);
     free(impl->tensors);
     tk_mapfile_close(&impl->map);
+    free(impl->path);
     free(impl);
 }
 
@@ -53,6 +55,11 @@ int tk_llama2c_source_open(const char *path, tk_source *src, tk_err *err) {
     if (!impl) return tk_err_set(err, "out of memory");
     src->impl = impl;
     src->impl_free = llama2c_free;
+    src->path = impl->path = strdup(path);
+    if (!impl->path) {
+        tk_err_set(err, "out of memory");
+        goto fail;
+    }
     if (tk_mapfile_open(&impl->map, path, err)) goto fail;
     const tk_mapfile *m = &impl->map;
     if (m->size < 7 * sizeof(int32_t)) {

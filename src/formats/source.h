@@ -10,6 +10,8 @@
 
 #include <stdbool.h>
 
+#include <tokamak.h> /* tk_gen_defaults */
+
 #include "../util/err.h"
 #include "tensor.h"
 
@@ -59,30 +61,28 @@ typedef enum tk_source_format {
     TK_FORMAT_HF = 2
 } tk_source_format;
 
-/* Generation defaults a model directory may carry (generation_config.json). */
-typedef struct tk_gen_defaults {
-    int eos_ids[8];       /* extra end-of-generation ids */
-    int n_eos_ids;
-    float temperature;    /* < 0: not given */
-    float top_p;          /* < 0: not given */
-    int top_k;            /* < 0: not given */
-} tk_gen_defaults;
+struct json_t;
 
 typedef struct tk_source {
     tk_source_format format;
     char arch[32];        /* "llama" */
     char name[128];       /* general.name or directory name, may be empty */
+    const char *path;     /* the file or directory opened */
     tk_hparams hp;
-    tk_gen_defaults gen;
+    tk_gen_defaults gen;  /* generation_config.json (HF); nothing given for other formats */
+    char *chat_template;  /* GGUF tokenizer.chat_template or tokenizer_config.json's chat_template; NULL: none */
     tk_tensor *tensors;   /* owned array; names owned */
     int n_tensors;
     /* Format-private state.  It owns everything the source points to
-     * (tensor array and names, mappings, hf_dir); impl_free releases it. */
+     * (path, chat template, tensor array and names, mappings, parsed
+     * configs); impl_free releases it. */
     void *impl;
     void (*impl_free)(void *impl);
-    /* Format-specific handles the tokenizer loader can use (may be NULL). */
-    struct tk_gguf *gguf;     /* GGUF sources */
-    char *hf_dir;             /* HF sources: the directory */
+    /* What the tokenizer loaders read (tk_tokenizer_from_source); a
+     * llama2.c checkpoint has only its vocabulary size, hp.n_vocab. */
+    struct tk_gguf *gguf;           /* GGUF: the open file, with its tokenizer.ggml.* keys */
+    struct json_t *hf_tok_config;   /* HF: tokenizer_config.json, NULL if absent (or unusable) */
+    const char *hf_tok_config_error; /* HF: why tokenizer_config.json could not be read; NULL if it could */
 } tk_source;
 
 /* Detects the format: a directory is HF; a file starting with "GGUF" is
@@ -95,5 +95,12 @@ const tk_tensor *tk_source_find(const tk_source *src, const char *name);
 int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err);
 int tk_llama2c_source_open(const char *path, tk_source *src, tk_err *err);
 int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err);
+
+/* A Hugging Face tokenizer_config.json (the model directory's, or the one
+ * beside a tokenizer.json).  *out gets the parsed object, or NULL when there
+ * is no such regular file or its top level is not an object; -1 (err set)
+ * when it cannot be read, is too large or is not valid JSON.  The caller
+ * owns *out (json_decref). */
+int tk_hf_tokenizer_config_read(const char *path, struct json_t **out, tk_err *err);
 
 #endif

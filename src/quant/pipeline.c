@@ -655,7 +655,7 @@ int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_
     char *tmp = NULL;
     int rc = -1;
     if (tk_source_open(in_path, &q.src, err)) return -1;
-    if (tk_tokenizer_open(in_path, p->tokenizer_path, &q.tok, err)) {
+    if (tk_tokenizer_from_source(&q.src, p->tokenizer_path, &q.tok, err)) {
         tk_err_wrap(err, "tokenizer (the output GGUF carries it; llama2.c models need --tokenizer)");
         goto done;
     }

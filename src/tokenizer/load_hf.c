@@ -14,6 +14,7 @@
 #include <jansson.h>
 
 #include <tokamak.h> /* tk_mapfile, tk_read_file */
+#include "../formats/source.h"
 #include "tok_internal.h"
 
 #define RE_BYTELEVEL "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
@@ -491,9 +492,34 @@ static bool is_dir(const char *p) {
     return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static bool is_file(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+/* Builds from a parsed tokenizer.json (root, consumed) and its config. */
+static int from_parsed(const char *json_path, json_t *root, const json_t *cfg, tk_tokenizer **out, tk_err *err) {
+    tk_tokenizer *t = tk_tok_alloc();
+    if (!t) {
+        json_decref(root);
+        return tk_err_set(err, "out of memory");
+    }
+    int rc = build(t, root, cfg, err);
+    json_decref(root);
+    if (rc) {
+        tk_err_wrap(err, "%s", json_path);
+        tk_tokenizer_free(t);
+        return -1;
+    }
+    *out = t;
+    return 0;
+}
+
+int tk_tokenizer_from_hf_json(const char *json_path, const json_t *cfg, const char *cfg_error, tk_tokenizer **out,
+                              tk_err *err) {
+    *out = NULL;
+    json_t *root;
+    if (load_json(json_path, 0, &root, err)) return -1;
+    if (cfg_error) {
+        json_decref(root);
+        return tk_err_set(err, "%s", cfg_error);
+    }
+    return from_parsed(json_path, root, cfg, out, err);
 }
 
 int tk_tokenizer_from_hf(const char *path, tk_tokenizer **out, tk_err *err) {
@@ -510,31 +536,13 @@ int tk_tokenizer_from_hf(const char *path, tk_tokenizer **out, tk_err *err) {
         else
             snprintf(cfg_path, sizeof cfg_path, "tokenizer_config.json");
     }
-    json_t *root = NULL, *cfg = NULL;
+    json_t *root, *cfg;
     if (load_json(json_path, 0, &root, err)) return -1;
-    /* model_max_length is often 1e30: read integers there as reals */
-    if (is_file(cfg_path) && load_json(cfg_path, JSON_DECODE_INT_AS_REAL, &cfg, err)) {
+    if (tk_hf_tokenizer_config_read(cfg_path, &cfg, err)) {
         json_decref(root);
         return -1;
     }
-    if (cfg && !json_is_object(cfg)) {
-        json_decref(cfg);
-        cfg = NULL;
-    }
-    tk_tokenizer *t = tk_tok_alloc();
-    if (!t) {
-        json_decref(root);
-        json_decref(cfg);
-        return tk_err_set(err, "out of memory");
-    }
-    int rc = build(t, root, cfg, err);
-    json_decref(root);
+    int rc = from_parsed(json_path, root, cfg, out, err);
     json_decref(cfg);
-    if (rc) {
-        tk_err_wrap(err, "%s", json_path);
-        tk_tokenizer_free(t);
-        return -1;
-    }
-    *out = t;
-    return 0;
+    return rc;
 }

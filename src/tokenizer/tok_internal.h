@@ -141,11 +141,21 @@ int tk_merges_init(tk_tokenizer *t, int n, tk_err *err);
 int tk_merges_add(tk_tokenizer *t, int32_t l, int32_t r, int32_t res, bool keep_first);
 /* Rank of (l, r) or -1; *res gets the merged id. */
 int tk_merges_find(const tk_tokenizer *t, int32_t l, int32_t r, int32_t *res);
-void tk_eog_add(tk_tokenizer *t, int id);
+/* Adds id to the end-of-generation set (ids outside the vocabulary are
+ * ignored); -1 when out of memory. */
+int tk_eog_add(tk_tokenizer *t, int id);
 /* Auto-detects EOT/EOG ids from piece texts and collects the special-token
  * list from token types (CONTROL, USER_DEFINED, UNKNOWN). */
 int tk_finalize_specials(tk_tokenizer *t, bool from_types, tk_err *err);
 int tk_special_sort(tk_tokenizer *t);
+
+/* ---- load_hf.c ---- */
+struct json_t;
+/* tokenizer.json at json_path with its tokenizer_config.json already read:
+ * cfg (NULL: none), or cfg_error, the message of a config that could not
+ * be read, which fails the load (after tokenizer.json's own errors). */
+int tk_tokenizer_from_hf_json(const char *json_path, const struct json_t *cfg, const char *cfg_error,
+                              tk_tokenizer **out, tk_err *err);
 
 /* ---- utf8.c ---- */
 /* Length of a valid UTF-8 sequence starting at s (1..4), 0 if invalid. */

@@ -12,6 +12,7 @@
 
 struct tk_gguf;
 struct tk_gguf_writer;
+struct tk_source;
 
 int tk_tokenizer_from_gguf(const struct tk_gguf *g, tk_tokenizer **out, tk_err *err);
 /* llama2.c tokenizer.bin; vocab_size comes from the checkpoint header
@@ -22,6 +23,14 @@ int tk_tokenizer_from_spm_model(const char *path, tk_tokenizer **out, tk_err *er
 /* path: a tokenizer.json file or a directory holding tokenizer.json (and
  * optionally tokenizer_config.json for add_bos / special tokens). */
 int tk_tokenizer_from_hf(const char *path, tk_tokenizer **out, tk_err *err);
+/* The tokenizer of an open model source, from the metadata it already
+ * holds (the GGUF file's keys, the HF directory's tokenizer.model or
+ * tokenizer.json with its tokenizer_config.json, a llama2.c checkpoint's
+ * vocabulary size); tokenizer_path overrides the vocabulary as in
+ * tk_tokenizer_open.  The model's generation_config.json eos ids join the
+ * end-of-generation set either way. */
+int tk_tokenizer_from_source(const struct tk_source *src, const char *tokenizer_path, tk_tokenizer **out,
+                             tk_err *err);
 
 /* Writes tokenizer.ggml.* keys (model, pre, tokens, scores, token_type,
  * merges, special ids, add_bos) so other GGUF readers load the vocabulary. */

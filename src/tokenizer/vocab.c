@@ -214,14 +214,15 @@ int tk_merges_find(const tk_tokenizer *t, int32_t l, int32_t r, int32_t *res) {
 
 /* ---- special tokens / EOG ---- */
 
-void tk_eog_add(tk_tokenizer *t, int id) {
-    if (id < 0 || id >= t->n_vocab) return;
+int tk_eog_add(tk_tokenizer *t, int id) {
+    if (id < 0 || id >= t->n_vocab) return 0;
     for (int i = 0; i < t->n_eog; i++)
-        if (t->eog[i] == id) return;
+        if (t->eog[i] == id) return 0;
     int32_t *n = realloc(t->eog, (size_t)(t->n_eog + 1) * sizeof *n);
-    if (!n) return;
+    if (!n) return -1;
     t->eog = n;
     t->eog[t->n_eog++] = id;
+    return 0;
 }
 
 static int cmp_special(const void *a, const void *b) {
@@ -254,11 +255,10 @@ int tk_finalize_specials(tk_tokenizer *t, bool from_types, tk_err *err) {
     if (t->eom < 0) t->eom = tk_vocab_find(t, "<|eom_id|>", 10);
     for (int k = 0; eog_texts[k]; k++) {
         int id = tk_vocab_find(t, eog_texts[k], strlen(eog_texts[k]));
-        if (id >= 0) tk_eog_add(t, id);
+        if (id >= 0 && tk_eog_add(t, id)) return tk_err_set(err, "out of memory");
     }
-    tk_eog_add(t, t->eos);
-    tk_eog_add(t, t->eot);
-    tk_eog_add(t, t->eom);
+    if (tk_eog_add(t, t->eos) || tk_eog_add(t, t->eot) || tk_eog_add(t, t->eom))
+        return tk_err_set(err, "out of memory");
 
     if (from_types) {
         int n = 0;

@@ -76,7 +76,7 @@ int tk_convert(const char *in_path, const char *out_path, const tk_convert_param
         return -1;
     }
     tk_tokenizer *tok = NULL;
-    if (tk_tokenizer_open(in_path, p->tokenizer_path, &tok, err)) {
+    if (tk_tokenizer_from_source(&src, p->tokenizer_path, &tok, err)) {
         tk_err_wrap(err, "tokenizer");
         tk_source_close(&src);
         return -1;
