@@ -165,7 +165,8 @@ static int dict_method(cj_ctx *c, cj_val self, const char *name, const cj_args *
         const cj_val *sl[2];
         if (cj_bind(c, a, name, pn, 2, sl)) return -1;
         if (!sl[0]) return cj_fail(c, "get() needs a key");
-        long i = cj_dict_find(self, *sl[0]);
+        long i;
+        if (cj_dict_find(c, self, *sl[0], &i)) return -1;
         *out = i >= 0 ? cj_ref(d->v[i]) : sl[1] ? cj_ref(*sl[1]) : cj_none();
         return 0;
     }
@@ -202,7 +203,9 @@ static int list_method(cj_ctx *c, cj_val self, const char *name, const cj_args *
         if (a->npos != 1 || a->nkw) return cj_fail(c, "%s() takes exactly one argument", name);
         int64_t k = 0;
         for (size_t i = 0; i < l->n; i++) {
-            if (!cj_eq(l->v[i], a->pos[0])) continue;
+            bool eq;
+            if (cj_eq(c, l->v[i], a->pos[0], &eq)) return -1;
+            if (!eq) continue;
             if (name[0] == 'i') {
                 *out = cj_int((int64_t)i);
                 return 0;

@@ -80,6 +80,10 @@ int cj_str_strip(cj_ctx *c, const cj_str *s, const cj_str *chars, bool left, boo
         if (!set) return cj_fail(c, "out of memory");
         size_t i = 0;
         while (i < chars->len) set[nset++] = cj_u8_next(chars->s, chars->len, &i);
+        if (cj_charge_work(c, s->len * nset)) { /* each character of s may be tested against the whole set */
+            free(set);
+            return -1;
+        }
     }
     size_t start = 0, end = s->len, i = 0;
     if (left) {
