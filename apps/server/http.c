@@ -414,14 +414,14 @@ static void stream_free(void *cls) { req_unref(cls); }
 
 /* ---- generation requests ---- */
 
-static int tokenize_all(const tk_tokenizer *tok, const char *text, size_t len, bool add_bos, int32_t **out, int *n,
-                        tk_err *err) {
+static int tokenize_with(const tk_tokenizer *tok, const char *text, size_t len, bool add_bos, bool parse_special,
+                         int32_t **out, int *n, tk_err *err) {
     int cap = (int)(len < (1u << 24) ? len : (1u << 24)) + 8;
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t *ids = malloc((size_t)cap * sizeof *ids);
         if (!ids) return tk_err_set(err, "out of memory");
         int got = 0;
-        if (tk_tokenize(tok, text, len, add_bos, true, ids, cap, &got, err)) {
+        if (tk_tokenize(tok, text, len, add_bos, parse_special, ids, cap, &got, err)) {
             free(ids);
             return -1;
         }
@@ -434,6 +434,144 @@ static int tokenize_all(const tk_tokenizer *tok, const char *text, size_t len, b
         cap = got;
     }
     return tk_err_set(err, "tokenizer returned an inconsistent length");
+}
+
+static int tokenize_all(const tk_tokenizer *tok, const char *text, size_t len, bool add_bos, int32_t **out, int *n,
+                        tk_err *err) {
+    return tokenize_with(tok, text, len, add_bos, true, out, n, err);
+}
+
+static int tokenize_plain(const tk_tokenizer *tok, const char *text, size_t len, int32_t **out, int *n, tk_err *err) {
+    return tokenize_with(tok, text, len, false, false, out, n, err);
+}
+
+/* Special-token text in chat message content is plain text.  The contents
+ * the template sees carry a 0xFF byte (never in JSON's UTF-8) after the
+ * first character of every control-token text, so it no longer spells the
+ * token; tokenize_chat then parses only the control tokens left whole (the
+ * template's) and tokenizes the text between them, marks dropped, without
+ * special-token parsing.  A control token a filter took apart cannot
+ * re-form: it stays odd text, never a token. */
+#define DEFUSE_MARK '\xff'
+
+static size_t utf8_char_len(unsigned char c) { return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+
+/* The longest control-token text at text[i] (index into special_texts), or -1. */
+static int special_at(const tk_server *s, const char *text, size_t len, size_t i) {
+    if (!s->special_first[(unsigned char)text[i]]) return -1;
+    for (int k = 0; k < s->n_special_texts; k++) /* longest first */
+        if (s->special_texts[k].n <= len - i && memcmp(text + i, s->special_texts[k].s, s->special_texts[k].n) == 0)
+            return k;
+    return -1;
+}
+
+/* A malloc'd copy of text with the marks, or NULL when it holds no
+ * control-token text (or, with *oom set, out of memory).  A one-character
+ * control token cannot be split and is left as it is. */
+static char *defuse_specials(const tk_server *s, const char *text, bool *oom) {
+    size_t len = strlen(text), marks = 0;
+    char *out = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t o = 0;
+        for (size_t i = 0; i < len;) {
+            size_t step = utf8_char_len((unsigned char)text[i]);
+            if (step > len - i) step = len - i;
+            int k = special_at(s, text, len, i);
+            bool hit = k >= 0 && s->special_texts[k].n > step;
+            if (out) memcpy(out + o, text + i, step);
+            o += step;
+            i += step; /* a mark at every start, so overlapping texts are split too */
+            if (hit) {
+                if (out) out[o] = DEFUSE_MARK;
+                o++;
+                marks++;
+            }
+        }
+        if (!marks) return NULL;
+        if (out) {
+            out[o] = 0;
+            return out;
+        }
+        if (!(out = malloc(o + 1))) {
+            *oom = true;
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static int append_ids(int32_t **ids, int *n, const int32_t *more, int n_more) {
+    int32_t *p = realloc(*ids, ((size_t)*n + (size_t)n_more + 1) * sizeof *p);
+    if (!p) return -1;
+    memcpy(p + *n, more, (size_t)n_more * sizeof *more);
+    *ids = p;
+    *n += n_more;
+    return 0;
+}
+
+/* Tokenizes a rendered chat (text is modified): without marks, as one text
+ * with special-token parsing; with them, as above.  The text between control
+ * tokens is then tokenized as a text of its own, which differs only for
+ * tokenizers whose pre-tokenizer prepends a space to the first word alone,
+ * or whose control tokens strip the spaces around them. */
+static int tokenize_chat(const tk_server *s, char *text, int32_t **ids, int *n, tk_err *err) {
+    size_t len = strlen(text);
+    if (!memchr(text, DEFUSE_MARK, len)) return tokenize_all(s->tok, text, len, false, ids, n, err);
+    *ids = NULL;
+    *n = 0;
+    size_t seg = 0, w = 0; /* the pending plain text is text[seg..w), compacted in place */
+    for (size_t i = 0; i <= len;) {
+        int k = i < len ? special_at(s, text, len, i) : -1;
+        if (i < len && k < 0) {
+            if (text[i] != DEFUSE_MARK) text[w++] = text[i];
+            i++;
+            continue;
+        }
+        if (w > seg) {
+            int32_t *part;
+            int got;
+            int rc = tokenize_plain(s->tok, text + seg, w - seg, &part, &got, err);
+            if (!rc && append_ids(ids, n, part, got)) rc = tk_err_set(err, "out of memory");
+            if (!rc) free(part);
+            if (rc) {
+                free(*ids);
+                return -1;
+            }
+        }
+        if (i == len) return 0;
+        if (append_ids(ids, n, &s->special_texts[k].id, 1)) {
+            free(*ids);
+            return tk_err_set(err, "out of memory");
+        }
+        i += s->special_texts[k].n;
+        seg = w = i; /* nothing dropped before a control token's end matters any more */
+    }
+    return 0;
+}
+
+/* The template's rendering of the request's messages, contents defused
+ * unless the server parses special tokens in content. */
+static int render_chat(http_req *r, char **text, tk_err *err) {
+    tk_server *s = r->srv;
+    int nm = r->api.n_msgs;
+    tk_chat_msg *msgs = malloc(((size_t)nm + 1) * sizeof *msgs);
+    char **own = calloc((size_t)nm + 1, sizeof *own);
+    int rc = msgs && own ? 0 : tk_err_set(err, "out of memory");
+    for (int i = 0; !rc && i < nm; i++) {
+        bool oom = false;
+        msgs[i] = r->api.msgs[i];
+        if (msgs[i].content && s->n_special_texts) own[i] = defuse_specials(s, msgs[i].content, &oom);
+        if (oom) rc = tk_err_set(err, "out of memory");
+        if (own[i]) msgs[i].content = own[i];
+    }
+    if (!rc)
+        rc = tk_chat_template_render(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, text, err)
+                 ? tk_err_set(err, "chat template: %s", err->msg)
+                 : 0;
+    for (int i = 0; own && i < nm; i++) free(own[i]);
+    free(own);
+    free(msgs);
+    return rc;
 }
 
 static int build_prompt(http_req *r, int32_t **ids, int *n, tk_api_error *e) {
@@ -452,13 +590,12 @@ static int build_prompt(http_req *r, int32_t **ids, int *n, tk_api_error *e) {
     }
     if (r->api.kind == TK_API_CHAT) {
         char *text = NULL;
-        if (tk_chat_template_render(s->tmpl, r->api.msgs, r->api.n_msgs, true, s->bos_text, s->eos_text, &text,
-                                    &err)) {
-            tk_api_error_set(e, 400, "invalid_request_error", NULL, "messages", "chat template: %s", err.msg);
+        if (render_chat(r, &text, &err)) {
+            tk_api_error_set(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
             return -1;
         }
         /* The template writes special tokens (e.g. <s>) as text: parse them. */
-        int rc = tokenize_all(s->tok, text, strlen(text), false, ids, n, &err);
+        int rc = tokenize_chat(s, text, ids, n, &err);
         free(text);
         if (rc) {
             tk_api_error_set(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
@@ -768,6 +905,51 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     req_unref(r);
 }
 
+/* True when text is token id with special-token parsing and not without. */
+static bool special_only(const tk_tokenizer *tok, const char *text, int id) {
+    int32_t a[2], b[2];
+    int na = 0, nb = 0;
+    tk_err e;
+    size_t len = strlen(text);
+    if (tk_tokenize(tok, text, len, false, true, a, 2, &na, &e) || na != 1 || a[0] != id) return false;
+    return tk_tokenize(tok, text, len, false, false, b, 2, &nb, &e) == 0 && !(nb == 1 && b[0] == id);
+}
+
+static int cmp_longer_first(const void *a, const void *b) {
+    size_t x = ((const struct tk_special_text *)a)->n, y = ((const struct tk_special_text *)b)->n;
+    return x > y ? -1 : x < y;
+}
+
+static void free_special_texts(tk_server *s) {
+    for (int i = 0; i < s->n_special_texts; i++) free(s->special_texts[i].s);
+    free(s->special_texts);
+    s->special_texts = NULL;
+    s->n_special_texts = 0;
+}
+
+/* The control-token texts to defuse in chat content (see defuse_specials). */
+static int collect_special_texts(tk_server *s, tk_err *err) {
+    int nv = tk_tokenizer_n_vocab(s->tok);
+    for (int id = 0; id < nv; id++) {
+        int ty = tk_tokenizer_token_type(s->tok, id);
+        const char *p = tk_tokenizer_piece(s->tok, id);
+        if (ty == TK_TOKEN_NORMAL || ty == TK_TOKEN_BYTE || !p || !p[0] || !special_only(s->tok, p, id)) continue;
+        struct tk_special_text *more = realloc(s->special_texts, ((size_t)s->n_special_texts + 1) * sizeof *more);
+        char *copy = strdup(p);
+        if (more) s->special_texts = more;
+        if (!more || !copy) {
+            free(copy);
+            free_special_texts(s);
+            return tk_err_set(err, "out of memory");
+        }
+        s->special_texts[s->n_special_texts++] = (struct tk_special_text){copy, strlen(copy), id};
+        s->special_first[(unsigned char)p[0]] = true;
+    }
+    if (s->n_special_texts > 1) /* the tokenizer matches the longest text */
+        qsort(s->special_texts, (size_t)s->n_special_texts, sizeof *s->special_texts, cmp_longer_first);
+    return 0;
+}
+
 int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, const tk_server_config *cfg,
                     tk_err *err) {
     s->engine = e;
@@ -798,6 +980,7 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     }
     s->max_text_bytes = (size_t)s->ctx_len * longest * 4 + 1024;
     if (!s->tok) return tk_err_set(err, "the model has no tokenizer");
+    if (!cfg->parse_special_in_content && collect_special_texts(s, err)) return -1;
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
@@ -823,7 +1006,10 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
                               (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 256),
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_LISTENING_ADDRESS_REUSE,
                               (unsigned)1, MHD_OPTION_END);
-    if (!s->mhd) return tk_err_set(err, "cannot listen on %s port %d", cfg->host, cfg->port);
+    if (!s->mhd) {
+        free_special_texts(s);
+        return tk_err_set(err, "cannot listen on %s port %d", cfg->host, cfg->port);
+    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     if (di) s->cfg.port = di->port;
     return 0;
@@ -841,4 +1027,5 @@ void tk_server_stop(tk_server *s) {
     s->mhd = NULL;
     if (s->listen_fd >= 0) close(s->listen_fd);
     s->listen_fd = -1;
+    free_special_texts(s);
 }
