@@ -56,6 +56,8 @@ typedef struct http_req {
     tk_sbuf out;          /* streaming: formatted bytes not yet handed to MHD */
     bool stream_end;      /* streaming: [DONE] is in `out` */
     double last_peek;
+    double last_probe;    /* when the peer's end of the connection was last written to, to tell a half-close */
+    bool http10;          /* an HTTP/1.0 request: no interim responses */
 } http_req;
 
 static void req_free(http_req *r) {
@@ -85,20 +87,42 @@ static void req_cancel(http_req *r) {
     }
 }
 
-/* Did the client hang up?  A non-blocking peek: 0 bytes means the peer
- * closed its end.  Lets a blocked request notice a disconnect even while
- * no token is being written. */
-static bool client_gone(http_req *r) {
+typedef enum peer_state { PEER_OPEN, PEER_GONE, PEER_PROBE } peer_state;
+
+/* Did the client hang up?  A non-blocking peek, so a blocked request
+ * notices even while no token is being written: an error means the
+ * connection is gone.  0 bytes (end of file) is a client that closed, or
+ * one that only shut down its sending side and still waits for the answer:
+ * PEER_PROBE (about once a second) asks the caller to write something
+ * harmless, which a closed client answers with a reset that the next peek
+ * sees as an error. */
+static peer_state client_state(http_req *r) {
     double now = tk_clock_seconds(TK_CLOCK_WALL);
-    if (now - r->last_peek < 0.1) return false;
+    if (now - r->last_peek < 0.1) return PEER_OPEN;
     r->last_peek = now;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
+    if (!ci) return PEER_OPEN;
     char b;
     ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
-    return false;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return PEER_GONE;
+    if (n != 0 || now - r->last_probe < 1.0) return PEER_OPEN;
+    r->last_probe = now;
+    return PEER_PROBE;
+}
+
+/* Before the response: the probe is an interim "100 Continue", which
+ * HTTP/1.1 clients skip (not allowed towards HTTP/1.0 ones: those get
+ * their answer, or a failed write, at the end). */
+static bool client_gone_waiting(http_req *r) {
+    peer_state st = client_state(r);
+    if (st == PEER_PROBE && !r->http10) {
+        static const char interim[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci && send(ci->connect_fd, interim, sizeof interim - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+            errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return true;
+    }
+    return st == PEER_GONE;
 }
 
 /* ---- plain responses ---- */
@@ -402,10 +426,16 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             req_cancel(r);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (client_gone(r)) {
+        peer_state st = client_state(r);
+        if (st == PEER_GONE) {
             atomic_fetch_add(&r->srv->cancelled_disconnect, 1);
             req_cancel(r);
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        static const char ping[] = ": ping\n\n"; /* the probe: an SSE comment, which clients skip */
+        if (st == PEER_PROBE && max >= sizeof ping - 1) {
+            memcpy(buf, ping, sizeof ping - 1);
+            return (ssize_t)(sizeof ping - 1);
         }
     }
 }
@@ -747,7 +777,7 @@ static enum MHD_Result handle_generate(http_req *r) {
             req_cancel(r);
             return send_err(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
         }
-        if (client_gone(r)) {
+        if (client_gone_waiting(r)) {
             atomic_fetch_add(&s->cancelled_disconnect, 1);
             req_cancel(r);
             return MHD_NO;
@@ -818,7 +848,6 @@ static bool auth_ok(tk_server *s, struct MHD_Connection *c) {
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
-    (void)version;
     tk_server *s = cls;
     http_req *r = *con_cls;
     if (!r) {
@@ -827,6 +856,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!r) return MHD_NO;
         r->srv = s;
         r->conn = c;
+        r->http10 = !strcmp(version, MHD_HTTP_VERSION_1_0);
         atomic_init(&r->refs, 1);
         r->route = match_route(url);
         *con_cls = r;

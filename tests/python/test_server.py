@@ -607,6 +607,40 @@ def test_disconnect_non_streaming_cancels(server):
     assert after["tokamak_generation_tokens_total"] - before["tokamak_generation_tokens_total"] < 400
 
 
+def raw_exchange(server, body, half_close=True, timeout=30):
+    """Sends one POST over a raw socket, optionally shuts down the sending
+    side, and reads until the server closes; returns the bytes."""
+    data = json.dumps(body)
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as s:
+        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n{data}").encode())
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        out = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                return out
+            out += d
+
+
+def test_half_closed_client_gets_its_answer(server, client):
+    """A client that shuts down its sending side after the request (as
+    `curl`-like tools and proxies may) still gets the whole response."""
+    want = complete(client, "def f():", max_tokens=8).choices[0].text
+    out = raw_exchange(server, {"prompt": "def f():", "max_tokens": 8, "temperature": 0})
+    # an interim "100 Continue" (the server's probe of the connection) may come first
+    final = re.sub(rb"^(HTTP/1\.1 100 Continue\r\n\r\n)*", b"", out)
+    assert final.startswith(b"HTTP/1.1 200 "), out[:200]
+    assert json.loads(final.split(b"\r\n\r\n", 1)[1])["choices"][0]["text"] == want
+    out = raw_exchange(server, {"prompt": "def f():", "max_tokens": 8, "temperature": 0, "stream": True})
+    assert out.startswith(b"HTTP/1.1 200 ") and b"data: [DONE]" in out, out[-300:]
+    texts = [json.loads(line[6:])["choices"][0]["text"] for line in out.split(b"\n")
+             if line.startswith(b"data: {")]
+    assert "".join(texts) == want
+    server.wait_idle()
+
+
 def test_prefix_cache_shared_system_prompt(server, client, model_dir, tokamak_bin):
     words = ("the quick brown fox jumps over the lazy dog while the small cat sleeps near the warm "
              "window and the river flows past the old stone bridge ").split()
