@@ -39,6 +39,7 @@ typedef struct http_req {
     int route;
     bool responded;       /* a response is queued */
     bool too_large;
+    bool early_413;       /* answered 413 before the whole body arrived: drain the rest at the end */
     char *body;
     size_t body_len, body_cap;
     tk_api_req api;
@@ -846,6 +847,38 @@ static bool auth_ok(tk_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* An oversized body announced as longer than this is answered at once. */
+#define DISCARD_LIMIT (16 * (unsigned long long)TK_API_MAX_BODY)
+
+/* early: the client may still be sending (see drain_request). */
+static enum MHD_Result send_413(http_req *r, bool early) {
+    r->early_413 = early;
+    return send_err(r, 413, "invalid_request_error", "request_too_large", NULL, "request body too large (limit 1 MiB)");
+}
+
+/* A 413 sent before the whole body arrived: MHD has written it and is
+ * closing.  Closing with unread bytes would reset the connection, and a
+ * reset makes the client's system drop the 413 it has not read yet (the
+ * client sees a broken pipe instead).  So read and drop what the client
+ * still sends until it stops (1 s quiet) or closes, for up to 10 s or
+ * until shutdown: a lingering close.  This runs on the connection's own
+ * thread. */
+static void drain_request(tk_server *s, struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return;
+    shutdown(ci->connect_fd, SHUT_WR); /* the answer is complete: the client may read to its end */
+    double start = tk_clock_seconds(TK_CLOCK_WALL), heard = start;
+    char buf[16384];
+    for (;;) {
+        double now = tk_clock_seconds(TK_CLOCK_WALL);
+        if (now - start > 10.0 || now - heard > 1.0 || atomic_load(&s->stopping)) return;
+        ssize_t n = recv(ci->connect_fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return;
+        if (n > 0) heard = now;
+        else usleep(10000);
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
     tk_server *s = cls;
@@ -878,13 +911,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             errno = 0;
             unsigned long long v = strtoull(cl, &end, 10);
             if (errno || end == cl || v > TK_API_MAX_BODY) r->too_large = true;
-            /* A moderately oversized body is read and discarded so the
-             * client sees the 413 (answering before the body would reset
-             * the connection under a client still sending); a huge one is
-             * refused at once. */
-            if (r->too_large && (errno || end == cl || v > 16 * (unsigned long long)TK_API_MAX_BODY))
-                return send_err(r, 413, "invalid_request_error", "request_too_large", NULL,
-                                "request body too large (limit 1 MiB)");
+            /* A moderately oversized body is read and discarded, then
+             * answered; a huge one is answered at once, and what the client
+             * still sends is drained when the request ends (on_completed). */
+            if (r->too_large && (errno || end == cl || v > DISCARD_LIMIT)) return send_413(r, true);
         }
         if (!post_route) return handle_get(r, url);
         return MHD_YES;
@@ -916,17 +946,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (r->responded) return MHD_YES;
-    if (r->too_large)
-        return send_err(r, 413, "invalid_request_error", "request_too_large", NULL, "request body too large (limit 1 MiB)");
+    if (r->too_large) return send_413(r, false);
     return handle_generate(r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
     tk_server *s = cls;
     http_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
+    if (r->early_413 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) drain_request(s, c);
     /* A failed write, a closed connection or shutdown: stop generating now. */
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->live && !r->finished)
         atomic_fetch_add(&s->cancelled_disconnect, 1);

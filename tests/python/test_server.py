@@ -476,6 +476,33 @@ def test_hostile_inputs(server):
     server.wait_idle()
 
 
+def test_huge_body_gets_readable_413(server):
+    """A body announced far over the limit is answered 413 at once; the
+    server then drains what the client still sends, so a client that sends
+    it all before reading (as `requests` does) reads the 413 rather than a
+    broken pipe or a reset."""
+    for _ in range(3):
+        r = raw_post(server, "/v1/completions", b"x" * (40 << 20))
+        err = assert_error(r, 413)
+        assert err["code"] == "request_too_large"
+    size = 64 << 20
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as s:
+        s.sendall((f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {API_KEY}\r\n"
+                   f"Content-Type: application/json\r\nContent-Length: {size}\r\n\r\n").encode())
+        block = b"x" * (1 << 20)
+        for _ in range(size // len(block)):
+            s.sendall(block)  # BrokenPipeError / ConnectionResetError here was the bug
+        out = b""
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            out += d
+    assert out.startswith(b"HTTP/1.1 413 "), out[:200]
+    assert json.loads(out.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_too_large"
+    assert requests.get(server.url + "/health", timeout=10).status_code == 200
+
+
 def test_error_openai_client(client):
     with pytest.raises(openai.NotFoundError) as e:
         client.completions.create(model="no-such-model", prompt="x", max_tokens=2)
