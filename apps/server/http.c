@@ -551,7 +551,7 @@ static int tokenize_chat(const tk_server *s, char *text, int32_t **ids, int *n, 
     *ids = NULL;
     *n = 0;
     size_t seg = 0, w = 0; /* the pending plain text is text[seg..w), compacted in place */
-    for (size_t i = 0; i <= len;) {
+    for (size_t i = 0;;) {
         int k = i < len ? special_at(s, text, len, i) : -1;
         if (i < len && k < 0) {
             if (text[i] != DEFUSE_MARK) text[w++] = text[i];
@@ -575,9 +575,8 @@ static int tokenize_chat(const tk_server *s, char *text, int32_t **ids, int *n, 
             return tk_err_set(err, "out of memory");
         }
         i += s->special_texts[k].n;
-        seg = w = i; /* nothing dropped before a control token's end matters any more */
+        seg = w = i; /* the pending text starts again after the control token */
     }
-    return 0;
 }
 
 /* The template's rendering of the request's messages, contents defused
@@ -595,10 +594,9 @@ static int render_chat(http_req *r, char **text, tk_err *err) {
         if (oom) rc = tk_err_set(err, "out of memory");
         if (own[i]) msgs[i].content = own[i];
     }
-    if (!rc)
-        rc = tk_chat_template_render(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, text, err)
-                 ? tk_err_set(err, "chat template: %s", err->msg)
-                 : 0;
+    tk_err terr;
+    if (!rc && tk_chat_template_render(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, text, &terr))
+        rc = tk_err_set(err, "chat template: %s", terr.msg);
     for (int i = 0; own && i < nm; i++) free(own[i]);
     free(own);
     free(msgs);

@@ -694,7 +694,7 @@ static int f_unique(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
         r = cj_check_hashable(c, keys[i]);
         for (size_t j = 0; !r && !seen && j < i; j++) {
             if (ci && keys[i].kind == CJ_STR && keys[j].kind == CJ_STR) {
-                int o;
+                int o = 1;
                 r = cj_order(c, keys[i], keys[j], true, &o);
                 seen = o == 0;
             } else {
