@@ -430,6 +430,10 @@ static void test_work_budget(void) {
         {"{% set s = 'ab' * 1000000 %}{% for i in range(10000) %}{{ s.strip(s) }}{% endfor %}", "work limit"},
         {"{% set s = ' ' * 10000000 %}{% for i in range(10000) %}{{ s | trim }}{% endfor %}", "work limit"},
         {"{% for i in range(100000) %}{{ '' | indent(10000000) }}{% endfor %}", "work limit"},
+        /* backward searches compare up to len(sub) bytes per position */
+        {"{% set s = 'a' * 1000000 %}{% set t = 'a' * 500000 ~ 'b' %}{{ s.rfind(t) }}", "work limit"},
+        {"{% set s = 'a' * 1000000 %}{% set t = 'a' * 500000 ~ 'b' %}{{ s.rsplit(t) }}", "work limit"},
+        {"{% set p = ('x',) * 1000000 %}{% for i in range(1000) %}{{ 'y'.startswith(p) }}{% endfor %}", "work limit"},
     };
     for (int i = 0; i < N(errs); i++) {
         out = render_simple(errs[i].src, &err);

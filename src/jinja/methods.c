@@ -38,6 +38,7 @@ static int affix(cj_ctx *c, const cj_str *s, const cj_args *a, bool start, cj_va
         if (x.kind != CJ_STR)
             return cj_fail(c, "%s first arg must be str or a tuple of str, not %s", fname, cj_type_name(x));
         const cj_str *q = cj_S(x);
+        if (cj_charge_work(c, sizeof(cj_val) + q->len)) return -1; /* a tuple of prefixes may be long */
         if (q->len <= s->len && memcmp(start ? s->s : s->s + s->len - q->len, q->s, q->len) == 0) {
             *out = cj_bool(true);
             return 0;
@@ -103,7 +104,8 @@ static int str_method(cj_ctx *c, cj_val self, const char *name, const cj_args *a
             *out = cj_int(k);
             return 0;
         }
-        int64_t at = cj_str_find(s, sub, name[0] == 'r');
+        int64_t at;
+        if (cj_str_find(c, s, sub, name[0] == 'r', &at)) return -1;
         if (at < 0 && (!strcmp(name, "index") || !strcmp(name, "rindex"))) return cj_fail(c, "substring not found");
         *out = cj_int(at);
         return 0;

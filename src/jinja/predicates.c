@@ -72,6 +72,10 @@ int cj_test_apply(cj_ctx *c, const char *name, cj_val v, const cj_args *a, bool 
     } else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         cj_val s;
         if (cj_to_str(c, v, &s)) return -1;
+        if (cj_charge_work(c, cj_S(s)->len)) { /* the test scans the string */
+            cj_unref(c, s);
+            return -1;
+        }
         *out = cj_str_is(cj_S(s), name[0] == 'l' ? CJ_IS_LOWER : CJ_IS_UPPER);
         cj_unref(c, s);
     } else {
