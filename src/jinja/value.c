@@ -13,7 +13,8 @@ void cj_ctx_init(cj_ctx *c, tk_err *err) {
 }
 
 int cj_fail_work(cj_ctx *c) {
-    return cj_fail(c, "template exceeded its work limit (%llu bytes allocated or scanned)", (unsigned long long)c->work_limit);
+    return cj_fail(c, "template exceeded its work limit (%llu bytes allocated or scanned)",
+                   (unsigned long long)c->work_limit);
 }
 
 int cj_charge_work(cj_ctx *c, size_t n) {
