@@ -562,8 +562,10 @@ static int tokenize_chat(const tk_server *s, char *text, int32_t **ids, int *n, 
             int32_t *part;
             int got;
             int rc = tokenize_plain(s->tok, text + seg, w - seg, &part, &got, err);
-            if (!rc && append_ids(ids, n, part, got)) rc = tk_err_set(err, "out of memory");
-            if (!rc) free(part);
+            if (!rc) {
+                if (append_ids(ids, n, part, got)) rc = tk_err_set(err, "out of memory");
+                free(part);
+            }
             if (rc) {
                 free(*ids);
                 return -1;
