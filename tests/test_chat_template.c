@@ -7,6 +7,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <tokamak.h>
@@ -389,6 +391,73 @@ static void test_limits(void) {
     free(out);
 }
 
+/* Every walk over values is capped in depth, and every operation that loops
+ * or allocates is charged to the work budget, so these end quickly: with the
+ * right (Python) result where one exists, else with a clear error. */
+static void test_work_budget(void) {
+    tk_err err;
+    char *out;
+    static const struct {
+        const char *src, *what;
+    } errs[] = {
+        /* hashing a 900000-deep tuple used to recurse off the stack */
+        {"{% set ns = namespace(t=()) %}{% for j in range(9) %}{% for i in range(100000) %}{% set ns.t = (ns.t,) %}"
+         "{% endfor %}{% endfor %}{{ ns.t in {} }}", "nested too deeply to hash"},
+        {"{% set ns = namespace(t=()) %}{% for i in range(100000) %}{% set ns.t = (ns.t,) %}{% endfor %}"
+         "{{ {ns.t: 1} }}", "nested too deeply to hash"},
+        {"{% set ns = namespace(a=[], b=[]) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}{% set ns.b = [ns.b] %}"
+         "{% endfor %}{{ ns.a == ns.b }}", "nested too deeply to compare"},
+        {"{% set ns = namespace(a=[], b=[]) %}{% for i in range(100000) %}{% set ns.a = [ns.a] %}{% set ns.b = [ns.b] %}"
+         "{% endfor %}{{ [ns.a] < [ns.b] }}", "nested too deeply to compare"},
+        /* shared structure: 2^60 element visits for ==, <, hashing and list.count */
+        {"{% set ns = namespace(a=[], b=[]) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}"
+         "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}", "work limit"},
+        {"{% set ns = namespace(a=[], b=[]) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}"
+         "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ [ns.a, 1] < [ns.b, 0] }}", "work limit"},
+        {"{% set ns = namespace(t=()) %}{% for i in range(60) %}{% set ns.t = (ns.t, ns.t) %}{% endfor %}"
+         "{{ ns.t in {} }}", "work limit"},
+        {"{% set ns = namespace(a=[], b=[]) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}"
+         "{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ [ns.a].count(ns.b) }}", "work limit"},
+        /* quadratic or repeated scans of a big list */
+        {"{% set l = range(100000) | list %}{% for i in range(10000) %}{{ l.count(-1) }}{% endfor %}", "work limit"},
+        {"{% set l = range(100000) | list %}{% for i in range(10000) %}{{ l.index(99999) }}{% endfor %}", "work limit"},
+        {"{% set l = range(100000) | list %}{% for i in range(10000) %}{{ -1 in l }}{% endfor %}", "work limit"},
+        {"{{ range(100000) | unique | length }}", "work limit"},
+        {"{% set l = range(100000) | list %}{% for i in range(100000) %}{{ l | sum }}{% endfor %}", "work limit"},
+        {"{% set l = range(100000) | list %}{% for i in range(100000) %}{{ l | select('none') | list }}{% endfor %}", "work limit"},
+        {"{% set l = range(100000) | list %}{% for i in range(100000) %}{{ l | max }}{% endfor %}", "work limit"},
+        /* repeated scans of a big string, and temporary buffers */
+        {"{% set s = 'ab' * 1000000 %}{% for i in range(10000) %}{{ s.strip(s) }}{% endfor %}", "work limit"},
+        {"{% set s = ' ' * 10000000 %}{% for i in range(10000) %}{{ s | trim }}{% endfor %}", "work limit"},
+        {"{% for i in range(100000) %}{{ '' | indent(10000000) }}{% endfor %}", "work limit"},
+        /* backward searches compare up to len(sub) bytes per position */
+        {"{% set s = 'a' * 1000000 %}{% set t = 'a' * 500000 ~ 'b' %}{{ s.rfind(t) }}", "work limit"},
+        {"{% set s = 'a' * 1000000 %}{% set t = 'a' * 500000 ~ 'b' %}{{ s.rsplit(t) }}", "work limit"},
+        {"{% set p = ('x',) * 1000000 %}{% for i in range(1000) %}{{ 'y'.startswith(p) }}{% endfor %}", "work limit"},
+    };
+    for (int i = 0; i < N(errs); i++) {
+        out = render_simple(errs[i].src, &err);
+        CHECK(out == NULL, "no error: %s", errs[i].src);
+        CHECK(strstr(err.msg, errs[i].what) != NULL, "'%s': want '%s' in: %s", errs[i].src, errs[i].what, err.msg);
+        free(out);
+    }
+    /* dict lookups scan the keys: charged (a 2000-key literal, looked up 10^5 times) */
+    size_t cap = 64 * 1024, n = 0;
+    char *src = malloc(cap);
+    n += (size_t)snprintf(src + n, cap - n, "{%% set d = {");
+    for (int i = 0; i < 2000; i++) n += (size_t)snprintf(src + n, cap - n, "%s%d: %d", i ? ", " : "", i, i);
+    snprintf(src + n, cap - n, "} %%}{%% for i in range(100000) %%}{{ d.get(-1) }}{%% endfor %%}");
+    out = render_simple(src, &err);
+    CHECK(out == NULL && strstr(err.msg, "work limit"), "dict lookups: %s", out ? "no error" : err.msg);
+    free(out);
+    free(src);
+    /* repeating nothing a huge number of times is instant, as in Python */
+    out = render_simple("{{ '' * 9000000000000000000 }}|{{ 9000000000000000000 * '' }}|{{ 'ab' * 0 }}|"
+                        "{{ [] * 9000000000000000000 }}{{ () * 9000000000000000000 }}{{ [1, 2] * 0 }}", &err);
+    CHECK(out && !strcmp(out, "|||[]()[]"), "empty repeat: %s", out ? out : err.msg);
+    free(out);
+}
+
 static void test_variables(void) {
     tk_err err;
     tk_chat_template *t;
@@ -477,6 +546,7 @@ int main(void) {
     test_syntax_errors();
     test_runtime_errors();
     test_limits();
+    test_work_budget();
     test_variables();
     test_fuzz();
     TK_TEST_END();

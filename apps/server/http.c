@@ -39,6 +39,7 @@ typedef struct http_req {
     int route;
     bool responded;       /* a response is queued */
     bool too_large;
+    bool early_413;       /* answered 413 before the whole body arrived: drain the rest at the end */
     char *body;
     size_t body_len, body_cap;
     tk_api_req api;
@@ -56,6 +57,8 @@ typedef struct http_req {
     tk_sbuf out;          /* streaming: formatted bytes not yet handed to MHD */
     bool stream_end;      /* streaming: [DONE] is in `out` */
     double last_peek;
+    double last_probe;    /* when the peer's end of the connection was last written to, to tell a half-close */
+    bool http10;          /* an HTTP/1.0 request: no interim responses */
 } http_req;
 
 static void req_free(http_req *r) {
@@ -85,20 +88,42 @@ static void req_cancel(http_req *r) {
     }
 }
 
-/* Did the client hang up?  A non-blocking peek: 0 bytes means the peer
- * closed its end.  Lets a blocked request notice a disconnect even while
- * no token is being written. */
-static bool client_gone(http_req *r) {
+typedef enum peer_state { PEER_OPEN, PEER_GONE, PEER_PROBE } peer_state;
+
+/* Did the client hang up?  A non-blocking peek, so a blocked request
+ * notices even while no token is being written: an error means the
+ * connection is gone.  0 bytes (end of file) is a client that closed, or
+ * one that only shut down its sending side and still waits for the answer:
+ * PEER_PROBE (about once a second) asks the caller to write something
+ * harmless, which a closed client answers with a reset that the next peek
+ * sees as an error. */
+static peer_state client_state(http_req *r) {
     double now = tk_clock_seconds(TK_CLOCK_WALL);
-    if (now - r->last_peek < 0.1) return false;
+    if (now - r->last_peek < 0.1) return PEER_OPEN;
     r->last_peek = now;
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return false;
+    if (!ci) return PEER_OPEN;
     char b;
     ssize_t n = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0) return true;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return true;
-    return false;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return PEER_GONE;
+    if (n != 0 || now - r->last_probe < 1.0) return PEER_OPEN;
+    r->last_probe = now;
+    return PEER_PROBE;
+}
+
+/* Before the response: the probe is an interim "100 Continue", which
+ * HTTP/1.1 clients skip (not allowed towards HTTP/1.0 ones: those get
+ * their answer, or a failed write, at the end). */
+static bool client_gone_waiting(http_req *r) {
+    peer_state st = client_state(r);
+    if (st == PEER_PROBE && !r->http10) {
+        static const char interim[] = "HTTP/1.1 100 Continue\r\n\r\n";
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci && send(ci->connect_fd, interim, sizeof interim - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0 &&
+            errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+            return true;
+    }
+    return st == PEER_GONE;
 }
 
 /* ---- plain responses ---- */
@@ -402,10 +427,16 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             req_cancel(r);
             return MHD_CONTENT_READER_END_WITH_ERROR;
         }
-        if (client_gone(r)) {
+        peer_state st = client_state(r);
+        if (st == PEER_GONE) {
             atomic_fetch_add(&r->srv->cancelled_disconnect, 1);
             req_cancel(r);
             return MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        static const char ping[] = ": ping\n\n"; /* the probe: an SSE comment, which clients skip */
+        if (st == PEER_PROBE && max >= sizeof ping - 1) {
+            memcpy(buf, ping, sizeof ping - 1);
+            return (ssize_t)(sizeof ping - 1);
         }
     }
 }
@@ -414,14 +445,14 @@ static void stream_free(void *cls) { req_unref(cls); }
 
 /* ---- generation requests ---- */
 
-static int tokenize_all(const tk_tokenizer *tok, const char *text, size_t len, bool add_bos, int32_t **out, int *n,
-                        tk_err *err) {
+static int tokenize_with(const tk_tokenizer *tok, const char *text, size_t len, bool add_bos, bool parse_special,
+                         int32_t **out, int *n, tk_err *err) {
     int cap = (int)(len < (1u << 24) ? len : (1u << 24)) + 8;
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t *ids = malloc((size_t)cap * sizeof *ids);
         if (!ids) return tk_err_set(err, "out of memory");
         int got = 0;
-        if (tk_tokenize(tok, text, len, add_bos, true, ids, cap, &got, err)) {
+        if (tk_tokenize(tok, text, len, add_bos, parse_special, ids, cap, &got, err)) {
             free(ids);
             return -1;
         }
@@ -434,6 +465,144 @@ static int tokenize_all(const tk_tokenizer *tok, const char *text, size_t len, b
         cap = got;
     }
     return tk_err_set(err, "tokenizer returned an inconsistent length");
+}
+
+static int tokenize_all(const tk_tokenizer *tok, const char *text, size_t len, bool add_bos, int32_t **out, int *n,
+                        tk_err *err) {
+    return tokenize_with(tok, text, len, add_bos, true, out, n, err);
+}
+
+static int tokenize_plain(const tk_tokenizer *tok, const char *text, size_t len, int32_t **out, int *n, tk_err *err) {
+    return tokenize_with(tok, text, len, false, false, out, n, err);
+}
+
+/* Special-token text in chat message content is plain text.  The contents
+ * the template sees carry a 0xFF byte (never in JSON's UTF-8) after the
+ * first character of every control-token text, so it no longer spells the
+ * token; tokenize_chat then parses only the control tokens left whole (the
+ * template's) and tokenizes the text between them, marks dropped, without
+ * special-token parsing.  A control token a filter took apart cannot
+ * re-form: it stays odd text, never a token. */
+#define DEFUSE_MARK '\xff'
+
+static size_t utf8_char_len(unsigned char c) { return c < 0xC0 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
+
+/* The longest control-token text at text[i] (index into special_texts), or -1. */
+static int special_at(const tk_server *s, const char *text, size_t len, size_t i) {
+    if (!s->special_first[(unsigned char)text[i]]) return -1;
+    for (int k = 0; k < s->n_special_texts; k++) /* longest first */
+        if (s->special_texts[k].n <= len - i && memcmp(text + i, s->special_texts[k].s, s->special_texts[k].n) == 0)
+            return k;
+    return -1;
+}
+
+/* A malloc'd copy of text with the marks, or NULL when it holds no
+ * control-token text (or, with *oom set, out of memory).  A one-character
+ * control token cannot be split and is left as it is. */
+static char *defuse_specials(const tk_server *s, const char *text, bool *oom) {
+    size_t len = strlen(text), marks = 0;
+    char *out = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        size_t o = 0;
+        for (size_t i = 0; i < len;) {
+            size_t step = utf8_char_len((unsigned char)text[i]);
+            if (step > len - i) step = len - i;
+            int k = special_at(s, text, len, i);
+            bool hit = k >= 0 && s->special_texts[k].n > step;
+            if (out) memcpy(out + o, text + i, step);
+            o += step;
+            i += step; /* a mark at every start, so overlapping texts are split too */
+            if (hit) {
+                if (out) out[o] = DEFUSE_MARK;
+                o++;
+                marks++;
+            }
+        }
+        if (!marks) return NULL;
+        if (out) {
+            out[o] = 0;
+            return out;
+        }
+        if (!(out = malloc(o + 1))) {
+            *oom = true;
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static int append_ids(int32_t **ids, int *n, const int32_t *more, int n_more) {
+    int32_t *p = realloc(*ids, ((size_t)*n + (size_t)n_more + 1) * sizeof *p);
+    if (!p) return -1;
+    memcpy(p + *n, more, (size_t)n_more * sizeof *more);
+    *ids = p;
+    *n += n_more;
+    return 0;
+}
+
+/* Tokenizes a rendered chat (text is modified): without marks, as one text
+ * with special-token parsing; with them, as above.  The text between control
+ * tokens is then tokenized as a text of its own, which differs only for
+ * tokenizers whose pre-tokenizer prepends a space to the first word alone,
+ * or whose control tokens strip the spaces around them. */
+static int tokenize_chat(const tk_server *s, char *text, int32_t **ids, int *n, tk_err *err) {
+    size_t len = strlen(text);
+    if (!memchr(text, DEFUSE_MARK, len)) return tokenize_all(s->tok, text, len, false, ids, n, err);
+    *ids = NULL;
+    *n = 0;
+    size_t seg = 0, w = 0; /* the pending plain text is text[seg..w), compacted in place */
+    for (size_t i = 0;;) {
+        int k = i < len ? special_at(s, text, len, i) : -1;
+        if (i < len && k < 0) {
+            if (text[i] != DEFUSE_MARK) text[w++] = text[i];
+            i++;
+            continue;
+        }
+        if (w > seg) {
+            int32_t *part;
+            int got;
+            int rc = tokenize_plain(s->tok, text + seg, w - seg, &part, &got, err);
+            if (!rc) {
+                if (append_ids(ids, n, part, got)) rc = tk_err_set(err, "out of memory");
+                free(part);
+            }
+            if (rc) {
+                free(*ids);
+                return -1;
+            }
+        }
+        if (i == len) return 0;
+        if (append_ids(ids, n, &s->special_texts[k].id, 1)) {
+            free(*ids);
+            return tk_err_set(err, "out of memory");
+        }
+        i += s->special_texts[k].n;
+        seg = w = i; /* the pending text starts again after the control token */
+    }
+}
+
+/* The template's rendering of the request's messages, contents defused
+ * unless the server parses special tokens in content. */
+static int render_chat(http_req *r, char **text, tk_err *err) {
+    tk_server *s = r->srv;
+    int nm = r->api.n_msgs;
+    tk_chat_msg *msgs = malloc(((size_t)nm + 1) * sizeof *msgs);
+    char **own = calloc((size_t)nm + 1, sizeof *own);
+    int rc = msgs && own ? 0 : tk_err_set(err, "out of memory");
+    for (int i = 0; !rc && i < nm; i++) {
+        bool oom = false;
+        msgs[i] = r->api.msgs[i];
+        if (msgs[i].content && s->n_special_texts) own[i] = defuse_specials(s, msgs[i].content, &oom);
+        if (oom) rc = tk_err_set(err, "out of memory");
+        if (own[i]) msgs[i].content = own[i];
+    }
+    tk_err terr;
+    if (!rc && tk_chat_template_render(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, text, &terr))
+        rc = tk_err_set(err, "chat template: %s", terr.msg);
+    for (int i = 0; own && i < nm; i++) free(own[i]);
+    free(own);
+    free(msgs);
+    return rc;
 }
 
 static int build_prompt(http_req *r, int32_t **ids, int *n, tk_api_error *e) {
@@ -452,13 +621,12 @@ static int build_prompt(http_req *r, int32_t **ids, int *n, tk_api_error *e) {
     }
     if (r->api.kind == TK_API_CHAT) {
         char *text = NULL;
-        if (tk_chat_template_render(s->tmpl, r->api.msgs, r->api.n_msgs, true, s->bos_text, s->eos_text, &text,
-                                    &err)) {
-            tk_api_error_set(e, 400, "invalid_request_error", NULL, "messages", "chat template: %s", err.msg);
+        if (render_chat(r, &text, &err)) {
+            tk_api_error_set(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
             return -1;
         }
         /* The template writes special tokens (e.g. <s>) as text: parse them. */
-        int rc = tokenize_all(s->tok, text, strlen(text), false, ids, n, &err);
+        int rc = tokenize_chat(s, text, ids, n, &err);
         free(text);
         if (rc) {
             tk_api_error_set(e, 400, "invalid_request_error", NULL, "messages", "%s", err.msg);
@@ -610,7 +778,7 @@ static enum MHD_Result handle_generate(http_req *r) {
             req_cancel(r);
             return send_err(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
         }
-        if (client_gone(r)) {
+        if (client_gone_waiting(r)) {
             atomic_fetch_add(&s->cancelled_disconnect, 1);
             req_cancel(r);
             return MHD_NO;
@@ -679,9 +847,40 @@ static bool auth_ok(tk_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* An oversized body announced as longer than this is answered at once. */
+#define DISCARD_LIMIT (16 * (unsigned long long)TK_API_MAX_BODY)
+
+/* early: the client may still be sending (see drain_request). */
+static enum MHD_Result send_413(http_req *r, bool early) {
+    r->early_413 = early;
+    return send_err(r, 413, "invalid_request_error", "request_too_large", NULL, "request body too large (limit 1 MiB)");
+}
+
+/* A 413 sent before the whole body arrived: MHD has written it and is
+ * closing.  Closing with unread bytes would reset the connection, and a
+ * reset makes the client's system drop the 413 it has not read yet (the
+ * client sees a broken pipe instead).  So read and drop what the client
+ * still sends until it stops (1 s quiet) or closes, for up to 10 s or
+ * until shutdown: a lingering close.  This runs on the connection's own
+ * thread. */
+static void drain_request(tk_server *s, struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return;
+    shutdown(ci->connect_fd, SHUT_WR); /* the answer is complete: the client may read to its end */
+    double start = tk_clock_seconds(TK_CLOCK_WALL), heard = start;
+    char buf[16384];
+    for (;;) {
+        double now = tk_clock_seconds(TK_CLOCK_WALL);
+        if (now - start > 10.0 || now - heard > 1.0 || atomic_load(&s->stopping)) return;
+        ssize_t n = recv(ci->connect_fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return;
+        if (n > 0) heard = now;
+        else usleep(10000);
+    }
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_size, void **con_cls) {
-    (void)version;
     tk_server *s = cls;
     http_req *r = *con_cls;
     if (!r) {
@@ -690,6 +889,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!r) return MHD_NO;
         r->srv = s;
         r->conn = c;
+        r->http10 = !strcmp(version, MHD_HTTP_VERSION_1_0);
         atomic_init(&r->refs, 1);
         r->route = match_route(url);
         *con_cls = r;
@@ -711,13 +911,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             errno = 0;
             unsigned long long v = strtoull(cl, &end, 10);
             if (errno || end == cl || v > TK_API_MAX_BODY) r->too_large = true;
-            /* A moderately oversized body is read and discarded so the
-             * client sees the 413 (answering before the body would reset
-             * the connection under a client still sending); a huge one is
-             * refused at once. */
-            if (r->too_large && (errno || end == cl || v > 16 * (unsigned long long)TK_API_MAX_BODY))
-                return send_err(r, 413, "invalid_request_error", "request_too_large", NULL,
-                                "request body too large (limit 1 MiB)");
+            /* A moderately oversized body is read and discarded, then
+             * answered; a huge one is answered at once, and what the client
+             * still sends is drained when the request ends (on_completed). */
+            if (r->too_large && (errno || end == cl || v > DISCARD_LIMIT)) return send_413(r, true);
         }
         if (!post_route) return handle_get(r, url);
         return MHD_YES;
@@ -749,23 +946,67 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_YES;
     }
     if (r->responded) return MHD_YES;
-    if (r->too_large)
-        return send_err(r, 413, "invalid_request_error", "request_too_large", NULL, "request body too large (limit 1 MiB)");
+    if (r->too_large) return send_413(r, false);
     return handle_generate(r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)c;
     tk_server *s = cls;
     http_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
+    if (r->early_413 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) drain_request(s, c);
     /* A failed write, a closed connection or shutdown: stop generating now. */
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->live && !r->finished)
         atomic_fetch_add(&s->cancelled_disconnect, 1);
     req_cancel(r);
     atomic_fetch_sub(&s->active, 1);
     req_unref(r);
+}
+
+/* True when text is token id with special-token parsing and not without. */
+static bool special_only(const tk_tokenizer *tok, const char *text, int id) {
+    int32_t a[2], b[2];
+    int na = 0, nb = 0;
+    tk_err e;
+    size_t len = strlen(text);
+    if (tk_tokenize(tok, text, len, false, true, a, 2, &na, &e) || na != 1 || a[0] != id) return false;
+    return tk_tokenize(tok, text, len, false, false, b, 2, &nb, &e) == 0 && !(nb == 1 && b[0] == id);
+}
+
+static int cmp_longer_first(const void *a, const void *b) {
+    size_t x = ((const struct tk_special_text *)a)->n, y = ((const struct tk_special_text *)b)->n;
+    return x > y ? -1 : x < y;
+}
+
+static void free_special_texts(tk_server *s) {
+    for (int i = 0; i < s->n_special_texts; i++) free(s->special_texts[i].s);
+    free(s->special_texts);
+    s->special_texts = NULL;
+    s->n_special_texts = 0;
+}
+
+/* The control-token texts to defuse in chat content (see defuse_specials). */
+static int collect_special_texts(tk_server *s, tk_err *err) {
+    int nv = tk_tokenizer_n_vocab(s->tok);
+    for (int id = 0; id < nv; id++) {
+        int ty = tk_tokenizer_token_type(s->tok, id);
+        const char *p = tk_tokenizer_piece(s->tok, id);
+        if (ty == TK_TOKEN_NORMAL || ty == TK_TOKEN_BYTE || !p || !p[0] || !special_only(s->tok, p, id)) continue;
+        struct tk_special_text *more = realloc(s->special_texts, ((size_t)s->n_special_texts + 1) * sizeof *more);
+        char *copy = strdup(p);
+        if (more) s->special_texts = more;
+        if (!more || !copy) {
+            free(copy);
+            free_special_texts(s);
+            return tk_err_set(err, "out of memory");
+        }
+        s->special_texts[s->n_special_texts++] = (struct tk_special_text){copy, strlen(copy), id};
+        s->special_first[(unsigned char)p[0]] = true;
+    }
+    if (s->n_special_texts > 1) /* the tokenizer matches the longest text */
+        qsort(s->special_texts, (size_t)s->n_special_texts, sizeof *s->special_texts, cmp_longer_first);
+    return 0;
 }
 
 int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, const tk_server_config *cfg,
@@ -798,6 +1039,7 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     }
     s->max_text_bytes = (size_t)s->ctx_len * longest * 4 + 1024;
     if (!s->tok) return tk_err_set(err, "the model has no tokenizer");
+    if (!cfg->parse_special_in_content && collect_special_texts(s, err)) return -1;
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
@@ -823,7 +1065,10 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
                               (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 256),
                               MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_LISTENING_ADDRESS_REUSE,
                               (unsigned)1, MHD_OPTION_END);
-    if (!s->mhd) return tk_err_set(err, "cannot listen on %s port %d", cfg->host, cfg->port);
+    if (!s->mhd) {
+        free_special_texts(s);
+        return tk_err_set(err, "cannot listen on %s port %d", cfg->host, cfg->port);
+    }
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     if (di) s->cfg.port = di->port;
     return 0;
@@ -841,4 +1086,5 @@ void tk_server_stop(tk_server *s) {
     s->mhd = NULL;
     if (s->listen_fd >= 0) close(s->listen_fd);
     s->listen_fd = -1;
+    free_special_texts(s);
 }

@@ -52,6 +52,8 @@ static void usage(FILE *f) {
             "                           slide release them by default)\n"
             "  --max-queue N            waiting requests before 429 (default 256)\n"
             "  --max-connections N      concurrent HTTP connections (default 256)\n"
+            "  --parse-special-in-content  parse control-token text (e.g. <|im_start|>) in chat message content\n"
+            "                           as control tokens (default: plain text, only the template's are parsed)\n"
             "speculative decoding (server-wide defaults; a request may override them with\n"
             "\"speculative\": {\"mode\": \"off\"|\"ngram\"|\"draft\", \"draft_max\": N, \"draft_min\": N}):\n"
             "%s",
@@ -137,6 +139,7 @@ int tk_cmd_serve(int argc, char **argv) {
         TK_OPT_ON("--no-window-release", &cfg.no_window_release),
         TK_OPT_I("--max-queue", &cfg.max_waiting, 1, 1 << 20),
         TK_OPT_I("--max-connections", &scfg.max_connections, 1, 65536),
+        TK_OPT_ON("--parse-special-in-content", &scfg.parse_special_in_content),
     };
     const tk_cli cli = {.cmd = "serve", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
     int prc = tk_args_parse(&cli, argc, argv);

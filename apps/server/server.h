@@ -25,6 +25,7 @@ typedef struct tk_server_config {
     const char *api_key;       /* NULL: no authentication */
     const char *model_name;
     int max_connections;
+    bool parse_special_in_content; /* control-token text in chat message content stays a control token */
 } tk_server_config;
 
 typedef struct tk_server {
@@ -37,6 +38,16 @@ typedef struct tk_server {
     bool has_draft_model;      /* requests may ask for speculative mode "draft" */
     int kv_blocks_total;       /* the pool size, for /metrics before the first step */
     size_t max_text_bytes;     /* longer prompt text cannot fit the context: refuse it untokenized */
+    /* Texts that become a control token only with special-token parsing
+     * (longest first), defused in chat message content; none with
+     * cfg.parse_special_in_content. */
+    struct tk_special_text {
+        char *s;
+        size_t n;
+        int32_t id;
+    } *special_texts;
+    int n_special_texts;
+    bool special_first[256];   /* first bytes of special_texts */
     time_t created;
     char fingerprint[40];
     uint64_t id_salt;

@@ -11,6 +11,8 @@ void cj_buf_init(cj_buf *b, size_t limit) {
     b->limit = limit;
     b->acct = NULL;
     b->acct_limit = 0;
+    b->work = NULL;
+    b->work_limit = 0;
 }
 
 int cj_buf_put(cj_buf *b, const void *s, size_t n) {
@@ -19,6 +21,7 @@ int cj_buf_put(cj_buf *b, const void *s, size_t n) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->n + n + 1) cap *= 2;
         if (b->acct && cap - b->cap > b->acct_limit - *b->acct) return -1;
+        if (b->work && (*b->work += cap - b->cap) > b->work_limit) return -1; /* charged: the render fails */
         char *p = realloc(b->p, cap);
         if (!p) return -1;
         if (b->acct) *b->acct += cap - b->cap;

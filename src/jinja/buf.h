@@ -4,6 +4,7 @@
 #define TK_CHAT_BUF_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../util/err.h"
 
@@ -15,6 +16,9 @@ typedef struct cj_buf {
      * growth fails past acct_limit (so buffers count toward a render's
      * memory limit together with its values) */
     size_t *acct, acct_limit;
+    /* optional shared work account: capacity growth is added to *work
+     * (also when it fails) and fails past work_limit */
+    uint64_t *work, work_limit;
 } cj_buf;
 
 void cj_buf_init(cj_buf *b, size_t limit);

@@ -273,8 +273,7 @@ static int eval_inner(cj_ctx *c, const cj_node *n, cj_val *out) {
         if (cj_new_dict(c, CJ_DICT, out)) return -1;
         for (int i = 0; i + 1 < n->nkids; i += 2) {
             if (eval(c, n->kids[i], &a)) goto fail_out;
-            if (!cj_hashable(a)) {
-                cj_fail(c, "unhashable type: '%s'", cj_type_name(a));
+            if (cj_check_hashable(c, a)) {
                 cj_unref(c, a);
                 goto fail_out;
             }

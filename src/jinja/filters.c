@@ -14,8 +14,13 @@ typedef int (*filter_fn)(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out);
 
 static int bind0(cj_ctx *c, const cj_args *a, const char *name) { return cj_bind(c, a, name, NULL, 0, NULL); }
 
-/* str() of v, also for Undefined (''). */
-static int as_str(cj_ctx *c, cj_val v, cj_val *out) { return cj_to_str(c, v, out); }
+/* str() of v, also for Undefined (''); the string filters scan it: charged. */
+static int as_str(cj_ctx *c, cj_val v, cj_val *out) {
+    if (cj_to_str(c, v, out)) return -1;
+    if (!cj_charge_work(c, cj_S(*out)->len)) return 0;
+    cj_unref(c, *out);
+    return -1;
+}
 
 static int f_trim(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
     static const char *const pn[] = {"chars"};
@@ -295,6 +300,7 @@ static int f_int(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
         *out = cj_int((int64_t)v.f);
         return 0;
     case CJ_STR:
+        if (cj_charge_work(c, cj_S(v)->len)) return -1;
         if (parse_int(cj_S(v)->s, cj_S(v)->len, (int)base, &iv)) {
             *out = cj_int(iv);
             return 0;
@@ -321,6 +327,7 @@ static int f_float(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
         *out = cj_float(cj_as_float(v));
         return 0;
     }
+    if (v.kind == CJ_STR && cj_charge_work(c, cj_S(v)->len)) return -1;
     if (v.kind == CJ_STR && parse_float(cj_S(v)->s, &d)) {
         *out = cj_float(d);
         return 0;
@@ -684,19 +691,17 @@ static int f_unique(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
     if (!r) r = cj_new_list(c, 0, false, out);
     for (size_t i = 0; !r && i < l->n; i++) {
         bool seen = false;
-        if (!cj_hashable(keys[i])) {
-            r = cj_fail(c, "unhashable type: '%s'", cj_type_name(keys[i]));
-            break;
-        }
-        for (size_t j = 0; !seen && j < i; j++) {
+        r = cj_check_hashable(c, keys[i]);
+        for (size_t j = 0; !r && !seen && j < i; j++) {
             if (ci && keys[i].kind == CJ_STR && keys[j].kind == CJ_STR) {
-                int o;
-                cj_order(c, keys[i], keys[j], true, &o);
+                int o = 1;
+                r = cj_order(c, keys[i], keys[j], true, &o);
                 seen = o == 0;
             } else {
-                seen = cj_eq(keys[i], keys[j]);
+                r = cj_eq(c, keys[i], keys[j], &seen);
             }
         }
+        if (r) break;
         if (!seen) r = cj_list_push(c, *out, cj_ref(l->v[i]));
     }
     if (r && out->kind == CJ_LIST) cj_unref(c, *out);

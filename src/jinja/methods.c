@@ -38,6 +38,7 @@ static int affix(cj_ctx *c, const cj_str *s, const cj_args *a, bool start, cj_va
         if (x.kind != CJ_STR)
             return cj_fail(c, "%s first arg must be str or a tuple of str, not %s", fname, cj_type_name(x));
         const cj_str *q = cj_S(x);
+        if (cj_charge_work(c, sizeof(cj_val) + q->len)) return -1; /* a tuple of prefixes may be long */
         if (q->len <= s->len && memcmp(start ? s->s : s->s + s->len - q->len, q->s, q->len) == 0) {
             *out = cj_bool(true);
             return 0;
@@ -103,7 +104,8 @@ static int str_method(cj_ctx *c, cj_val self, const char *name, const cj_args *a
             *out = cj_int(k);
             return 0;
         }
-        int64_t at = cj_str_find(s, sub, name[0] == 'r');
+        int64_t at;
+        if (cj_str_find(c, s, sub, name[0] == 'r', &at)) return -1;
         if (at < 0 && (!strcmp(name, "index") || !strcmp(name, "rindex"))) return cj_fail(c, "substring not found");
         *out = cj_int(at);
         return 0;
@@ -165,7 +167,8 @@ static int dict_method(cj_ctx *c, cj_val self, const char *name, const cj_args *
         const cj_val *sl[2];
         if (cj_bind(c, a, name, pn, 2, sl)) return -1;
         if (!sl[0]) return cj_fail(c, "get() needs a key");
-        long i = cj_dict_find(self, *sl[0]);
+        long i;
+        if (cj_dict_find(c, self, *sl[0], &i)) return -1;
         *out = i >= 0 ? cj_ref(d->v[i]) : sl[1] ? cj_ref(*sl[1]) : cj_none();
         return 0;
     }
@@ -202,7 +205,9 @@ static int list_method(cj_ctx *c, cj_val self, const char *name, const cj_args *
         if (a->npos != 1 || a->nkw) return cj_fail(c, "%s() takes exactly one argument", name);
         int64_t k = 0;
         for (size_t i = 0; i < l->n; i++) {
-            if (!cj_eq(l->v[i], a->pos[0])) continue;
+            bool eq;
+            if (cj_eq(c, l->v[i], a->pos[0], &eq)) return -1;
+            if (!eq) continue;
             if (name[0] == 'i') {
                 *out = cj_int((int64_t)i);
                 return 0;

@@ -25,52 +25,76 @@ bool cj_truthy(cj_val v) {
     }
 }
 
-static bool eq_d(cj_val a, cj_val b, int depth) {
+/* Every element visited by ==, ordering or hashing is charged to the work
+ * budget, so comparing big or densely shared structures ends with an error
+ * rather than running without bound. */
+static int charge_visit(cj_ctx *c, size_t scanned) { return cj_charge_work(c, sizeof(cj_val) + scanned); }
+
+static int eq_d(cj_ctx *c, cj_val a, cj_val b, int depth, bool *out) {
+    *out = false;
+    if (charge_visit(c, 0)) return -1;
     if (cj_is_num(a) && cj_is_num(b)) {
-        if (a.kind == CJ_FLOAT || b.kind == CJ_FLOAT) return cj_as_float(a) == cj_as_float(b);
-        return cj_as_int(a) == cj_as_int(b);
+        if (a.kind == CJ_FLOAT || b.kind == CJ_FLOAT) *out = cj_as_float(a) == cj_as_float(b);
+        else *out = cj_as_int(a) == cj_as_int(b);
+        return 0;
     }
-    if (a.kind != b.kind) return false;
-    if (a.kind >= CJ_STR && a.kind != CJ_FUNC && a.o == b.o) return true; /* Python's identity shortcut */
-    /* containers nested past the limit compare unequal rather than
-     * recursing without bound */
-    if (depth > CJ_MAX_NEST) return false;
+    if (a.kind != b.kind) return 0;
+    if (a.kind >= CJ_STR && a.kind != CJ_FUNC && a.o == b.o) { /* Python's identity shortcut */
+        *out = true;
+        return 0;
+    }
     switch (a.kind) {
     case CJ_UNDEF:
-    case CJ_NONE: return true;
-    case CJ_STR: return cj_S(a)->len == cj_S(b)->len && memcmp(cj_S(a)->s, cj_S(b)->s, cj_S(a)->len) == 0;
+    case CJ_NONE: *out = true; return 0;
+    case CJ_STR:
+        if (cj_S(a)->len != cj_S(b)->len) return 0;
+        if (charge_visit(c, cj_S(a)->len)) return -1;
+        *out = memcmp(cj_S(a)->s, cj_S(b)->s, cj_S(a)->len) == 0;
+        return 0;
     case CJ_LIST: {
         cj_list *x = cj_L(a), *y = cj_L(b);
-        if (x->tuple != y->tuple || x->n != y->n) return false;
-        for (size_t i = 0; i < x->n; i++)
-            if (!eq_d(x->v[i], y->v[i], depth + 1)) return false;
-        return true;
+        if (x->tuple != y->tuple || x->n != y->n) return 0;
+        if (x->n && depth >= CJ_MAX_NEST) return cj_fail(c, "values nested too deeply to compare");
+        *out = true;
+        for (size_t i = 0; i < x->n && *out; i++)
+            if (eq_d(c, x->v[i], y->v[i], depth + 1, out)) return -1;
+        return 0;
     }
     case CJ_DICT: {
         cj_dict *x = cj_D(a), *y = cj_D(b);
-        if (x->n != y->n) return false;
-        for (size_t i = 0; i < x->n; i++) {
-            long j = cj_dict_find(b, x->k[i]);
-            if (j < 0 || !eq_d(x->v[i], y->v[j], depth + 1)) return false;
+        if (x->n != y->n) return 0;
+        if (x->n && depth >= CJ_MAX_NEST) return cj_fail(c, "values nested too deeply to compare");
+        *out = true;
+        for (size_t i = 0; i < x->n && *out; i++) {
+            long j;
+            if (cj_dict_find(c, b, x->k[i], &j)) return -1;
+            if (j < 0) *out = false;
+            else if (eq_d(c, x->v[i], y->v[j], depth + 1, out)) return -1;
         }
-        return true;
+        return 0;
     }
-    case CJ_FUNC: return a.i == b.i;
-    default: return a.o == b.o;
+    case CJ_FUNC: *out = a.i == b.i; return 0;
+    default: *out = a.o == b.o; return 0;
     }
 }
 
-bool cj_eq(cj_val a, cj_val b) { return eq_d(a, b, 0); }
+int cj_eq(cj_ctx *c, cj_val a, cj_val b, bool *out) { return eq_d(c, a, b, 0, out); }
 
-bool cj_hashable(cj_val v) {
-    if (v.kind == CJ_LIST) {
-        if (!cj_L(v)->tuple) return false;
-        for (size_t i = 0; i < cj_L(v)->n; i++)
-            if (!cj_hashable(cj_L(v)->v[i])) return false;
-        return true;
+static int hashable_d(cj_ctx *c, cj_val v, int depth) {
+    if (charge_visit(c, 0)) return -1;
+    if (v.kind == CJ_LIST && cj_L(v)->tuple) {
+        cj_list *l = cj_L(v);
+        if (l->n && depth >= CJ_MAX_NEST) return cj_fail(c, "value nested too deeply to hash");
+        for (size_t i = 0; i < l->n; i++)
+            if (hashable_d(c, l->v[i], depth + 1)) return -1;
+        return 0;
     }
-    return v.kind != CJ_DICT && v.kind != CJ_NS && v.kind != CJ_LOOP;
+    if (v.kind == CJ_LIST || v.kind == CJ_DICT || v.kind == CJ_NS || v.kind == CJ_LOOP)
+        return cj_fail(c, "unhashable type: '%s'", cj_type_name(v));
+    return 0;
 }
+
+int cj_check_hashable(cj_ctx *c, cj_val v) { return hashable_d(c, v, 0); }
 
 static int cmp_bytes(const char *a, size_t an, const char *b, size_t bn) {
     size_t m = an < bn ? an : bn;
@@ -95,6 +119,7 @@ static int cmp_lower(const char *a, size_t an, const char *b, size_t bn) {
 static int order_d(cj_ctx *c, cj_val a, cj_val b, bool ci, int *out, int depth, const char *opname) {
     if (a.kind == CJ_UNDEF) return cj_fail_undefined(c, a);
     if (b.kind == CJ_UNDEF) return cj_fail_undefined(c, b);
+    if (charge_visit(c, 0)) return -1;
     if (cj_is_num(a) && cj_is_num(b)) {
         if (a.kind == CJ_FLOAT || b.kind == CJ_FLOAT) {
             double x = cj_as_float(a), y = cj_as_float(b);
@@ -106,6 +131,7 @@ static int order_d(cj_ctx *c, cj_val a, cj_val b, bool ci, int *out, int depth, 
         return 0;
     }
     if (a.kind == CJ_STR && b.kind == CJ_STR) {
+        if (charge_visit(c, cj_S(a)->len < cj_S(b)->len ? cj_S(a)->len : cj_S(b)->len)) return -1;
         *out = ci ? cmp_lower(cj_S(a)->s, cj_S(a)->len, cj_S(b)->s, cj_S(b)->len)
                   : cmp_bytes(cj_S(a)->s, cj_S(a)->len, cj_S(b)->s, cj_S(b)->len);
         return 0;
@@ -114,7 +140,9 @@ static int order_d(cj_ctx *c, cj_val a, cj_val b, bool ci, int *out, int depth, 
         if (depth > CJ_MAX_NEST) return cj_fail(c, "values nested too deeply to compare");
         cj_list *x = cj_L(a), *y = cj_L(b);
         for (size_t i = 0; i < x->n && i < y->n; i++) {
-            if (eq_d(x->v[i], y->v[i], 0)) continue;
+            bool same;
+            if (eq_d(c, x->v[i], y->v[i], depth + 1, &same)) return -1;
+            if (same) continue;
             return order_d(c, x->v[i], y->v[i], ci, out, depth + 1, opname);
         }
         *out = x->n < y->n ? -1 : x->n > y->n ? 1 : 0;
@@ -139,15 +167,17 @@ int cj_contains(cj_ctx *c, cj_val hay, cj_val needle, bool *out) {
         return 0;
     case CJ_LIST: {
         cj_list *l = cj_L(hay);
-        if (cj_charge_work(c, l->n * sizeof(cj_val))) return -1;
         *out = false;
-        for (size_t i = 0; i < l->n && !*out; i++) *out = cj_eq(l->v[i], needle);
+        for (size_t i = 0; i < l->n && !*out; i++)
+            if (cj_eq(c, l->v[i], needle, out)) return -1;
         return 0;
     }
-    case CJ_DICT:
-        if (!cj_hashable(needle)) return cj_fail(c, "unhashable type: '%s'", cj_type_name(needle));
-        *out = cj_dict_find(hay, needle) >= 0;
+    case CJ_DICT: {
+        long i;
+        if (cj_check_hashable(c, needle) || cj_dict_find(c, hay, needle, &i)) return -1;
+        *out = i >= 0;
         return 0;
+    }
     case CJ_UNDEF: *out = false; return 0; /* iterating Undefined yields nothing */
     default: return cj_fail(c, "argument of type '%s' is not iterable", cj_type_name(hay));
     }
@@ -155,12 +185,12 @@ int cj_contains(cj_ctx *c, cj_val hay, cj_val needle, bool *out) {
 
 int cj_compare(cj_ctx *c, int op, cj_val a, cj_val b, bool *out) {
     int r;
-    if ((op == CJ_OP_EQ || op == CJ_OP_NE) && a.kind == CJ_STR && b.kind == CJ_STR &&
-        cj_charge_work(c, cj_S(a)->len < cj_S(b)->len ? cj_S(a)->len : cj_S(b)->len))
-        return -1;
     switch (op) {
-    case CJ_OP_EQ: *out = cj_eq(a, b); return 0;
-    case CJ_OP_NE: *out = !cj_eq(a, b); return 0;
+    case CJ_OP_EQ: return cj_eq(c, a, b, out);
+    case CJ_OP_NE:
+        if (cj_eq(c, a, b, out)) return -1;
+        *out = !*out;
+        return 0;
     case CJ_OP_IN: return cj_contains(c, b, a, out);
     case CJ_OP_NOTIN:
         if (cj_contains(c, b, a, out)) return -1;
@@ -182,13 +212,15 @@ static int repeat(cj_ctx *c, cj_val seq, int64_t times, cj_val *out) {
     if (times < 0) times = 0;
     if (seq.kind == CJ_STR) {
         size_t n = cj_S(seq)->len;
-        if (n && (uint64_t)times > c->out_limit / n) return cj_fail_buf(c);
+        if (!n || !times) return cj_new_str(c, "", 0, out); /* no loop over a huge count of nothing */
+        if ((uint64_t)times > c->out_limit / n) return cj_fail_buf(c);
         if (cj_new_str(c, NULL, n * (size_t)times, out)) return -1;
         for (int64_t k = 0; k < times; k++) memcpy(cj_S(*out)->s + (size_t)k * n, cj_S(seq)->s, n);
         return 0;
     }
     cj_list *l = cj_L(seq);
-    if (l->n && (uint64_t)times > c->mem_limit / (l->n * sizeof(cj_val)))
+    if (!l->n || !times) return cj_new_list(c, 0, l->tuple, out);
+    if ((uint64_t)times > c->mem_limit / (l->n * sizeof(cj_val)))
         return cj_fail(c, "template exceeded its memory limit (%zu bytes)", c->mem_limit);
     if (cj_new_list(c, l->n * (size_t)times, l->tuple, out)) return -1;
     for (int64_t k = 0; k < times; k++)
@@ -354,7 +386,10 @@ int cj_len(cj_ctx *c, cj_val v, int64_t *out) {
 
 int cj_iter_list(cj_ctx *c, cj_val v, cj_val *out) {
     switch (v.kind) {
-    case CJ_LIST: *out = cj_ref(v); return 0; /* lists are immutable here (sandbox) */
+    case CJ_LIST: /* lists are immutable here (sandbox); the caller walks the items: charged */
+        if (cj_charge_work(c, cj_L(v)->n * sizeof(cj_val))) return -1;
+        *out = cj_ref(v);
+        return 0;
     case CJ_UNDEF: return cj_new_list(c, 0, false, out);
     case CJ_DICT: {
         cj_dict *d = cj_D(v);
@@ -427,6 +462,7 @@ int cj_getattr(cj_ctx *c, cj_val obj, const char *name, cj_val *out) {
     case CJ_UNDEF: return cj_fail_undefined(c, obj);
     case CJ_DICT:
     case CJ_NS: {
+        if (cj_charge_work(c, cj_D(obj)->n * sizeof(cj_val))) return -1; /* the lookup scans the keys */
         long i = cj_dict_find_str(obj, name, strlen(name));
         if (i >= 0) {
             *out = cj_ref(cj_D(obj)->v[i]);
@@ -484,7 +520,8 @@ int cj_getitem(cj_ctx *c, cj_val obj, cj_val key, cj_val *out) {
         }
         break;
     case CJ_DICT: {
-        long i = cj_dict_find(obj, key);
+        long i;
+        if (cj_dict_find(c, obj, key, &i)) return -1;
         if (i >= 0) {
             *out = cj_ref(cj_D(obj)->v[i]);
             return 0;

@@ -68,10 +68,14 @@ int cj_test_apply(cj_ctx *c, const char *name, cj_val v, const cj_args *a, bool 
         cj_val m = cj_int(2), r;
         if (name[0] == 'd' && one_arg(c, a, name, &m)) return -1;
         if (cj_binop(c, CJ_OP_MOD, v, m, &r)) return -1;
-        *out = cj_eq(r, cj_int(name[0] == 'o' ? 1 : 0)); /* Jinja: value % 2 == 1, value % n == 0 */
+        return cj_eq(c, r, cj_int(name[0] == 'o' ? 1 : 0), out); /* Jinja: value % 2 == 1, value % n == 0 */
     } else if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         cj_val s;
         if (cj_to_str(c, v, &s)) return -1;
+        if (cj_charge_work(c, cj_S(s)->len)) { /* the test scans the string */
+            cj_unref(c, s);
+            return -1;
+        }
         *out = cj_str_is(cj_S(s), name[0] == 'l' ? CJ_IS_LOWER : CJ_IS_UPPER);
         cj_unref(c, s);
     } else {

@@ -31,16 +31,18 @@ void cj_tmpbuf(cj_ctx *c, cj_buf *b) {
     cj_buf_init(b, c->out_limit);
     b->acct = &c->mem;
     b->acct_limit = c->mem_limit;
+    b->work = &c->work;
+    b->work_limit = c->work_limit;
 }
 
 int cj_fail_buf(cj_ctx *c) {
+    if (c->work > c->work_limit) return cj_fail_work(c);
     return cj_fail(c, "template output exceeded its size limit (%zu bytes) or its memory limit (%zu bytes)",
                    c->out_limit, c->mem_limit);
 }
 
 int cj_buf_to_str(cj_ctx *c, cj_buf *b, cj_val *out) {
-    int r = cj_charge_work(c, b->n);
-    if (!r) r = cj_new_str(c, b->p ? b->p : "", b->n, out);
+    int r = cj_new_str(c, b->p ? b->p : "", b->n, out);
     cj_buf_free(b);
     return r;
 }

@@ -94,7 +94,7 @@ typedef struct cj_ctx {
     cj_obj *dead;  /* objects whose count reached zero, waiting to be freed */
     bool draining; /* frees run iteratively, so deep structures cannot overflow the stack */
     size_t mem, mem_limit;
-    uint64_t work, work_limit; /* bytes allocated over the whole render */
+    uint64_t work, work_limit; /* bytes allocated or scanned over the whole render */
     uint64_t steps, step_limit; /* loop iterations and macro calls */
     int depth, depth_limit;     /* evaluator recursion */
     cj_buf *out;
@@ -134,8 +134,10 @@ void cj_ctx_init(cj_ctx *c, tk_err *err);
 void cj_ctx_sweep(cj_ctx *c); /* frees every object still alive */
 cj_val cj_ref(cj_val v);
 void cj_unref(cj_ctx *c, cj_val v);
-/* Charges n bytes of transient work (e.g. a temporary buffer) to the budget. */
+/* Charges n bytes of transient work (a scan, a temporary buffer) to the
+ * budget; cj_fail_work reports the budget spent. */
 int cj_charge_work(cj_ctx *c, size_t n);
+int cj_fail_work(cj_ctx *c);
 
 /* s may be NULL: a zeroed string of n bytes that the caller fills before sharing it. */
 int cj_new_str(cj_ctx *c, const char *s, size_t n, cj_val *out);
@@ -148,8 +150,8 @@ int cj_list_push(cj_ctx *c, cj_val list, cj_val item);
 int cj_new_dict(cj_ctx *c, cj_kind kind, cj_val *out);
 /* Takes ownership of key and value, also on failure; replaces an equal key. */
 int cj_dict_set(cj_ctx *c, cj_val d, cj_val key, cj_val value);
-/* Index of the entry whose key equals key (Python ==), or -1. */
-long cj_dict_find(cj_val d, cj_val key);
+/* *out = index of the entry whose key equals key (Python ==), or -1. */
+int cj_dict_find(cj_ctx *c, cj_val d, cj_val key, long *out);
 long cj_dict_find_str(cj_val d, const char *key, size_t len);
 int cj_new_loop(cj_ctx *c, cj_val items, int64_t length, cj_val *out);
 int cj_new_macro(cj_ctx *c, const cj_node *def, cj_val *out);
@@ -173,9 +175,12 @@ int cj_fail_buf(cj_ctx *c);
 
 /* ---- operators (ops.c) ---- */
 bool cj_truthy(cj_val v);
-bool cj_eq(cj_val a, cj_val b);
-/* Python hashability (dict keys, set members): no lists, dicts, namespaces. */
-bool cj_hashable(cj_val v);
+/* Python ==; each element visited is charged to the work budget, and
+ * containers nested past CJ_MAX_NEST fail rather than recurse further. */
+int cj_eq(cj_ctx *c, cj_val a, cj_val b, bool *out);
+/* Python hashability (dict keys, set members): fails with "unhashable type"
+ * for lists, dicts, namespaces (also inside tuples), or past CJ_MAX_NEST. */
+int cj_check_hashable(cj_ctx *c, cj_val v);
 /* op is CJ_OP_EQ/NE/LT/LTEQ/GT/GTEQ/IN/NOTIN. */
 int cj_compare(cj_ctx *c, int op, cj_val a, cj_val b, bool *out);
 int cj_contains(cj_ctx *c, cj_val hay, cj_val needle, bool *out);
@@ -232,6 +237,6 @@ int cj_render_root(cj_ctx *c, const cj_node *root);
 int cj_call_value(cj_ctx *c, cj_val f, const cj_args *a, cj_val *out);
 
 /* Limits (untrusted templates). */
-#define CJ_MAX_NEST 64 /* depth of repr/json/equality recursion into containers */
+#define CJ_MAX_NEST 64 /* depth of repr/json/equality/ordering/hashing recursion into containers */
 
 #endif

@@ -80,6 +80,10 @@ int cj_str_strip(cj_ctx *c, const cj_str *s, const cj_str *chars, bool left, boo
         if (!set) return cj_fail(c, "out of memory");
         size_t i = 0;
         while (i < chars->len) set[nset++] = cj_u8_next(chars->s, chars->len, &i);
+        if (cj_charge_work(c, s->len * nset)) { /* each character of s may be tested against the whole set */
+            free(set);
+            return -1;
+        }
     }
     size_t start = 0, end = s->len, i = 0;
     if (left) {
@@ -160,6 +164,29 @@ static void reverse_items(cj_val list) {
     }
 }
 
+/* *at = the start of the last occurrence of sub (m bytes) in s[0..end), or
+ * (size_t)-1.  A backward scan can compare up to m bytes at each position,
+ * so the bytes compared are charged to the work budget as it goes. */
+static int rfind_bytes(cj_ctx *c, const char *s, size_t end, const char *sub, size_t m, size_t *at) {
+    *at = (size_t)-1;
+    if (m > end) return 0;
+    size_t compared = 0;
+    for (size_t p = end - m + 1; p-- > 0;) {
+        size_t k = 0;
+        while (k < m && s[p + k] == sub[k]) k++;
+        compared += k + 1;
+        if (k == m) {
+            *at = p;
+            break;
+        }
+        if (compared >= (1u << 20)) {
+            if (cj_charge_work(c, compared)) return -1;
+            compared = 0;
+        }
+    }
+    return cj_charge_work(c, compared);
+}
+
 int cj_str_split(cj_ctx *c, const cj_str *s, const cj_str *sep, int64_t maxsplit, bool from_right, cj_val *out) {
     if (sep && sep->len == 0) return cj_fail(c, "empty separator");
     if (cj_new_list(c, 0, false, out)) return -1;
@@ -182,13 +209,7 @@ int cj_str_split(cj_ctx *c, const cj_str *s, const cj_str *sep, int64_t maxsplit
         size_t end = s->len;
         for (;;) {
             size_t at = (size_t)-1;
-            if ((maxsplit < 0 || splits < maxsplit) && end >= sep->len) {
-                for (size_t p = end - sep->len + 1; p-- > 0;)
-                    if (memcmp(s->s + p, sep->s, sep->len) == 0) {
-                        at = p;
-                        break;
-                    }
-            }
+            if ((maxsplit < 0 || splits < maxsplit) && (r = rfind_bytes(c, s->s, end, sep->s, sep->len, &at))) break;
             if (at == (size_t)-1) {
                 r = push_piece(c, *out, s->s, end);
                 break;
@@ -283,20 +304,16 @@ int cj_str_splitlines(cj_ctx *c, const cj_str *s, cj_val *out) {
     return 0;
 }
 
-int64_t cj_str_find(const cj_str *s, const cj_str *sub, bool from_right) {
+int cj_str_find(cj_ctx *c, const cj_str *s, const cj_str *sub, bool from_right, int64_t *out) {
     size_t at = (size_t)-1;
     if (!from_right) {
         const char *hit = memmem(s->s, s->len, sub->s, sub->len);
         if (hit) at = (size_t)(hit - s->s);
-    } else if (sub->len <= s->len) {
-        for (size_t p = s->len - sub->len + 1; p-- > 0;)
-            if (memcmp(s->s + p, sub->s, sub->len) == 0) {
-                at = p;
-                break;
-            }
+    } else if (rfind_bytes(c, s->s, s->len, sub->s, sub->len, &at)) {
+        return -1;
     }
-    if (at == (size_t)-1) return -1;
-    return (int64_t)cj_u8_count(s->s, at);
+    *out = at == (size_t)-1 ? -1 : (int64_t)cj_u8_count(s->s, at);
+    return 0;
 }
 
 bool cj_str_is(const cj_str *s, cj_is what) {

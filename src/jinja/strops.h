@@ -24,8 +24,8 @@ int cj_str_replace(cj_ctx *c, const cj_str *s, const cj_str *old, const cj_str *
 int cj_str_split(cj_ctx *c, const cj_str *s, const cj_str *sep, int64_t maxsplit, bool from_right, cj_val *out);
 /* str.splitlines() (without keepends). */
 int cj_str_splitlines(cj_ctx *c, const cj_str *s, cj_val *out);
-/* str.find/rfind: code point index or -1. */
-int64_t cj_str_find(const cj_str *s, const cj_str *sub, bool from_right);
+/* str.find/rfind: *out = code point index or -1. */
+int cj_str_find(cj_ctx *c, const cj_str *s, const cj_str *sub, bool from_right, int64_t *out);
 /* Character-class predicates of str.isX(). */
 typedef enum { CJ_IS_DIGIT, CJ_IS_ALPHA, CJ_IS_ALNUM, CJ_IS_SPACE, CJ_IS_UPPER, CJ_IS_LOWER } cj_is;
 bool cj_str_is(const cj_str *s, cj_is what);

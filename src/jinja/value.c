@@ -12,18 +12,21 @@ void cj_ctx_init(cj_ctx *c, tk_err *err) {
     c->live.next = c->live.prev = &c->live;
 }
 
-static int charge(cj_ctx *c, size_t n) {
-    if (n > c->mem_limit || c->mem > c->mem_limit - n)
-        return cj_fail(c, "template exceeded its memory limit (%zu bytes)", c->mem_limit);
-    c->work += n;
-    if (c->work > c->work_limit) return cj_fail(c, "template exceeded its work limit (%llu bytes allocated)", (unsigned long long)c->work_limit);
-    c->mem += n;
-    return 0;
+int cj_fail_work(cj_ctx *c) {
+    return cj_fail(c, "template exceeded its work limit (%llu bytes allocated or scanned)",
+                   (unsigned long long)c->work_limit);
 }
 
 int cj_charge_work(cj_ctx *c, size_t n) {
     c->work += n;
-    if (c->work > c->work_limit) return cj_fail(c, "template exceeded its work limit (%llu bytes allocated)", (unsigned long long)c->work_limit);
+    return c->work > c->work_limit ? cj_fail_work(c) : 0;
+}
+
+static int charge(cj_ctx *c, size_t n) {
+    if (n > c->mem_limit || c->mem > c->mem_limit - n)
+        return cj_fail(c, "template exceeded its memory limit (%zu bytes)", c->mem_limit);
+    if (cj_charge_work(c, n)) return -1;
+    c->mem += n;
     return 0;
 }
 
@@ -213,11 +216,18 @@ int cj_new_dict(cj_ctx *c, cj_kind kind, cj_val *out) {
     return 0;
 }
 
-long cj_dict_find(cj_val dv, cj_val key) {
+int cj_dict_find(cj_ctx *c, cj_val dv, cj_val key, long *out) {
     cj_dict *d = cj_D(dv);
-    for (size_t i = 0; i < d->n; i++)
-        if (cj_eq(d->k[i], key)) return (long)i;
-    return -1;
+    *out = -1;
+    for (size_t i = 0; i < d->n; i++) {
+        bool eq;
+        if (cj_eq(c, d->k[i], key, &eq)) return -1;
+        if (eq) {
+            *out = (long)i;
+            return 0;
+        }
+    }
+    return 0;
 }
 
 long cj_dict_find_str(cj_val dv, const char *key, size_t len) {
@@ -231,7 +241,12 @@ long cj_dict_find_str(cj_val dv, const char *key, size_t len) {
 
 int cj_dict_set(cj_ctx *c, cj_val dv, cj_val key, cj_val value) {
     cj_dict *d = cj_D(dv);
-    long i = cj_dict_find(dv, key);
+    long i;
+    if (cj_dict_find(c, dv, key, &i)) {
+        cj_unref(c, key);
+        cj_unref(c, value);
+        return -1;
+    }
     if (i >= 0) {
         cj_unref(c, key);
         cj_val old = d->v[i];

@@ -1,6 +1,5 @@
 #include "sampler.h"
 
-#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,10 +23,10 @@ int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_er
     memset(s, 0, sizeof *s);
     if (n_vocab <= 0) return tk_err_set(err, "invalid vocabulary size %d", n_vocab);
     const tk_sampling *p = params;
-    if (!(p->temperature >= 0) || !(p->top_p > 0) || !(p->min_p >= 0 && p->min_p <= 1) ||
+    if (!(p->temperature >= 0) || !isfinite(p->temperature) || !(p->top_p > 0) || !(p->min_p >= 0 && p->min_p <= 1) ||
         !(p->repeat_penalty > 0) || !isfinite(p->presence_penalty) || !isfinite(p->frequency_penalty))
         return tk_err_set(err,
-                          "invalid sampling parameters (temperature %g must be >= 0, top_p %g in (0, 1], "
+                          "invalid sampling parameters (temperature %g must be finite and >= 0, top_p %g in (0, 1], "
                           "min_p %g in [0, 1], repeat penalty %g > 0)",
                           p->temperature, p->top_p, p->min_p, p->repeat_penalty);
     s->params = *params;
@@ -53,7 +52,7 @@ void tk_sampler_free(tk_sampler *s) {
 int tk_argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
+        if (x[i] > x[best] || (isnan(x[best]) && !isnan(x[i]))) best = i;
     return best;
 }
 
@@ -92,21 +91,23 @@ static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_hi
     const tk_sampling *p = &s->params;
     int n = s->n_vocab;
     apply_penalties(s, logits, history, n_history);
-    if (p->temperature == 0) {
-        int best = tk_argmax(logits, n);
+    for (int i = 0; i < n; i++)
+        if (isnan(logits[i])) logits[i] = -INFINITY;
+    int best = tk_argmax(logits, n);
+    float maxl = logits[best];
+    if (p->temperature == 0 || maxl == -INFINITY) {
+        /* greedy; also when no logit is above -inf: the lowest id then */
         s->ids[0] = best;
         s->probs[best] = 1;
         *total = 1;
         return 1;
     }
 
-    /* Softmax at temperature T over all candidates. */
-    float maxl = -FLT_MAX;
-    for (int i = 0; i < n; i++)
-        if (logits[i] > maxl) maxl = logits[i];
+    /* Softmax at temperature T over all candidates; with +inf logits, its
+     * limit: the +inf ones share the mass equally. */
     double sum = 0;
     for (int i = 0; i < n; i++) {
-        s->probs[i] = expf((logits[i] - maxl) / p->temperature);
+        s->probs[i] = maxl == INFINITY ? (float)(logits[i] == INFINITY) : expf((logits[i] - maxl) / p->temperature);
         sum += s->probs[i];
     }
     /* Only candidates that can survive min-p need sorting; with min-p off
@@ -177,8 +178,9 @@ int tk_sampler_draw(tk_sampler *s, const float *dist, int n) {
     if (last < 0) return -1;
     double r = tk_sampler_uniform(s) * total, cum = 0;
     for (int i = 0; i < last; i++) {
+        if (!(dist[i] > 0)) continue; /* zero, negative and NaN weights are never drawn */
         cum += dist[i];
-        if (r < cum && dist[i] > 0) return i;
+        if (r < cum) return i;
     }
     return last;
 }

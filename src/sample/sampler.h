@@ -1,5 +1,11 @@
 /* Token sampling: penalties, then temperature, top-k, top-p, min-p, then a
- * draw from a seeded generator.  Temperature 0 is greedy (argmax). */
+ * draw from a seeded generator.  Temperature 0 is greedy (argmax).
+ *
+ * Non-finite logits (after penalties): NaN counts as -inf.  Tokens at -inf
+ * are never drawn; if every logit is -inf or NaN the result is id 0 (as
+ * greedy would pick: the lowest id among equal maxima).  If some logits are
+ * +inf, those tokens share the probability equally (the softmax limit) and
+ * the filters apply to that distribution. */
 #ifndef TK_SAMPLER_H
 #define TK_SAMPLER_H
 
@@ -35,12 +41,14 @@ int tk_sample(tk_sampler *s, float *logits, const int32_t *history, int n_histor
 int tk_sampler_dist(tk_sampler *s, float *logits, const int32_t *history, int n_history, float *dist);
 
 /* Draws an id from a dense, non-negative vector of n weights (need not be
- * normalized).  Returns -1 if every weight is zero. */
+ * normalized; NaN and negative weights count as zero).  Returns -1 if every
+ * weight is zero. */
 int tk_sampler_draw(tk_sampler *s, const float *dist, int n);
 
 /* Uniform double in [0, 1) from the sampler's generator. */
 double tk_sampler_uniform(tk_sampler *s);
 
+/* Index of the first maximum; NaN loses to any number (0 if all are NaN). */
 int tk_argmax(const float *x, int n);
 
 #endif

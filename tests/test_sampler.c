@@ -1,0 +1,130 @@
+/* The sampler with non-finite logits: NaN counts as -inf, -inf is never
+ * drawn, all -inf / NaN gives id 0, +inf tokens share the mass.  Checked for
+ * every combination of temperature, top-k, top-p, min-p and penalties, by
+ * tk_sample (in range, never a -inf/NaN token; the sanitizer build catches
+ * out-of-bounds reads) and by tk_sampler_dist (sums to 1 over allowed ids). */
+#include <math.h>
+
+#include "sample/sampler.h"
+#include "tk_test.h"
+
+#define NV 16
+
+typedef struct {
+    const char *name;
+    float logits[NV];
+    int allowed[NV]; /* 1 where the token may be drawn (-1 ends a short list) */
+    int greedy;      /* the temperature-0 answer */
+} logit_case;
+
+static void fill(logit_case *c, const char *name, int greedy) {
+    c->name = name;
+    c->greedy = greedy;
+    for (int i = 0; i < NV; i++) {
+        c->logits[i] = (float)(i % 5) - 2.0f;
+        c->allowed[i] = 1;
+    }
+}
+
+static void run_case(const logit_case *lc, const tk_sampling *sp) {
+    tk_sampler s;
+    tk_err err;
+    if (tk_sampler_init(&s, sp, NV, &err)) {
+        CHECK(0, "%s: init: %s", lc->name, err.msg);
+        return;
+    }
+    const int32_t history[] = {0, 3, 5, 5, 9, 15};
+    float logits[NV], dist[NV];
+    for (int draw = 0; draw < 50; draw++) {
+        memcpy(logits, lc->logits, sizeof logits);
+        int id = tk_sample(&s, logits, history, 6);
+        CHECK(id >= 0 && id < NV && lc->allowed[id], "%s (T %g k %d p %g min_p %g rp %g): drew %d", lc->name,
+              sp->temperature, sp->top_k, sp->top_p, sp->min_p, sp->repeat_penalty, id);
+        if (sp->temperature == 0 && lc->greedy >= 0) CHECK(id == lc->greedy, "%s: greedy gave %d, want %d", lc->name, id, lc->greedy);
+    }
+    memcpy(logits, lc->logits, sizeof logits);
+    int kept = tk_sampler_dist(&s, logits, history, 6, dist);
+    double sum = 0;
+    bool ok = kept >= 1;
+    for (int i = 0; i < NV; i++) {
+        ok = ok && dist[i] >= 0 && (dist[i] == 0 || lc->allowed[i]);
+        sum += dist[i];
+    }
+    CHECK(ok && fabs(sum - 1) < 1e-5, "%s (T %g k %d p %g min_p %g): dist kept %d, sums to %g", lc->name,
+          sp->temperature, sp->top_k, sp->top_p, sp->min_p, kept, sum);
+    tk_sampler_free(&s);
+}
+
+int main(void) {
+    logit_case cases[6];
+    /* finite logits (i % 5) - 2: the maxima are at 4, 9, 14 */
+    fill(&cases[0], "one NaN", 9);
+    cases[0].logits[4] = NAN;
+    cases[0].allowed[4] = 0;
+    fill(&cases[1], "NaN and -inf", 9);
+    for (int i = 0; i < NV; i += 2) {
+        cases[1].logits[i] = i % 4 ? NAN : -INFINITY;
+        cases[1].allowed[i] = 0;
+    }
+    fill(&cases[2], "all NaN", 0);
+    fill(&cases[3], "all -inf", 0);
+    for (int i = 0; i < NV; i++) {
+        cases[2].logits[i] = NAN;
+        cases[3].logits[i] = -INFINITY;
+        cases[2].allowed[i] = cases[3].allowed[i] = i == 0;
+    }
+    fill(&cases[4], "+inf", 6);
+    for (int i = 0; i < NV; i++) cases[4].allowed[i] = i == 6 || i == 11;
+    cases[4].logits[6] = cases[4].logits[11] = INFINITY;
+    cases[4].logits[2] = NAN;
+    fill(&cases[5], "NaN first", 4);
+    cases[5].logits[0] = NAN;
+    cases[5].allowed[0] = 0;
+
+    const float temps[] = {0, 0.01f, 0.8f, 3};
+    const int top_ks[] = {0, 1, 3, 40};
+    const float top_ps[] = {1, 0.9f, 0.1f};
+    const float min_ps[] = {0, 0.05f, 1};
+    const float rps[] = {1, 1.3f};
+    const float pres[] = {0, 1.5f};
+    for (int c = 0; c < 6; c++)
+        for (int t = 0; t < 4; t++)
+            for (int k = 0; k < 4; k++)
+                for (int p = 0; p < 3; p++)
+                    for (int m = 0; m < 3; m++)
+                        for (int r = 0; r < 2; r++)
+                            for (int q = 0; q < 2; q++) {
+                                tk_sampling sp;
+                                tk_sampling_defaults(&sp);
+                                sp.temperature = temps[t];
+                                sp.top_k = top_ks[k];
+                                sp.top_p = top_ps[p];
+                                sp.min_p = min_ps[m];
+                                sp.repeat_penalty = rps[r];
+                                sp.presence_penalty = sp.frequency_penalty = pres[q];
+                                sp.seed = (uint64_t)(c * 1000 + t * 100 + k * 10 + p);
+                                /* penalties move the greedy answer of the finite cases */
+                                logit_case lc = cases[c];
+                                if ((r || q) && c != 2 && c != 3 && c != 4) lc.greedy = -1;
+                                run_case(&lc, &sp);
+                            }
+
+    /* draw: NaN and negative weights are never picked */
+    tk_sampling sp;
+    tk_sampling_defaults(&sp);
+    tk_sampler s;
+    tk_err err;
+    CHECK(tk_sampler_init(&s, &sp, NV, &err) == 0, "%s", err.msg);
+    const float w[5] = {NAN, -1, 0.5f, NAN, 0.5f};
+    for (int i = 0; i < 200; i++) {
+        int id = tk_sampler_draw(&s, w, 5);
+        CHECK(id == 2 || id == 4, "draw gave %d", id);
+    }
+    const float none[3] = {NAN, 0, -2};
+    CHECK(tk_sampler_draw(&s, none, 3) == -1, "draw of no weight");
+    tk_sampler_free(&s);
+    /* a non-finite temperature is refused */
+    sp.temperature = INFINITY;
+    CHECK(tk_sampler_init(&s, &sp, NV, &err) != 0 && strstr(err.msg, "temperature"), "inf temperature accepted");
+    TK_TEST_END();
+}
