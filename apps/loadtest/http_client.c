@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "common/sbuf.h"
+#include "common/strbuf.h"
 
 #define MAX_HEADER_BYTES (64 * 1024)
 
@@ -177,16 +177,16 @@ int tk_http_request(const tk_url *u, const char *method, const char *path, const
     *status = 0;
     int fd = connect_to(u, deadline, err);
     if (fd < 0) return -1;
-    tk_sbuf req = {0};
-    tk_sbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: tokamak-loadtest\r\nAccept: */*\r\n"
+    tk_strbuf req = {0};
+    tk_strbuf_printf(&req, "%s %s HTTP/1.1\r\nHost: %s:%s\r\nUser-Agent: tokamak-loadtest\r\nAccept: */*\r\n"
                          "Connection: close\r\n",
                    method, path, u->host, u->port);
-    if (api_key) tk_sbuf_printf(&req, "Authorization: Bearer %s\r\n", api_key);
-    if (body) tk_sbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", body_len);
-    tk_sbuf_adds(&req, "\r\n");
-    if (body) tk_sbuf_add(&req, body, body_len);
+    if (api_key) tk_strbuf_printf(&req, "Authorization: Bearer %s\r\n", api_key);
+    if (body) tk_strbuf_printf(&req, "Content-Type: application/json\r\nContent-Length: %zu\r\n", body_len);
+    tk_strbuf_adds(&req, "\r\n");
+    if (body) tk_strbuf_add(&req, body, body_len);
     int rc = -1;
-    tk_sbuf head = {0};
+    tk_strbuf head = {0};
     if (req.failed) {
         tk_err_set(err, "out of memory");
         goto out;
@@ -222,7 +222,7 @@ int tk_http_request(const tk_url *u, const char *method, const char *path, const
             if (feed_body(&d, buf, (size_t)r, err)) goto out;
             continue;
         }
-        tk_sbuf_add(&head, buf, (size_t)r);
+        tk_strbuf_add(&head, buf, (size_t)r);
         if (head.failed) {
             tk_err_set(err, "out of memory");
             goto out;
@@ -261,8 +261,8 @@ int tk_http_request(const tk_url *u, const char *method, const char *path, const
     }
     rc = 0;
 out:
-    tk_sbuf_free(&req);
-    tk_sbuf_free(&head);
+    tk_strbuf_free(&req);
+    tk_strbuf_free(&head);
     close(fd);
     return rc;
 }

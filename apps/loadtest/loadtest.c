@@ -22,7 +22,7 @@
 #include "common/args.h"
 #include "commands.h"
 #include "http_client.h"
-#include "common/sbuf.h"
+#include "common/strbuf.h"
 
 #define LT_MAX_REQUESTS 100000
 #define LT_MAX_INFLIGHT 1024
@@ -134,7 +134,7 @@ typedef struct lt_bench {
 typedef struct lt_stream {
     lt_result *r;
     double t_send, t_last;
-    tk_sbuf buf;            /* SSE bytes not yet split into events */
+    tk_strbuf buf;            /* SSE bytes not yet split into events */
     bool done, failed;
 } lt_stream;
 
@@ -193,10 +193,10 @@ static int on_body(void *user, const char *data, size_t n) {
     lt_stream *s = user;
     if (s->r->status != 200) {
         /* An error body: keep its start for the message. */
-        if (s->buf.len < 4096) tk_sbuf_add(&s->buf, data, n);
+        if (s->buf.len < 4096) tk_strbuf_add(&s->buf, data, n);
         return 0;
     }
-    tk_sbuf_add(&s->buf, data, n);
+    tk_strbuf_add(&s->buf, data, n);
     if (s->buf.failed || s->buf.len > LT_MAX_EVENT_BYTES) {
         snprintf(s->r->err, sizeof s->r->err, "SSE event too large or out of memory");
         s->failed = true;
@@ -224,7 +224,7 @@ static int on_body(void *user, const char *data, size_t n) {
             }
             line = nl ? nl + 1 : NULL;
         }
-        tk_sbuf_consume(&s->buf, (size_t)(sep - s->buf.data) + skip);
+        tk_strbuf_consume(&s->buf, (size_t)(sep - s->buf.data) + skip);
         if (s->done || s->failed) return 1;
     }
     return 0;
@@ -233,15 +233,15 @@ static int on_body(void *user, const char *data, size_t n) {
 static char *make_prompt(lt_bench *b, int idx, int *n_words) {
     uint64_t x = b->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)idx * 0xd1b54a32d192ed03ULL + 1;
     int n = dist_sample(&b->prompt_len, &x);
-    tk_sbuf s = {0};
-    if (b->prefix) tk_sbuf_adds(&s, b->prefix);
+    tk_strbuf s = {0};
+    if (b->prefix) tk_strbuf_adds(&s, b->prefix);
     for (int i = 0; i < n; i++) {
-        if (s.len) tk_sbuf_adds(&s, " ");
-        tk_sbuf_adds(&s, WORDS[rng_next(&x) % N_WORDS]);
+        if (s.len) tk_strbuf_adds(&s, " ");
+        tk_strbuf_adds(&s, WORDS[rng_next(&x) % N_WORDS]);
     }
     *n_words = b->shared_prefix + n;
     if (s.failed) {
-        tk_sbuf_free(&s);
+        tk_strbuf_free(&s);
         return NULL;
     }
     return s.data;
@@ -294,7 +294,7 @@ static void run_one(lt_bench *b, int idx) {
         r->ok = true;
         if (r->output_tokens <= 0) r->output_tokens = r->chunks; /* server sent no usage */
     }
-    tk_sbuf_free(&s.buf);
+    tk_strbuf_free(&s.buf);
 }
 
 static void *worker_pool(void *arg) {
@@ -368,67 +368,67 @@ static int write_svg(const char *path, const lt_bench *b, double duration) {
     for (int i = 0; i < b->n_requests; i++)
         if (b->res[i].ok && b->res[i].latency > ymax) ymax = b->res[i].latency;
     ymax = ymax > 0 ? ymax * 1.1e3 : 1; /* ms */
-    tk_sbuf s = {0};
-    tk_sbuf_printf(&s,
+    tk_strbuf s = {0};
+    tk_strbuf_printf(&s,
                    "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
                    "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
                    W, H);
-    tk_sbuf_printf(&s, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Latency over time (%d requests)</text>\n", L,
+    tk_strbuf_printf(&s, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">Latency over time (%d requests)</text>\n", L,
                    b->n_requests);
     double pw = W - L - R, ph = H - T - B;
     for (int k = 0; k <= 5; k++) {
         double y = T + ph - ph * k / 5, x = L + pw * k / 5;
-        tk_sbuf_printf(&s, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, L + pw, y);
-        tk_sbuf_printf(&s, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, y + 4, ymax * k / 5);
-        tk_sbuf_printf(&s, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.1f</text>\n", x, T + ph + 18,
+        tk_strbuf_printf(&s, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, y, L + pw, y);
+        tk_strbuf_printf(&s, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.0f</text>\n", L - 6, y + 4, ymax * k / 5);
+        tk_strbuf_printf(&s, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%.1f</text>\n", x, T + ph + 18,
                        xmax * k / 5);
     }
-    tk_sbuf_printf(&s, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n", L,
+    tk_strbuf_printf(&s, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" stroke=\"#333\"/>\n", L,
                    (double)T, pw, ph);
-    tk_sbuf_printf(&s, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">request sent at (s)</text>\n", L + pw / 2,
+    tk_strbuf_printf(&s, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">request sent at (s)</text>\n", L + pw / 2,
                    H - 12);
-    tk_sbuf_printf(&s, "<text transform=\"translate(16,%.1f) rotate(-90)\" text-anchor=\"middle\">latency (ms)</text>\n",
+    tk_strbuf_printf(&s, "<text transform=\"translate(16,%.1f) rotate(-90)\" text-anchor=\"middle\">latency (ms)</text>\n",
                    T + ph / 2);
     for (int i = 0; i < b->n_requests; i++) {
         const lt_result *r = &b->res[i];
         if (!r->ok) continue;
         double x = L + pw * (r->start / xmax);
-        tk_sbuf_printf(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#d62728\" fill-opacity=\"0.7\"/>\n", x,
+        tk_strbuf_printf(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#d62728\" fill-opacity=\"0.7\"/>\n", x,
                        T + ph - ph * (r->latency * 1e3 / ymax));
-        tk_sbuf_printf(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#1f77b4\" fill-opacity=\"0.7\"/>\n", x,
+        tk_strbuf_printf(&s, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#1f77b4\" fill-opacity=\"0.7\"/>\n", x,
                        T + ph - ph * (r->ttft * 1e3 / ymax));
     }
-    tk_sbuf_printf(&s,
+    tk_strbuf_printf(&s,
                    "<circle cx=\"%.1f\" cy=\"30\" r=\"4\" fill=\"#1f77b4\"/><text x=\"%.1f\" y=\"34\">TTFT</text>\n"
                    "<circle cx=\"%.1f\" cy=\"30\" r=\"4\" fill=\"#d62728\"/><text x=\"%.1f\" y=\"34\">end-to-end</text>\n",
                    W - 220, W - 212, W - 150, W - 142);
-    tk_sbuf_adds(&s, "</svg>\n");
+    tk_strbuf_adds(&s, "</svg>\n");
     int rc = -1;
     FILE *f = s.failed ? NULL : fopen(path, "w");
     if (f) {
         rc = fwrite(s.data, 1, s.len, f) == s.len ? 0 : -1;
         if (fclose(f)) rc = -1;
     }
-    tk_sbuf_free(&s);
+    tk_strbuf_free(&s);
     return rc;
 }
 
 /* ---- the model name: ask the server when not given ---- */
 
 static int collect(void *user, const char *data, size_t n) {
-    tk_sbuf *s = user;
+    tk_strbuf *s = user;
     if (s->len + n > (1 << 20)) return 1;
-    tk_sbuf_add(s, data, n);
+    tk_strbuf_add(s, data, n);
     return 0;
 }
 
 static char *discover_model(const lt_bench *b, const char *base_path, tk_err *err) {
     char path[1200];
     snprintf(path, sizeof path, "%s/models", base_path);
-    tk_sbuf s = {0};
+    tk_strbuf s = {0};
     int status;
     if (tk_http_request(&b->url, "GET", path, b->api_key, NULL, 0, 30, &status, collect, &s, err)) {
-        tk_sbuf_free(&s);
+        tk_strbuf_free(&s);
         return NULL;
     }
     char *name = NULL;
@@ -438,7 +438,7 @@ static char *discover_model(const lt_bench *b, const char *base_path, tk_err *er
     if (json_is_string(id)) name = strdup(json_string_value(id));
     else tk_err_set(err, "GET %s gave HTTP %d without a model id; pass --model", path, status);
     json_decref(o);
-    tk_sbuf_free(&s);
+    tk_strbuf_free(&s);
     return name;
 }
 
@@ -535,11 +535,11 @@ int tk_cmd_loadtest(int argc, char **argv) {
     if (!b.res) goto out;
     for (int i = 0; i < b.n_requests; i++) b.res[i].cached_tokens = -1;
     if (b.shared_prefix > 0) {
-        tk_sbuf s = {0};
+        tk_strbuf s = {0};
         uint64_t x = b.seed ^ 0x5eedULL;
         for (int i = 0; i < b.shared_prefix; i++) {
-            if (s.len) tk_sbuf_adds(&s, " ");
-            tk_sbuf_adds(&s, WORDS[rng_next(&x) % N_WORDS]);
+            if (s.len) tk_strbuf_adds(&s, " ");
+            tk_strbuf_adds(&s, WORDS[rng_next(&x) % N_WORDS]);
         }
         if (s.failed) goto out;
         b.prefix = s.data;

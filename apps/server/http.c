@@ -16,14 +16,14 @@
 #include <tokamak.h>
 
 #include "api.h"
-#include "live.h"
-#include "common/sbuf.h"
+#include "event_queue.h"
+#include "common/strbuf.h"
 #include "server.h"
 
 enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS };
 
 typedef struct choice_st {
-    tk_sbuf text;        /* non-streaming: the whole text */
+    tk_strbuf text;        /* non-streaming: the whole text */
     json_t *lp;          /* non-streaming logprobs accumulator */
     int32_t prev;        /* previous token, for detokenizing alternatives */
     size_t text_off;     /* bytes of text so far (completions text_offset) */
@@ -44,7 +44,7 @@ typedef struct http_req {
     size_t body_len, body_cap;
     tk_api_req api;
     bool have_api;
-    tk_live *live;
+    tk_event_queue *events;
     uint64_t req_id;
     bool finished;        /* every sample's final event has been taken */
     bool failed;          /* an engine error or lost event */
@@ -53,8 +53,8 @@ typedef struct http_req {
     time_t created;
     choice_st *ch;
     int n_ch;
-    tk_live_batch batch;
-    tk_sbuf out;          /* streaming: formatted bytes not yet handed to MHD */
+    tk_event_batch batch;
+    tk_strbuf out;          /* streaming: formatted bytes not yet handed to MHD */
     bool stream_end;      /* streaming: [DONE] is in `out` */
     double last_peek;
     double last_probe;    /* when the peer's end of the connection was last written to, to tell a half-close */
@@ -62,16 +62,16 @@ typedef struct http_req {
 } http_req;
 
 static void req_free(http_req *r) {
-    tk_live_unref(r->live);
+    tk_event_queue_unref(r->events);
     free(r->body);
     if (r->have_api) tk_api_req_free(&r->api);
     for (int i = 0; i < r->n_ch; i++) {
-        tk_sbuf_free(&r->ch[i].text);
+        tk_strbuf_free(&r->ch[i].text);
         json_decref(r->ch[i].lp);
     }
     free(r->ch);
-    tk_live_batch_free(&r->batch);
-    tk_sbuf_free(&r->out);
+    tk_event_batch_free(&r->batch);
+    tk_strbuf_free(&r->out);
     free(r);
 }
 
@@ -82,7 +82,7 @@ static void req_unref(http_req *r) {
 /* Cancels the engine request unless it already finished; the engine then
  * frees its KV blocks at its next step. */
 static void req_cancel(http_req *r) {
-    if (r->live && !r->finished) {
+    if (r->events && !r->finished) {
         tk_engine_cancel(r->srv->engine, r->req_id);
         r->finished = true; /* nothing more will be read */
     }
@@ -213,7 +213,7 @@ static json_t *chat_lp_entry(const tk_server *s, int32_t prev, int32_t id, float
 /* Appends one token's logprobs to `lp`: the completions object
  * {tokens, token_logprobs, top_logprobs, text_offset} or the chat
  * {content: [...]} object. */
-static void add_logprobs(http_req *r, json_t *lp, const choice_st *c, const tk_live_ev *ev, size_t text_off) {
+static void add_logprobs(http_req *r, json_t *lp, const choice_st *c, const tk_queued_event *ev, size_t text_off) {
     const tk_server *s = r->srv;
     if (r->api.kind == TK_API_CHAT) {
         json_t *e = chat_lp_entry(s, c->prev, ev->token, ev->logprob);
@@ -290,9 +290,9 @@ static void emit_chunk(http_req *r, int index, const char *text, size_t len, jso
         r->out.failed = true;
         return;
     }
-    tk_sbuf_adds(&r->out, "data: ");
-    tk_sbuf_adds(&r->out, s);
-    tk_sbuf_adds(&r->out, "\n\n");
+    tk_strbuf_adds(&r->out, "data: ");
+    tk_strbuf_adds(&r->out, s);
+    tk_strbuf_adds(&r->out, "\n\n");
     free(s);
 }
 
@@ -309,7 +309,7 @@ static void emit_role_chunks(http_req *r) {
             r->out.failed = true;
             return;
         }
-        tk_sbuf_printf(&r->out, "data: %s\n\n", s);
+        tk_strbuf_printf(&r->out, "data: %s\n\n", s);
         free(s);
     }
 }
@@ -319,7 +319,7 @@ static void emit_end(http_req *r) {
         tk_api_error e;
         tk_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed inside the engine");
         char *s = tk_api_error_json(&e);
-        if (s) tk_sbuf_printf(&r->out, "data: %s\n\n", s);
+        if (s) tk_strbuf_printf(&r->out, "data: %s\n\n", s);
         free(s);
     }
     if (r->api.include_usage) {
@@ -328,18 +328,18 @@ static void emit_end(http_req *r) {
         json_object_set_new(o, "usage", usage_json(r));
         char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
         json_decref(o);
-        if (s) tk_sbuf_printf(&r->out, "data: %s\n\n", s);
+        if (s) tk_strbuf_printf(&r->out, "data: %s\n\n", s);
         else r->out.failed = true;
         free(s);
     }
-    tk_sbuf_adds(&r->out, "data: [DONE]\n\n");
+    tk_strbuf_adds(&r->out, "data: [DONE]\n\n");
     r->stream_end = true;
 }
 
 /* Folds taken events into the per-choice state; streaming formats them. */
 static void consume_events(http_req *r) {
     for (size_t i = 0; i < r->batch.n; i++) {
-        tk_live_ev *ev = &r->batch.ev[i];
+        tk_queued_event *ev = &r->batch.ev[i];
         if (ev->index < 0 || ev->index >= r->n_ch) continue;
         choice_st *c = &r->ch[ev->index];
         if (ev->n_cached > r->n_cached) r->n_cached = ev->n_cached;
@@ -355,7 +355,7 @@ static void consume_events(http_req *r) {
                 emit_chunk(r, ev->index, ev->text, (size_t)ev->text_len, lp, NULL);
             } else {
                 if (want_lp && c->lp) add_logprobs(r, c->lp, c, ev, c->text_off);
-                tk_sbuf_add(&c->text, ev->text, (size_t)ev->text_len);
+                tk_strbuf_add(&c->text, ev->text, (size_t)ev->text_len);
             }
         }
         c->text_off += (size_t)ev->text_len;
@@ -410,12 +410,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         if (r->out.len > 0) {
             size_t n = r->out.len < max ? r->out.len : max;
             memcpy(buf, r->out.data, n);
-            tk_sbuf_consume(&r->out, n);
+            tk_strbuf_consume(&r->out, n);
             return (ssize_t)n;
         }
         if (r->stream_end) return MHD_CONTENT_READER_END_OF_STREAM;
         bool all_done = false, lost = false;
-        size_t got = tk_live_take(r->live, 100, &r->batch, &all_done, &lost);
+        size_t got = tk_event_queue_take(r->events, 100, &r->batch, &all_done, &lost);
         if (got) consume_events(r);
         if (all_done) {
             r->finished = true;
@@ -719,8 +719,8 @@ static enum MHD_Result handle_generate(http_req *r) {
     }
     r->n_ch = r->api.n;
     r->ch = calloc((size_t)r->n_ch, sizeof *r->ch);
-    r->live = tk_live_new(r->api.n);
-    if (!r->ch || !r->live) {
+    r->events = tk_event_queue_new(r->api.n);
+    if (!r->ch || !r->events) {
         free(ids);
         return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
     }
@@ -733,13 +733,13 @@ static enum MHD_Result handle_generate(http_req *r) {
     r->created = time(NULL);
 
     tk_err err;
-    tk_live_ref(r->live); /* the engine's reference, dropped after the last final event */
-    int rc = tk_engine_submit(s->engine, &p, tk_live_on_event, r->live, &r->req_id, &err);
+    tk_event_queue_ref(r->events); /* the engine's reference, dropped after the last final event */
+    int rc = tk_engine_submit(s->engine, &p, tk_event_queue_on_event, r->events, &r->req_id, &err);
     free(ids);
     if (rc) {
-        tk_live_unref(r->live);
-        tk_live_unref(r->live);
-        r->live = NULL;
+        tk_event_queue_unref(r->events);
+        tk_event_queue_unref(r->events);
+        r->events = NULL;
         if (!strncmp(err.msg, "queue full", 10)) {
             atomic_fetch_add(&s->rejected_queue_full, 1);
             return send_err(r, 429, "rate_limit_error", "rate_limit_exceeded", NULL, err.msg);
@@ -768,7 +768,7 @@ static enum MHD_Result handle_generate(http_req *r) {
     bool lost = false;
     for (;;) {
         bool all_done = false;
-        size_t got = tk_live_take(r->live, 100, &r->batch, &all_done, &lost);
+        size_t got = tk_event_queue_take(r->events, 100, &r->batch, &all_done, &lost);
         if (got) consume_events(r);
         if (all_done) {
             r->finished = true;
@@ -957,7 +957,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
     if (r->early_413 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) drain_request(s, c);
     /* A failed write, a closed connection or shutdown: stop generating now. */
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->live && !r->finished)
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->events && !r->finished)
         atomic_fetch_add(&s->cancelled_disconnect, 1);
     req_cancel(r);
     atomic_fetch_sub(&s->active, 1);

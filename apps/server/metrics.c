@@ -2,39 +2,39 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "common/sbuf.h"
+#include "common/strbuf.h"
 #include "server.h"
 
-static void gauge(tk_sbuf *b, const char *name, const char *help, double v) {
-    tk_sbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
+static void gauge(tk_strbuf *b, const char *name, const char *help, double v) {
+    tk_strbuf_printf(b, "# HELP %s %s\n# TYPE %s gauge\n%s %.17g\n", name, help, name, name, v);
 }
 
-static void counter(tk_sbuf *b, const char *name, const char *help, unsigned long long v) {
-    tk_sbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
+static void counter(tk_strbuf *b, const char *name, const char *help, unsigned long long v) {
+    tk_strbuf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name, v);
 }
 
-static void histogram(tk_sbuf *b, const char *name, const char *help, int n, const double *bounds,
+static void histogram(tk_strbuf *b, const char *name, const char *help, int n, const double *bounds,
                       const uint64_t *buckets, double sum, uint64_t count) {
-    tk_sbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    tk_strbuf_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     bool have_inf = false;
     for (int i = 0; i < n; i++) {
         if (isinf(bounds[i])) {
-            tk_sbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)buckets[i]);
+            tk_strbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)buckets[i]);
             have_inf = true;
         } else {
-            tk_sbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)buckets[i]);
+            tk_strbuf_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i], (unsigned long long)buckets[i]);
         }
     }
     /* Prometheus requires a +Inf bucket equal to the count. */
-    if (!have_inf) tk_sbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)count);
-    tk_sbuf_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, sum, name, (unsigned long long)count);
+    if (!have_inf) tk_strbuf_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)count);
+    tk_strbuf_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, sum, name, (unsigned long long)count);
 }
 
 char *tk_server_metrics_text(tk_server *s) {
     tk_engine_metrics m;
     tk_engine_metrics_get(s->engine, &m);
     if (m.kv_blocks_total == 0) m.kv_blocks_total = s->kv_blocks_total; /* no step has run yet */
-    tk_sbuf b = {0};
+    tk_strbuf b = {0};
     gauge(&b, "tokamak_requests_running", "Requests currently being generated.", m.requests_running);
     gauge(&b, "tokamak_requests_waiting", "Requests waiting to be scheduled.", m.requests_waiting);
     gauge(&b, "tokamak_kv_blocks_total", "KV cache blocks in the pool.", m.kv_blocks_total);
@@ -83,7 +83,7 @@ char *tk_server_metrics_text(tk_server *s) {
                   m.bucket_bounds, m.itl_buckets, m.itl_sum, m.itl_count);
     }
     if (b.failed) {
-        tk_sbuf_free(&b);
+        tk_strbuf_free(&b);
         return NULL;
     }
     if (!b.data) return calloc(1, 1);

@@ -2,7 +2,7 @@
  *
  * Threading: MHD runs one thread per connection.  A request thread parses
  * and validates the body, tokenizes, and submits to the engine; then it
- * blocks on its own tk_live (condition variable with a 100 ms timeout)
+ * blocks on its own tk_event_queue (condition variable with a 100 ms timeout)
  * until events arrive, formats them (JSON or SSE chunks) and writes.  The
  * caller's thread (tk_cmd_serve's main thread) is the only one that steps
  * the engine.  Blocking per connection keeps each request's code

@@ -3,8 +3,8 @@
  * connection thread takes them out.  Reference counted: the connection
  * holds one reference, the engine another until every sample has had its
  * final (done) event, so either side may go away first. */
-#ifndef TK_SERVER_LIVE_H
-#define TK_SERVER_LIVE_H
+#ifndef TK_SERVER_EVENT_QUEUE_H
+#define TK_SERVER_EVENT_QUEUE_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -13,7 +13,7 @@
 
 #include <tokamak.h>
 
-typedef struct tk_live_ev {
+typedef struct tk_queued_event {
     int index;
     int32_t token;          /* -1: none */
     float logprob;
@@ -25,33 +25,33 @@ typedef struct tk_live_ev {
     bool done;
     char finish[16];
     int n_prompt, n_cached, n_generated;
-} tk_live_ev;
+} tk_queued_event;
 
 /* Events handed to the consumer; reused between takes. */
-typedef struct tk_live_batch {
-    tk_live_ev *ev;
+typedef struct tk_event_batch {
+    tk_queued_event *ev;
     size_t n, cap;
-} tk_live_batch;
+} tk_event_batch;
 
-typedef struct tk_live {
+typedef struct tk_event_queue {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int refs;
     int n_samples, n_done;
     bool lost;              /* an event could not be stored (out of memory) */
-    tk_live_ev *q;
+    tk_queued_event *q;
     size_t len, cap;
-} tk_live;
+} tk_event_queue;
 
-tk_live *tk_live_new(int n_samples); /* one reference */
-void tk_live_ref(tk_live *l);
-void tk_live_unref(tk_live *l);
-/* The engine callback (tk_event_cb); `user` is the tk_live. */
-void tk_live_on_event(void *user, const tk_event *ev);
+tk_event_queue *tk_event_queue_new(int n_samples); /* one reference */
+void tk_event_queue_ref(tk_event_queue *l);
+void tk_event_queue_unref(tk_event_queue *l);
+/* The engine callback (tk_event_cb); `user` is the tk_event_queue. */
+void tk_event_queue_on_event(void *user, const tk_event *ev);
 /* Waits up to timeout_ms for events and moves all queued ones into b
  * (freeing what b held before).  *all_done: every sample has finished and
  * b holds the last events.  Returns the number of events taken. */
-size_t tk_live_take(tk_live *l, int timeout_ms, tk_live_batch *b, bool *all_done, bool *lost);
-void tk_live_batch_free(tk_live_batch *b);
+size_t tk_event_queue_take(tk_event_queue *l, int timeout_ms, tk_event_batch *b, bool *all_done, bool *lost);
+void tk_event_batch_free(tk_event_batch *b);
 
 #endif

@@ -1,4 +1,4 @@
-#include "sbuf.h"
+#include "strbuf.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -6,20 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-void tk_sbuf_free(tk_sbuf *b) {
+void tk_strbuf_free(tk_strbuf *b) {
     free(b->data);
     b->data = NULL;
     b->len = b->cap = 0;
     b->failed = false;
 }
 
-void tk_sbuf_reset(tk_sbuf *b) {
+void tk_strbuf_reset(tk_strbuf *b) {
     b->len = 0;
     if (b->data) b->data[0] = 0;
     b->failed = false;
 }
 
-bool tk_sbuf_reserve(tk_sbuf *b, size_t extra) {
+bool tk_strbuf_reserve(tk_strbuf *b, size_t extra) {
     if (b->failed) return false;
     if (extra > SIZE_MAX / 2 - b->len) {
         b->failed = true;
@@ -39,22 +39,22 @@ bool tk_sbuf_reserve(tk_sbuf *b, size_t extra) {
     return true;
 }
 
-void tk_sbuf_add(tk_sbuf *b, const void *p, size_t n) {
-    if (!tk_sbuf_reserve(b, n)) return;
+void tk_strbuf_add(tk_strbuf *b, const void *p, size_t n) {
+    if (!tk_strbuf_reserve(b, n)) return;
     if (n) memcpy(b->data + b->len, p, n);
     b->len += n;
     b->data[b->len] = 0;
 }
 
-void tk_sbuf_adds(tk_sbuf *b, const char *s) { tk_sbuf_add(b, s, strlen(s)); }
+void tk_strbuf_adds(tk_strbuf *b, const char *s) { tk_strbuf_add(b, s, strlen(s)); }
 
-void tk_sbuf_printf(tk_sbuf *b, const char *fmt, ...) {
+void tk_strbuf_printf(tk_strbuf *b, const char *fmt, ...) {
     if (b->failed) return;
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0 || !tk_sbuf_reserve(b, (size_t)n)) {
+    if (n < 0 || !tk_strbuf_reserve(b, (size_t)n)) {
         b->failed = true;
         return;
     }
@@ -64,7 +64,7 @@ void tk_sbuf_printf(tk_sbuf *b, const char *fmt, ...) {
     b->len += (size_t)n;
 }
 
-void tk_sbuf_consume(tk_sbuf *b, size_t n) {
+void tk_strbuf_consume(tk_strbuf *b, size_t n) {
     if (n >= b->len) {
         b->len = 0;
     } else {

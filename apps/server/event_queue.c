@@ -1,12 +1,12 @@
-#include "live.h"
+#include "event_queue.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-tk_live *tk_live_new(int n_samples) {
-    tk_live *l = calloc(1, sizeof *l);
+tk_event_queue *tk_event_queue_new(int n_samples) {
+    tk_event_queue *l = calloc(1, sizeof *l);
     if (!l) return NULL;
     if (pthread_mutex_init(&l->mu, NULL)) {
         free(l);
@@ -27,18 +27,18 @@ tk_live *tk_live_new(int n_samples) {
     return l;
 }
 
-static void ev_clear(tk_live_ev *e) {
+static void ev_clear(tk_queued_event *e) {
     free(e->text);
     free(e->top_ids);
 }
 
-void tk_live_ref(tk_live *l) {
+void tk_event_queue_ref(tk_event_queue *l) {
     pthread_mutex_lock(&l->mu);
     l->refs++;
     pthread_mutex_unlock(&l->mu);
 }
 
-void tk_live_unref(tk_live *l) {
+void tk_event_queue_unref(tk_event_queue *l) {
     if (!l) return;
     pthread_mutex_lock(&l->mu);
     int left = --l->refs;
@@ -52,9 +52,9 @@ void tk_live_unref(tk_live *l) {
 }
 
 /* Runs on the engine thread: copy, queue, signal; never blocks for long. */
-void tk_live_on_event(void *user, const tk_event *ev) {
-    tk_live *l = user;
-    tk_live_ev c = {.index = ev->index, .token = ev->token, .logprob = ev->logprob, .done = ev->done,
+void tk_event_queue_on_event(void *user, const tk_event *ev) {
+    tk_event_queue *l = user;
+    tk_queued_event c = {.index = ev->index, .token = ev->token, .logprob = ev->logprob, .done = ev->done,
                     .n_prompt = ev->n_prompt_tokens, .n_cached = ev->n_cached_tokens,
                     .n_generated = ev->n_generated};
     bool ok = true;
@@ -90,7 +90,7 @@ void tk_live_on_event(void *user, const tk_event *ev) {
     pthread_mutex_lock(&l->mu);
     if (l->len == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 16;
-        tk_live_ev *q = realloc(l->q, cap * sizeof *q);
+        tk_queued_event *q = realloc(l->q, cap * sizeof *q);
         if (q) {
             l->q = q;
             l->cap = cap;
@@ -112,10 +112,10 @@ void tk_live_on_event(void *user, const tk_event *ev) {
     }
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
-    if (release) tk_live_unref(l); /* the engine's reference */
+    if (release) tk_event_queue_unref(l); /* the engine's reference */
 }
 
-size_t tk_live_take(tk_live *l, int timeout_ms, tk_live_batch *b, bool *all_done, bool *lost) {
+size_t tk_event_queue_take(tk_event_queue *l, int timeout_ms, tk_event_batch *b, bool *all_done, bool *lost) {
     for (size_t i = 0; i < b->n; i++) ev_clear(&b->ev[i]);
     b->n = 0;
     pthread_mutex_lock(&l->mu);
@@ -132,7 +132,7 @@ size_t tk_live_take(tk_live *l, int timeout_ms, tk_live_batch *b, bool *all_done
             if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT) break;
     }
     /* Swap arrays: the consumer gets the queue, the producer the empty one. */
-    tk_live_ev *q = l->q;
+    tk_queued_event *q = l->q;
     size_t len = l->len, cap = l->cap;
     l->q = b->ev;
     l->cap = b->cap;
@@ -146,7 +146,7 @@ size_t tk_live_take(tk_live *l, int timeout_ms, tk_live_batch *b, bool *all_done
     return b->n;
 }
 
-void tk_live_batch_free(tk_live_batch *b) {
+void tk_event_batch_free(tk_event_batch *b) {
     for (size_t i = 0; i < b->n; i++) ev_clear(&b->ev[i]);
     free(b->ev);
     memset(b, 0, sizeof *b);
