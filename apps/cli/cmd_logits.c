@@ -53,7 +53,7 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
 static void usage(FILE *f) {
     fprintf(f, "usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE] [-t N] [--kv-type f32|f16|q8_0]\n"
                "  text output: one row of logits per position; -o writes raw little-endian float32 rows\n"
-               "  --kv-type: KV cache element type (default f32)\n");
+               "  --kv-type: KV cache element type (default f16)\n");
 }
 
 int tk_cmd_logits(int argc, char **argv) {
