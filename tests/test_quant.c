@@ -298,7 +298,7 @@ static void test_grids(void) {
     for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
         tk_qmatrix q;
         CHECK(tk_qmatrix_alloc(&q, types[k], 1, 512, &err) == 0, "%s", err.msg);
-        tk_pool *pool = tk_pool_new(1);
+        tk_threadpool *pool = tk_threadpool_new(1);
         CHECK(tk_rtn_matrix(x, 64, &q, pool, &err) == 0, "%s", err.msg);
         unsigned char buf[1024];
         CHECK(tk_qmatrix_pack(&q, buf, &err) == 0, "%s", err.msg);
@@ -310,7 +310,7 @@ static void test_grids(void) {
         for (int b = 0; b < 16; b += 2)
             CHECK(!memcmp(&q.grids[b], &q.grids[b + 1], sizeof(tk_qgrid)), "%s: group of 64 shares its grid",
                   tk_dtype_get(types[k])->name);
-        tk_pool_free(pool);
+        tk_threadpool_free(pool);
         tk_qmatrix_free(&q);
     }
     /* codes out of range are refused */
@@ -347,7 +347,7 @@ static void test_gptq_synthetic(void) {
     float *W, *X;
     synth_layer(R, C, N, 4.0f, &W, &X);
     double *H = calloc((size_t)C * C, sizeof(double));
-    tk_pool *pool = tk_pool_new(2);
+    tk_threadpool *pool = tk_threadpool_new(2);
     tk_gram_accumulate(H, X, N, C, pool);
     /* H against a direct computation */
     double d01 = 0;
@@ -397,7 +397,7 @@ static void test_gptq_synthetic(void) {
     tk_qmatrix_alloc(&g, TK_Q4_0, R, C, &err);
     CHECK(tk_gptq_matrix(W, H, &bad_group, &g, pool, &err) == -1, "group 48 rejected");
     tk_qmatrix_free(&g);
-    tk_pool_free(pool);
+    tk_threadpool_free(pool);
     free(H), free(W), free(X);
 }
 
@@ -406,7 +406,7 @@ static void test_awq_synthetic(void) {
     float *W, *X;
     synth_layer(R, C, N, 12.0f, &W, &X);
     double *H = calloc((size_t)C * C, sizeof(double)), *ma = calloc(C, sizeof(double));
-    tk_pool *pool = tk_pool_new(2);
+    tk_threadpool *pool = tk_threadpool_new(2);
     tk_gram_accumulate(H, X, N, C, pool);
     for (int t = 0; t < N; t++)
         for (int c = 0; c < C; c++) ma[c] += fabs(X[(size_t)t * C + c]) / N;
@@ -447,7 +447,7 @@ static void test_awq_synthetic(void) {
     for (int c = 0; c < C; c++) tie[c] = c % 64;
     CHECK(tk_awq_search(Ws, rows, types, 1, C, H, ma, tie, 32, 5, s, NULL, &res, pool, &err) == 0, "%s", err.msg);
     CHECK(s[3] == s[67] && s[3] == s[131], "tied scales");
-    tk_pool_free(pool);
+    tk_threadpool_free(pool);
     free(H), free(ma), free(W), free(X);
 }
 

@@ -36,7 +36,7 @@ static int parse_fusions(const char *spec, unsigned *out, tk_err *err) {
 }
 
 /* Opens an engine; a draft engine passes its target's thread pool. */
-static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_engine **out, tk_err *err) {
+static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, tk_engine **out, tk_err *err) {
     *out = NULL;
     tk_engine *e = calloc(1, sizeof *e);
     if (!e) return tk_err_set(err, "out of memory");
@@ -99,7 +99,7 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
                         (tk_kv_type)kv_type, !cfg->no_prefix_cache, err))
         goto fail;
     e->owns_pool = !shared_pool;
-    e->pool = shared_pool ? shared_pool : tk_pool_new(n_threads);
+    e->pool = shared_pool ? shared_pool : tk_threadpool_new(n_threads);
     e->seqs = calloc((size_t)e->max_seqs, sizeof *e->seqs);
     e->seq_ptrs = calloc((size_t)e->max_seqs, sizeof *e->seq_ptrs);
     e->saved_blocks = calloc((size_t)e->max_seqs, sizeof *e->saved_blocks);
@@ -109,7 +109,8 @@ static int engine_open(const tk_engine_config *cfg, tk_pool *shared_pool, tk_eng
     }
     const char *ref_env = getenv("TK_REFERENCE");
     bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
-    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, e->ctx_len, block, tk_pool_size(e->pool), reference, err))
+    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, e->ctx_len, block, tk_threadpool_size(e->pool), reference,
+                           err))
         goto fail;
     const char *fuse = cfg->fusions ? cfg->fusions : getenv("TK_FUSE");
     if (fuse && parse_fusions(fuse, &e->ws.fuse, err)) goto fail;
@@ -203,7 +204,7 @@ void tk_engine_close(tk_engine *e) {
     free(e->seq_ptrs);
     free(e->saved_blocks);
     tk_forward_ws_free(&e->ws);
-    if (e->owns_pool) tk_pool_free(e->pool);
+    if (e->owns_pool) tk_threadpool_free(e->pool);
     tk_kv_pool_free(&e->kv);
     tk_tokenizer_free(e->tok);
     tk_model_free(&e->model);
@@ -214,7 +215,7 @@ const tk_tokenizer *tk_engine_tokenizer(const tk_engine *e) { return e->tok; }
 int tk_engine_n_vocab(const tk_engine *e) { return e->model.hp.n_vocab; }
 int tk_engine_ctx_len(const tk_engine *e) { return e->ctx_len; }
 
-int tk_engine_set_threads(tk_engine *e, int n) { return tk_pool_set_active(e->pool, n); }
+int tk_engine_set_threads(tk_engine *e, int n) { return tk_threadpool_set_active(e->pool, n); }
 
 const char *tk_engine_chat_template(const tk_engine *e) { return e->model.src.chat_template; }
 void tk_engine_generation_defaults(const tk_engine *e, tk_gen_defaults *out) { *out = e->model.src.gen; }
@@ -265,7 +266,7 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     o->kv_bytes = tk_kv_pool_bytes(&e->kv);
     o->kv_blocks = e->kv.n_blocks;
     o->kv_block_size = e->kv.block_size;
-    o->n_threads = tk_pool_size(e->pool);
+    o->n_threads = tk_threadpool_size(e->pool);
 }
 
 int tk_engine_seq_new(tk_engine *e, tk_err *err) {

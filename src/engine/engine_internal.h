@@ -107,7 +107,7 @@ struct tk_engine {
     tk_model model;
     tk_tokenizer *tok;
     tk_kv_pool kv;
-    tk_pool *pool;
+    tk_threadpool *pool;
     tk_forward_ws ws;
     int ctx_len;
     int max_seqs;

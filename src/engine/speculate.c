@@ -14,7 +14,7 @@
  * part-way would otherwise look several times dearer); with more threads,
  * the wall clock (the caller's CPU time would miss its helpers' work). */
 double tk_spec_pass_clock(const tk_engine *e) {
-    return tk_clock_seconds(tk_pool_size(e->pool) == 1 ? TK_CLOCK_THREAD_CPU : TK_CLOCK_WALL);
+    return tk_clock_seconds(tk_threadpool_size(e->pool) == 1 ? TK_CLOCK_THREAD_CPU : TK_CLOCK_WALL);
 }
 
 /* Draws the next draft of a drafting sample from the draft model's row:

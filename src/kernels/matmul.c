@@ -128,7 +128,7 @@ static void gemm_task(void *ctx, int task, int thread) {
     }
 }
 
-void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X, int64_t ldx,
+void tk_matmul_n(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X, int64_t ldx,
                  int n_tok, float *const *Y, const int64_t *ldy) {
     tk_matmul_fused(pool, mw, n_w, W, X, ldx, n_tok, Y, ldy, TK_MM_STORE, NULL);
 }
@@ -144,22 +144,22 @@ void tk_rope_head(const float *x, float *y, int head_dim, bool adjacent, const f
     }
 }
 
-static void matmul_job(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+static void matmul_job(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                        int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
                        float *residual, const tk_mm_rope *rope);
 
-void tk_matmul_fused(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+void tk_matmul_fused(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                      int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
                      float *residual) {
     matmul_job(pool, mw, n_w, W, X, ldx, n_tok, Y, ldy, epi == TK_MM_ROPE ? TK_MM_STORE : epi, residual, NULL);
 }
 
-void tk_matmul_rope(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+void tk_matmul_rope(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                     int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, const tk_mm_rope *rope) {
     matmul_job(pool, mw, n_w, W, X, ldx, n_tok, Y, ldy, TK_MM_ROPE, NULL, rope);
 }
 
-static void matmul_job(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+static void matmul_job(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                        int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
                        float *residual, const tk_mm_rope *rope) {
     mm_job j = {.mw = mw, .n_w = n_w, .W = W, .Y = Y, .ldy = ldy, .X = X, .ldx = ldx, .n_tok = n_tok, .epi = epi,
@@ -199,14 +199,14 @@ static void matmul_job(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor
             j.pack_k = k;
             j.pack_out = mw->act[base + slot];
             j.pack_row = k->act_row_bytes(in);
-            tk_pool_run(pool, n_tok, pack_task, &j);
+            tk_threadpool_run(pool, n_tok, pack_task, &j);
         }
         j.act[i] = mw->act[base + slot];
         j.act_row[i] = k->act_row_bytes(in);
     }
     /* Deal out rows: enough tasks for balance, in multiples of 16 rows so
      * kernels can use their row tiles. */
-    int n_threads = tk_pool_size(pool);
+    int n_threads = tk_threadpool_size(pool);
     int64_t total_rows = 0;
     for (int i = 0; i < n_w; i++) total_rows += W[i]->ne[1];
     int64_t target = total_rows / ((int64_t)n_threads * 8);
@@ -221,7 +221,7 @@ static void matmul_job(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor
     }
     /* GLU: tasks cover the gate's rows; each also computes the same up rows */
     int n_tasks = epi == TK_MM_GLU_SILU || epi == TK_MM_GLU_GELU ? j.first_task[1] : j.first_task[n_w];
-    tk_pool_run(pool, n_tasks, gemm_task, &j);
+    tk_threadpool_run(pool, n_tasks, gemm_task, &j);
 }
 
 typedef struct norm_pack_job {
@@ -253,7 +253,7 @@ static void norm_pack_task(void *ctx, int t, int thread) {
     }
 }
 
-void tk_rmsnorm_pack(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *x,
+void tk_rmsnorm_pack(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *x,
                      const float *norm_w, float eps, int n_tok, int64_t dim, float *xn) {
     norm_pack_job j = {.mw = mw, .x = x, .w = norm_w, .eps = eps, .dim = dim, .xn = xn};
     mw->prepacked_x = NULL;
@@ -272,7 +272,7 @@ void tk_rmsnorm_pack(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *
         for (int t = 0; t < n_tok; t++) tk_rmsnorm(xn + (size_t)t * dim, x + (size_t)t * dim, norm_w, (int)dim, eps);
         return;
     }
-    tk_pool_run(pool, n_tok, norm_pack_task, &j);
+    tk_threadpool_run(pool, n_tok, norm_pack_task, &j);
     mw->prepacked_x = xn;
     mw->prepacked_n_tok = n_tok;
     mw->n_prepacked = j.n_k;

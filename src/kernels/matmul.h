@@ -50,7 +50,7 @@ void tk_matmul_ws_free(tk_matmul_ws *mw);
 
 /* Y_i[t * ldy_i + r] = sum_c W_i[r][c] * X[t * ldx + c] for each of the
  * n_w matrices (all with ne[0] = in), t < n_tok, r < W_i->ne[1]. */
-void tk_matmul_n(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X, int64_t ldx,
+void tk_matmul_n(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X, int64_t ldx,
                  int n_tok, float *const *Y, const int64_t *ldy);
 
 /* What happens to each output row range right after a task computes it,
@@ -83,14 +83,14 @@ void tk_rope_head(const float *x, float *y, int head_dim, bool adjacent, const f
 /* tk_matmul_n with an epilogue.  For the GLU forms, both matrices' rows
  * [r0, r1) are computed by the same task, so the activation is applied to
  * rows still in cache. */
-void tk_matmul_fused(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+void tk_matmul_fused(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                      int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
                      float *residual);
 /* tk_matmul_n with the TK_MM_ROPE epilogue on matrix 0. */
-void tk_matmul_rope(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
+void tk_matmul_rope(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                     int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, const tk_mm_rope *rope);
 
-static inline void tk_matmul(tk_pool *pool, tk_matmul_ws *mw, const tk_tensor *W, const float *X, int64_t ldx,
+static inline void tk_matmul(tk_threadpool *pool, tk_matmul_ws *mw, const tk_tensor *W, const float *X, int64_t ldx,
                              int n_tok, float *Y, int64_t ldy) {
     tk_matmul_n(pool, mw, 1, &W, X, ldx, n_tok, &Y, &ldy);
 }
@@ -99,7 +99,7 @@ static inline void tk_matmul(tk_pool *pool, tk_matmul_ws *mw, const tk_tensor *W
  * xn = x / rms(x) * w is written (float, for paths that need it) and packed
  * block by block into the activation formats the given matrices' kernels
  * take, in one pass over the normalized row. */
-void tk_rmsnorm_pack(tk_pool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *x,
+void tk_rmsnorm_pack(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *x,
                      const float *norm_w, float eps, int n_tok, int64_t dim, float *xn);
 static inline void tk_matmul_ws_forget(tk_matmul_ws *mw) { mw->prepacked_x = NULL; }
 

@@ -5,9 +5,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-struct tk_pool {
+struct tk_threadpool {
     int n_threads; /* including the caller */
-    atomic_int active; /* threads that take tasks (tk_pool_set_active) */
+    atomic_int active; /* threads that take tasks (tk_threadpool_set_active) */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake;
@@ -23,11 +23,11 @@ struct tk_pool {
 };
 
 typedef struct worker_arg {
-    tk_pool *pool;
+    tk_threadpool *pool;
     int index;
 } worker_arg;
 
-static void run_tasks(tk_pool *p, int thread) {
+static void run_tasks(tk_threadpool *p, int thread) {
     for (;;) {
         int t = atomic_fetch_add(&p->next_task, 1);
         if (t >= p->n_tasks) break;
@@ -37,7 +37,7 @@ static void run_tasks(tk_pool *p, int thread) {
 
 static void *worker_main(void *arg) {
     worker_arg *wa = arg;
-    tk_pool *p = wa->pool;
+    tk_threadpool *p = wa->pool;
     int index = wa->index;
     free(wa);
     unsigned seen = 0;
@@ -64,9 +64,9 @@ static void *worker_main(void *arg) {
     }
 }
 
-tk_pool *tk_pool_new(int n_threads) {
+tk_threadpool *tk_threadpool_new(int n_threads) {
     if (n_threads < 1) n_threads = 1;
-    tk_pool *p = calloc(1, sizeof *p);
+    tk_threadpool *p = calloc(1, sizeof *p);
     if (!p) return NULL;
     p->n_threads = n_threads;
     atomic_init(&p->active, n_threads);
@@ -96,7 +96,7 @@ tk_pool *tk_pool_new(int n_threads) {
     return p;
 }
 
-void tk_pool_free(tk_pool *p) {
+void tk_threadpool_free(tk_threadpool *p) {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
@@ -111,16 +111,16 @@ void tk_pool_free(tk_pool *p) {
     free(p);
 }
 
-int tk_pool_size(const tk_pool *p) { return p->n_threads; }
+int tk_threadpool_size(const tk_threadpool *p) { return p->n_threads; }
 
-int tk_pool_set_active(tk_pool *p, int n) {
+int tk_threadpool_set_active(tk_threadpool *p, int n) {
     if (n < 1) n = 1;
     if (n > p->n_threads) n = p->n_threads;
     atomic_store(&p->active, n);
     return n;
 }
 
-void tk_pool_run(tk_pool *p, int n_tasks, tk_task_fn fn, void *ctx) {
+void tk_threadpool_run(tk_threadpool *p, int n_tasks, tk_task_fn fn, void *ctx) {
     if (n_tasks <= 0) return;
     if (atomic_load(&p->active) == 1 || n_tasks == 1) {
         for (int t = 0; t < n_tasks; t++) fn(ctx, t, 0);

@@ -214,7 +214,7 @@ static void attn_merge_task(void *ctx, int task, int thread) {
 }
 
 static void attention(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *const *seqs, const tk_batch *batch,
-                      int layer, int window, tk_forward_ws *ws, tk_pool *pool) {
+                      int layer, int window, tk_forward_ws *ws, tk_threadpool *pool) {
     const tk_hparams *hp = &m->hp;
     const int T = batch->n_tokens, n_kv = hp->n_kv_heads;
     for (int t = 0; t < T; t++) {
@@ -232,7 +232,7 @@ static void attention(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *const 
     /* Split tiles into tasks of consecutive segments only when there are
      * too few tiles for the threads (results are the same either way):
      * about 4 tasks per thread. */
-    const int want_tasks = 4 * tk_pool_size(pool);
+    const int want_tasks = 4 * tk_threadpool_size(pool);
     bool split = n_tiles * n_kv < want_tasks;
     int n_tasks = 0, n_merge = 0;
     size_t parts_used = 0;
@@ -267,8 +267,8 @@ static void attention(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *const 
         t = e;
     }
     attn_job j = {m, kv, seqs, batch, ws, layer};
-    tk_pool_run(pool, n_tasks, attn_task, &j);
-    if (n_merge) tk_pool_run(pool, n_merge, attn_merge_task, &j);
+    tk_threadpool_run(pool, n_tasks, attn_task, &j);
+    if (n_merge) tk_threadpool_run(pool, n_merge, attn_merge_task, &j);
 }
 
 static int validate_batch(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs,
@@ -317,7 +317,7 @@ static void rope_store(const tk_kv_pool *kv, const float *x, bool adjacent, cons
 /* x += W·in (after an optional post-norm of W·in, as Gemma has), with the
  * residual add fused into the matmul's store when there is no post-norm
  * (a norm needs the whole output row first). */
-static void residual_matmul(tk_pool *pool, tk_forward_ws *ws, const tk_tensor *W, const float *in, int64_t ld_in,
+static void residual_matmul(tk_threadpool *pool, tk_forward_ws *ws, const tk_tensor *W, const float *in, int64_t ld_in,
                             int T, int D, const float *post_norm, float eps) {
     float *y[1] = {ws->xn};
     int64_t ld[1] = {D};
@@ -332,9 +332,9 @@ static void residual_matmul(tk_pool *pool, tk_forward_ws *ws, const tk_tensor *W
 }
 
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
-               float *logits, tk_forward_ws *ws, tk_pool *pool, tk_err *err) {
+               float *logits, tk_forward_ws *ws, tk_threadpool *pool, tk_err *err) {
     if (validate_batch(m, kv, seqs, n_seqs, batch, ws, err)) return -1;
-    if (tk_pool_size(pool) > ws->n_threads)
+    if (tk_threadpool_size(pool) > ws->n_threads)
         return tk_err_set(err, "thread pool larger than the workspace was sized for");
     const tk_hparams *hp = &m->hp;
     const tk_arch *a = m->arch;

@@ -124,6 +124,6 @@ void tk_forward_ws_free(tk_forward_ws *ws);
  * tokens that asked for them.  seqs[i]->len is raised to
  * cover the written positions. */
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
-               float *logits, tk_forward_ws *ws, tk_pool *pool, tk_err *err);
+               float *logits, tk_forward_ws *ws, tk_threadpool *pool, tk_err *err);
 
 #endif

@@ -75,12 +75,12 @@ static void awq_task(void *ctx, int task, int thread) {
 
 int tk_awq_search(float *const *W, const int64_t *rows, const tk_dtype *types, int n_mats, int64_t cols,
                   const double *H, const double *mean_abs, const int *tie, int group, int n_grid, float *s,
-                  double *losses, tk_awq_result *res, tk_pool *pool, tk_err *err) {
+                  double *losses, tk_awq_result *res, tk_threadpool *pool, tk_err *err) {
     if (n_grid < 2) n_grid = 2;
     if (cols > 65536) return tk_err_set(err, "AWQ: %lld channels is too many", (long long)cols);
     int64_t total = 0;
     for (int m = 0; m < n_mats; m++) total += rows[m];
-    const int nt = tk_pool_size(pool);
+    const int nt = tk_threadpool_size(pool);
     const size_t stride = (size_t)cols * 4; /* ws, qv (floats) + d (doubles) */
     double *row_loss = malloc(sizeof(double) * (size_t)total);
     double *xm = malloc(sizeof(double) * (size_t)cols);
@@ -115,7 +115,7 @@ int tk_awq_search(float *const *W, const int64_t *rows, const tk_dtype *types, i
         }
         const double norm = sqrt(smax * smin);
         for (int64_t c = 0; c < cols; c++) cand[c] = (float)(pow(xm[c], alpha) / norm);
-        tk_pool_run(pool, total < 64 ? (int)total : 64, awq_task, &j);
+        tk_threadpool_run(pool, total < 64 ? (int)total : 64, awq_task, &j);
         double loss = 0;
         for (int64_t r = 0; r < total; r++) loss += row_loss[r];
         if (losses) losses[g] = loss;
@@ -179,18 +179,18 @@ static void clip_task(void *ctx, int task, int thread) {
 }
 
 int tk_awq_clip(const float *W, int64_t rows, int64_t cols, tk_dtype type, int group, const double *H, float *ratios,
-                tk_pool *pool, tk_err *err) {
+                tk_threadpool *pool, tk_err *err) {
     if (!tk_qgrid_supported(type)) return tk_err_set(err, "clipping needs a grid type");
     if (type == TK_Q4_K || type == TK_Q5_K) { /* their sub-block fits are least-squares already */
         for (int64_t i = 0; i < rows * ((cols + group - 1) / group); i++) ratios[i] = 1.0f;
         return 0;
     }
     if (group < 32 || group > 256 || group % 32) return tk_err_set(err, "clipping group %d", group);
-    const int nt = tk_pool_size(pool);
+    const int nt = tk_threadpool_size(pool);
     double *scratch = malloc(sizeof(double) * 2 * (size_t)group * (size_t)nt);
     if (!scratch) return tk_err_set(err, "out of memory");
     clip_job j = {W, rows, cols, type, group, (int)((cols + group - 1) / group), H, ratios, scratch};
-    tk_pool_run(pool, rows < 64 ? (int)rows : 64, clip_task, &j);
+    tk_threadpool_run(pool, rows < 64 ? (int)rows : 64, clip_task, &j);
     free(scratch);
     return 0;
 }

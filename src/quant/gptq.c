@@ -174,7 +174,7 @@ static void gptq_task(void *ctx, int task, int thread) {
     }
 }
 
-int tk_gptq_matrix(const float *W, const double *H, const tk_gptq_opts *o, tk_qmatrix *q, tk_pool *pool,
+int tk_gptq_matrix(const float *W, const double *H, const tk_gptq_opts *o, tk_qmatrix *q, tk_threadpool *pool,
                    tk_err *err) {
     const int64_t C = q->cols;
     if (o->group != 32 && o->group != 64 && o->group != 128)
@@ -233,7 +233,7 @@ int tk_gptq_matrix(const float *W, const double *H, const tk_gptq_opts *o, tk_qm
         }
     }
     {
-        const int nt = tk_pool_size(pool);
+        const int nt = tk_threadpool_size(pool);
         const int tile = 8;
         double *scratch = malloc(sizeof(double) * (size_t)nt * ((size_t)tile * (size_t)(C + opt.block) + (size_t)C));
         if (!scratch) {
@@ -241,7 +241,7 @@ int tk_gptq_matrix(const float *W, const double *H, const tk_gptq_opts *o, tk_qm
             goto done;
         }
         gptq_job j = {W, U, perm, dead, &opt, q, tile, q->rows, scratch};
-        tk_pool_run(pool, (int)((q->rows + tile - 1) / tile), gptq_task, &j);
+        tk_threadpool_run(pool, (int)((q->rows + tile - 1) / tile), gptq_task, &j);
         free(scratch);
     }
     rc = 0;

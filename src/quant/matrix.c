@@ -108,15 +108,15 @@ static int check_group(tk_dtype type, int group, tk_err *err) {
     return 0;
 }
 
-int tk_rtn_matrix(const float *W, int group, tk_qmatrix *q, tk_pool *pool, tk_err *err) {
+int tk_rtn_matrix(const float *W, int group, tk_qmatrix *q, tk_threadpool *pool, tk_err *err) {
     return tk_rtn_matrix_clip(W, group, NULL, q, pool, err);
 }
 
-int tk_rtn_matrix_clip(const float *W, int group, const float *clip, tk_qmatrix *q, tk_pool *pool, tk_err *err) {
+int tk_rtn_matrix_clip(const float *W, int group, const float *clip, tk_qmatrix *q, tk_threadpool *pool, tk_err *err) {
     if (check_group(q->type, group, err)) return -1;
-    int n_tasks = tk_pool_size(pool) * 4;
+    int n_tasks = tk_threadpool_size(pool) * 4;
     rtn_job j = {W, q, group, (q->rows + n_tasks - 1) / n_tasks, clip};
-    tk_pool_run(pool, (int)((q->rows + j.per_task - 1) / j.per_task), rtn_task, &j);
+    tk_threadpool_run(pool, (int)((q->rows + j.per_task - 1) / j.per_task), rtn_task, &j);
     return 0;
 }
 
@@ -150,13 +150,13 @@ static void gram_task(void *ctx, int task, int thread) {
     }
 }
 
-void tk_gram_accumulate(double *H, const float *X, int n_tok, int dim, tk_pool *pool) {
-    const int nt = tk_pool_size(pool);
+void tk_gram_accumulate(double *H, const float *X, int n_tok, int dim, tk_threadpool *pool) {
+    const int nt = tk_threadpool_size(pool);
     float *acc = malloc(sizeof(float) * (size_t)dim * (size_t)nt);
     if (!acc) return;
     gram_job j = {H, X, n_tok, dim, nt * 8, acc};
     if (j.n_tasks > dim) j.n_tasks = dim;
-    tk_pool_run(pool, j.n_tasks, gram_task, &j);
+    tk_threadpool_run(pool, j.n_tasks, gram_task, &j);
     free(acc);
 }
 
@@ -185,16 +185,17 @@ static void err_task(void *ctx, int task, int thread) {
     }
 }
 
-double tk_output_error(const float *W, const float *Q, int64_t rows, int64_t cols, const double *H, tk_pool *pool) {
+double tk_output_error(const float *W, const float *Q, int64_t rows, int64_t cols, const double *H,
+                       tk_threadpool *pool) {
     double *row_err = calloc((size_t)rows, sizeof(double));
-    double *scratch = malloc(sizeof(double) * (size_t)cols * (size_t)tk_pool_size(pool));
+    double *scratch = malloc(sizeof(double) * (size_t)cols * (size_t)tk_threadpool_size(pool));
     if (!row_err || !scratch) {
         free(row_err);
         free(scratch);
         return NAN;
     }
     err_job j = {W, Q, rows, cols, H, row_err, scratch};
-    tk_pool_run(pool, rows < 64 ? (int)rows : 64, err_task, &j);
+    tk_threadpool_run(pool, rows < 64 ? (int)rows : 64, err_task, &j);
     double e = 0;
     for (int64_t r = 0; r < rows; r++) e += row_err[r];
     free(row_err);

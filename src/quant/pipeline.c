@@ -56,7 +56,7 @@ typedef struct qctx {
     tk_tokenizer *tok;
     otensor *t;
     int n;
-    tk_pool *pool;
+    tk_threadpool *pool;
     tk_quant_report *rep;
     bool tied;
 } qctx;
@@ -88,9 +88,9 @@ static int quantize_rtn_native(qctx *q, otensor *o, tk_err *err) {
     o->nbytes = rb * (size_t)o->rows;
     o->data = malloc(o->nbytes ? o->nbytes : 1);
     if (!o->data) return tk_err_set(err, "out of memory for tensor '%s'", o->src->name);
-    const int nt = tk_pool_size(q->pool) * 4;
+    const int nt = tk_threadpool_size(q->pool) * 4;
     rows_job j = {o->type, o->f, ne0, o->rows, (o->rows + nt - 1) / nt, o->data, rb, 0};
-    tk_pool_run(q->pool, (int)((o->rows + j.per_task - 1) / j.per_task), rows_task, &j);
+    tk_threadpool_run(q->pool, (int)((o->rows + j.per_task - 1) / j.per_task), rows_task, &j);
     if (j.failed) return tk_err_set(err, "tensor '%s': cannot quantize to %s", o->src->name, tk_dtype_get(o->type)->name);
     return 0;
 }
@@ -185,7 +185,7 @@ typedef struct layer_stats {
     double *H[N_IN];
     double *abs_sum[N_IN];
     int64_t n_tok;
-    tk_pool *pool;
+    tk_threadpool *pool;
 } layer_stats;
 
 static void observe(void *ctx, int layer, const tk_tensor *w, const float *x, int n_tok, int dim) {
@@ -275,7 +275,7 @@ static int calib_init(qctx *q, calib *c, tk_err *err) {
         return -1;
     c->kv_ok = true;
     /* float32 weights run through float kernels (no activation quantization) */
-    if (tk_forward_ws_init(&c->ws, &c->model, c->ctx, c->ctx, bs, tk_pool_size(q->pool), false, err)) return -1;
+    if (tk_forward_ws_init(&c->ws, &c->model, c->ctx, c->ctx, bs, tk_threadpool_size(q->pool), false, err)) return -1;
     c->ws_ok = true;
     c->pos = malloc(sizeof(int32_t) * (size_t)c->ctx);
     c->seqid = calloc((size_t)c->ctx, sizeof(int32_t));
@@ -703,7 +703,7 @@ int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_
         goto done;
     }
     close(fd);
-    q.pool = tk_pool_new(p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+    q.pool = tk_threadpool_new(p->n_threads > 0 ? p->n_threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
     if (!q.pool) {
         tk_err_set(err, "cannot start the thread pool");
         goto done;
@@ -753,7 +753,7 @@ done:
             free(q.t[i].data);
         }
     free(q.t);
-    tk_pool_free(q.pool);
+    tk_threadpool_free(q.pool);
     tk_tokenizer_free(q.tok);
     tk_source_close(&q.src);
     rep->seconds = tk_clock_seconds(TK_CLOCK_WALL) - t0;

@@ -55,7 +55,7 @@ tk_dtype tk_qscheme_tensor_type(const tk_qscheme *s, const char *name, int64_t n
 
 /* H[i][j] += sum_t X[t][i] * X[t][j] over n_tok rows of dim floats (both
  * triangles are kept up to date).  Runs on the pool. */
-void tk_gram_accumulate(double *H, const float *X, int n_tok, int dim, tk_pool *pool);
+void tk_gram_accumulate(double *H, const float *X, int n_tok, int dim, tk_threadpool *pool);
 
 /* ---- per-matrix algorithms ----
  * A weight matrix is rows x cols floats, row-major (GGUF: cols = ne[0] is
@@ -78,10 +78,10 @@ int tk_qmatrix_pack(const tk_qmatrix *q, void *dst, tk_err *err);
 /* Round to nearest on grids of `group` columns (a multiple of 32; the last
  * group of a row may be shorter).  K types: super-block scales fitted per
  * 256 as the reference does, sub-block scales shared across the group. */
-int tk_rtn_matrix(const float *W, int group, tk_qmatrix *q, tk_pool *pool, tk_err *err);
+int tk_rtn_matrix(const float *W, int group, tk_qmatrix *q, tk_threadpool *pool, tk_err *err);
 /* ... with one clipping ratio per group (rows x ceil(cols / group), from
  * tk_awq_clip; NULL: none). */
-int tk_rtn_matrix_clip(const float *W, int group, const float *clip, tk_qmatrix *q, tk_pool *pool, tk_err *err);
+int tk_rtn_matrix_clip(const float *W, int group, const float *clip, tk_qmatrix *q, tk_threadpool *pool, tk_err *err);
 
 typedef struct tk_gptq_opts {
     int group;          /* columns per grid: 32, 64 or 128 */
@@ -93,12 +93,13 @@ typedef struct tk_gptq_opts {
 
 /* GPTQ (Frantar et al. 2022) on one matrix.  H (cols x cols, symmetric) is
  * sum x x^T of the calibration inputs; it is not modified. */
-int tk_gptq_matrix(const float *W, const double *H, const tk_gptq_opts *o, tk_qmatrix *q, tk_pool *pool,
+int tk_gptq_matrix(const float *W, const double *H, const tk_gptq_opts *o, tk_qmatrix *q, tk_threadpool *pool,
                    tk_err *err);
 
 /* sum_r (W_r - Q_r) H (W_r - Q_r)^T: the calibration output error
  * ||W X - Q X||^2 of a quantized matrix. */
-double tk_output_error(const float *W, const float *Q, int64_t rows, int64_t cols, const double *H, tk_pool *pool);
+double tk_output_error(const float *W, const float *Q, int64_t rows, int64_t cols, const double *H,
+                       tk_threadpool *pool);
 
 /* AWQ (Lin et al. 2023) scale search for n_mats matrices sharing one input
  * of `cols` channels.  For alpha in {0, 1/(n_grid-1), ..., 1}:
@@ -115,7 +116,7 @@ typedef struct tk_awq_result {
 
 int tk_awq_search(float *const *W, const int64_t *rows, const tk_dtype *types, int n_mats, int64_t cols,
                   const double *H, const double *mean_abs, const int *tie, int group, int n_grid, float *s,
-                  double *losses, tk_awq_result *res, tk_pool *pool, tk_err *err);
+                  double *losses, tk_awq_result *res, tk_threadpool *pool, tk_err *err);
 
 /* AWQ's weight clipping search (auto_clip of the reference
  * implementation): for each row and group of `group` columns, the ratio r
@@ -123,7 +124,7 @@ int tk_awq_search(float *const *W, const int64_t *rows, const tk_dtype *types, i
  * own output error d_g H_gg d_g^T (d = W - Q_r(W), H the Gram matrix of the
  * matrix's input).  ratios: rows x ceil(cols / group).  Grid types only. */
 int tk_awq_clip(const float *W, int64_t rows, int64_t cols, tk_dtype type, int group, const double *H, float *ratios,
-                tk_pool *pool, tk_err *err);
+                tk_threadpool *pool, tk_err *err);
 
 /* The whole model: tk_quantize_model (include/tokamak.h, "Offline tools"). */
 
