@@ -643,11 +643,7 @@ DEF(bf16, MR_F, NT_F, C_BF16)
 DEF(nf4, MR_N, NT_N, C_NF4)
 DEF(nf4dq, MR_N, NT_N, C_NF4_DQ)
 
-#define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
-#define KQ8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
-#define KQ8_K tk_qk_act_bytes_q8_K, tk_qk_avx2_quant_q8_K
-#define KF32 tk_qk_act_bytes_f32, tk_qk_quant_f32
-#define K(WT, AT, NAME, G) [WT] = {WT, TK_##AT, TK_ISA_AVX512, NAME "/avx512", K##AT, G##_gemm}
+#define K(WT, AT, NAME, G) TK_QK_SIMD_KERNEL(TK_ISA_AVX512, "/avx512", WT, AT, NAME, G##_gemm)
 
 static const tk_qkernel avx512_kernels[TK_DTYPE_LIMIT] = {
     K(TK_F32, F32, "F32", f32),
@@ -669,10 +665,7 @@ static const tk_qkernel avx512_kernels[TK_DTYPE_LIMIT] = {
     K(TK_NF4_DQ, Q8_0, "NF4_DQ", nf4dq),
 };
 
-const tk_qkernel *tk_qk_avx512(tk_dtype wtype) {
-    if ((unsigned)wtype >= TK_DTYPE_LIMIT || !avx512_kernels[wtype].gemm) return NULL;
-    return &avx512_kernels[wtype];
-}
+const tk_qkernel *tk_qk_avx512(tk_dtype wtype) { return tk_qk_pick(avx512_kernels, wtype); }
 
 #else
 
