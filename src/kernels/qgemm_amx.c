@@ -419,18 +419,12 @@ static void q8_0_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t 
     gemm_amx(W_Q8_0, q8_0_sf, any_bf, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
 }
 
-#define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
-#define K(WT, AT, NAME, G) [WT] = {WT, TK_##AT, TK_ISA_AMX, NAME "/amx", K##AT, G##_gemm}
-
 static const tk_qkernel amx_kernels[TK_DTYPE_LIMIT] = {
-    K(TK_Q4_0, Q8_0, "Q4_0", q4_0),
-    K(TK_Q8_0, Q8_0, "Q8_0", q8_0),
+    TK_QK_SIMD_KERNEL(TK_ISA_AMX, "/amx", TK_Q4_0, Q8_0, "Q4_0", q4_0_gemm),
+    TK_QK_SIMD_KERNEL(TK_ISA_AMX, "/amx", TK_Q8_0, Q8_0, "Q8_0", q8_0_gemm),
 };
 
-const tk_qkernel *tk_qk_amx(tk_dtype wtype) {
-    if ((unsigned)wtype >= TK_DTYPE_LIMIT || !amx_kernels[wtype].gemm) return NULL;
-    return &amx_kernels[wtype];
-}
+const tk_qkernel *tk_qk_amx(tk_dtype wtype) { return tk_qk_pick(amx_kernels, wtype); }
 
 #else
 

@@ -8,41 +8,19 @@
  * Unsigned-coded weights (Q4_1, Q5_1, the k-quants) feed maddubs directly,
  * and a zero-point is removed with the activation block sums.
  *
- * Tiling: a micro-kernel computes MR rows x NT tokens at once, so each
- * weight block is unpacked once per NT tokens and each activation block is
- * loaded once per MR rows.  Every (row, token) accumulator goes through the
- * same instruction sequence whatever the tile shape, so results do not
- * depend on how rows or tokens are split; ragged row tiles repeat the last
- * row (results discarded) instead of using a different code path. */
-#include "nf4_dot.h"
+ * The tiling, shared with the AVX-512 kernels, is in qgemm_simd.h. */
 #include "qgemm_impl.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 
-#include <immintrin.h>
-
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-
-typedef const uint8_t *bptr;
+#define NT_MAX 4
+#define CHUNK_BYTES (256 * 1024)
+#define GEMM_ISA TK_ISA_AVX2
+#define GEMM_SUFFIX "/avx2"
+#include "qgemm_simd.h"
 
 AI __m256i ldu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AI __m128i ldu128(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
-AI float ldf(const void *p) {
-    float f;
-    memcpy(&f, p, 4);
-    return f;
-}
-AI uint32_t ldu32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-AI float ldh(const void *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
 
 /* Fixed-order horizontal sum: ((v0+v4)+(v2+v6)) + ((v1+v5)+(v3+v7)). */
 AI float hsum8(__m256 v) {
@@ -152,61 +130,8 @@ void tk_qk_avx2_quant_q8_K(const float *x, void *out, int64_t n) {
     }
 }
 
-/* ================= gemm driver ================= */
-
-/* A micro-kernel: rows w[0..MR), tokens a[0..NT), full depth; writes
- * out[i * 4 + j] for row i, token j.  If pf is not 0, the kernel
- * prefetches the weights pf bytes ahead of those it reads (the next row
- * tile), which the hardware prefetchers alone do not reach in time when the
- * weights stream from DRAM once (decode). */
-typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, size_t pf, float *out);
-
-/* Prefetches bytes [off, off + len) of each row, pf bytes ahead. */
-AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
-    if (!pf) return;
-    for (size_t k = 0; k < len; k += 64)
-        for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(wp[i] + off + pf + k), _MM_HINT_T0);
-}
-
-/* Rows in tiles of mr (the last tile repeats its last row), tokens in
- * tiles of NT = 1..4 (kernels mk[nt - 1]); tokens grouped in chunks whose
- * activations stay in L2 while all row tiles pass over them. */
-static void gemm_tiles(const mk_fn mk[4], int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
-                       int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
-    const uint8_t *W = w, *A = act;
-    /* the first token tile of each row tile prefetches the next row tile:
-     * its weights come from DRAM, while later token tiles find them in cache */
-    const size_t pf = (size_t)mr * wrb;
-    int64_t chunk = (int64_t)(256 * 1024) / (int64_t)(arb ? arb : 1);
-    chunk = chunk / nt_max * nt_max;
-    if (chunk < nt_max) chunk = nt_max;
-    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
-        const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
-        for (int64_t r = r0; r < r1; r += mr) {
-            bptr wp[8];
-            for (int i = 0; i < mr; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
-            for (int64_t t = t0; t < t1;) {
-                const int nt = t1 - t >= nt_max ? nt_max : (int)(t1 - t);
-                bptr ap[4];
-                for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
-                float out[8 * 4];
-                mk[nt - 1](wp, ap, n, t == t0 ? pf : 0, out);
-                for (int i = 0; i < mr && r + i < r1; i++)
-                    for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * 4 + j];
-                t += nt;
-            }
-        }
-    }
-}
-
 /* ================= legacy 32-blocks: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL ================= */
 
-enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1, L_Q8_0, L_IQ4_NL };
-
-AI size_t lbytes(int T) {
-    return T == L_Q4_0 ? 18 : T == L_Q4_1 ? 20 : T == L_Q5_0 ? 22 : T == L_Q5_1 ? 24 : T == L_Q8_0 ? 34 : 18;
-}
-AI int lmin(int T) { return T == L_Q4_1 || T == L_Q5_1; }
 AI int loffset(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : 0; }
 
 /* Four half floats at p0..p3 (unaligned) -> 4 floats. */
@@ -256,7 +181,7 @@ AI void mk_legacy(const int T, const int MR, const int NT, const bptr *wp, const
             }
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]);
 }
 
 /* Q4_0 Q4_1 Q5_0 Q5_1, two blocks per step.  The unsigned codes of blocks
@@ -276,7 +201,7 @@ AI void nib2_unpack(int T, bptr p, size_t wb, int has1, __m256i *lo, __m256i *hi
     *hi = _mm256_and_si256(_mm256_srli_epi16(y, 4), m4);
     if (T == L_Q5_0 || T == L_Q5_1) {
         const int ho = T == L_Q5_0 ? 2 : 4;
-        const uint32_t h0 = ldu32(p + ho), h1 = has1 ? ldu32(p + wb + ho) : 0;
+        const uint32_t h0 = ld32(p + ho), h1 = has1 ? ld32(p + wb + ho) : 0;
         const __m256i b4 = _mm256_set1_epi8(0x10);
         *lo = _mm256_or_si256(*lo, _mm256_and_si256(bits32((h0 & 0xFFFF) | h1 << 16), b4));
         *hi = _mm256_or_si256(*hi, _mm256_and_si256(bits32(h0 >> 16 | (h1 & 0xFFFF0000u)), b4));
@@ -294,11 +219,6 @@ AI __m128 h2(bptr d0, bptr d1, int has1) {
 /* Two half-float scales -> [d0 x4 | d1 x4]. */
 AI __m256 sc2(bptr d0, bptr d1, int has1) {
     return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(h2(d0, d1, has1)), _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1));
-}
-
-AI float hsum4(__m128 v) {
-    const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
 AI __m256i ins2(bptr p0, bptr p1, int has1) {
@@ -348,13 +268,11 @@ AI void mk_nib2(const int T, const int MR, const int NT, const bptr *wp, const b
             }
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] =
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] =
         lmin(T) ? hsum8(acc[i][j]) + hsum4(macc[i][j]) : hsum8(acc[i][j]);
 }
 
 /* ================= k-quants (Q8_K activations) ================= */
-
-#define QK_A 292 /* sizeof(tk_block_q8_K): d at 0, qs at 4, bsums at 260 */
 
 /* int16 vector with the 16-bit scale at byte offset 2k of v (both lanes). */
 AI __m256i bcast16(__m256i v, int k) { return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x0100 + 0x0202 * k))); }
@@ -407,7 +325,7 @@ AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const 
             }
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]);
 }
 
 /* Scale vector for the 32 elements of sub-blocks k, k+1 (16 each): int16,
@@ -502,7 +420,7 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
             }
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]);
 }
 
 /* IQ4_XS: d scales_h scales_l[4] qs[128]; 8 sub-blocks of 32. */
@@ -536,7 +454,7 @@ AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int
                 acc[i][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_set1_ps(d * da[j]), acc[i][j]);
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]);
 }
 
 /* ================= float weights: F32 F16 BF16 ================= */
@@ -578,7 +496,7 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
             UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_fmadd_ps(wv, a[j], acc[i][j]);
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]);
 }
 
 /* ================= NF4 / NF4_DQ (definition: nf4_dot.h) ================= */
@@ -592,17 +510,6 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
  * chunks' float lanes are scaled by their d and summed, and one fma adds
  * that times the row's absmax; the sum is scaled by 2^-14 at the end.  The weights of a block are unpacked
  * once per NT tokens. */
-
-/* Absmax of block b and its code bytes (rows: nb blocks, ng DQ groups). */
-AI float nf4_absmax(const int DQ, bptr row, int64_t nb, int64_t ng, int64_t b, bptr *codes) {
-    if (!DQ) {
-        *codes = row + 36 * b + 4;
-        return ldf(row + 36 * b);
-    }
-    const bptr g = row + 8 * (b / TK_NF4_DQ_GROUP), qa = row + 8 * ng;
-    *codes = qa + nb + 32 * b;
-    return (float)qa[b] * ldf(g) + ldf(g + 4);
-}
 
 AI void nf4_lookup(__m256i codes, __m256i tlo, __m256i thi, __m256i *w0, __m256i *w1) {
     const __m256i lo = _mm256_shuffle_epi8(tlo, codes), hi = _mm256_shuffle_epi8(thi, codes);
@@ -688,25 +595,10 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
         }
     }
     if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, NULL, pf, tlo, thi, acc);
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 4 + j] = hsum8(acc[i][j]) * 0x1p-14f;
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]) * 0x1p-14f;
 }
 
 /* ================= instantiation ================= */
-
-#define MK4(NAME, MR, CALL)                                                                      \
-    static void NAME##_1(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 1, w, a, n, pf, o); } \
-    static void NAME##_2(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 2, w, a, n, pf, o); } \
-    static void NAME##_3(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 3, w, a, n, pf, o); } \
-    static void NAME##_4(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, 4, w, a, n, pf, o); } \
-    static const mk_fn NAME##_mk[4] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4};
-
-#define GEMM(NAME, MR, NTMAX)                                                                           \
-    static void NAME##_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, \
-                            size_t arb, int n_tok, float *y, int64_t ldy) {                             \
-        gemm_tiles(NAME##_mk, MR, NTMAX, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                    \
-    }
-
-#define DEF(NAME, MR, NTMAX, CALL) MK4(NAME, MR, CALL) GEMM(NAME, MR, NTMAX)
 
 #define C_Q4_0(MR, NT, ...) mk_nib2(L_Q4_0, MR, NT, __VA_ARGS__)
 #define C_Q4_1(MR, NT, ...) mk_nib2(L_Q4_1, MR, NT, __VA_ARGS__)
@@ -754,54 +646,7 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 #define NT_F 3
 #endif
 
-DEF(q4_0, MR_L, NT_L, C_Q4_0)
-DEF(q4_1, MR_L, NT_L, C_Q4_1)
-DEF(q5_0, MR_L, NT_L, C_Q5_0)
-DEF(q5_1, MR_L, NT_L, C_Q5_1)
-DEF(q8_0, MR_L, NT_L, C_Q8_0)
-DEF(iq4_nl, MR_L, NT_L, C_IQ4_NL)
-DEF(q4_K, MR_K, NT_K, C_Q4_K)
-DEF(q5_K, MR_K, NT_K, C_Q5_K)
-DEF(q2_K, MR_K, NT_K, C_Q2_K)
-DEF(q3_K, MR_K, NT_K, C_Q3_K)
-DEF(q6_K, MR_K, NT_K, C_Q6_K)
-DEF(iq4_xs, MR_K, NT_K, C_IQ4_XS)
-DEF(f32, MR_F, NT_F, C_F32)
-DEF(f16, MR_F, NT_F, C_F16)
-DEF(bf16, MR_F, NT_F, C_BF16)
-DEF(nf4, MR_N, NT_N, C_NF4)
-DEF(nf4dq, MR_N, NT_N, C_NF4_DQ)
-
-#define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
-#define KQ8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
-#define KQ8_K tk_qk_act_bytes_q8_K, tk_qk_avx2_quant_q8_K
-#define KF32 tk_qk_act_bytes_f32, tk_qk_quant_f32
-#define K(WT, AT, NAME, G) [WT] = {WT, TK_##AT, TK_ISA_AVX2, NAME "/avx2", K##AT, G##_gemm}
-
-static const tk_qkernel avx2_kernels[TK_DTYPE_LIMIT] = {
-    K(TK_F32, F32, "F32", f32),
-    K(TK_F16, F32, "F16", f16),
-    K(TK_BF16, F32, "BF16", bf16),
-    K(TK_Q4_0, Q8_0, "Q4_0", q4_0),
-    K(TK_Q4_1, Q8_1, "Q4_1", q4_1),
-    K(TK_Q5_0, Q8_0, "Q5_0", q5_0),
-    K(TK_Q5_1, Q8_1, "Q5_1", q5_1),
-    K(TK_Q8_0, Q8_0, "Q8_0", q8_0),
-    K(TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl),
-    K(TK_Q2_K, Q8_K, "Q2_K", q2_K),
-    K(TK_Q3_K, Q8_K, "Q3_K", q3_K),
-    K(TK_Q4_K, Q8_K, "Q4_K", q4_K),
-    K(TK_Q5_K, Q8_K, "Q5_K", q5_K),
-    K(TK_Q6_K, Q8_K, "Q6_K", q6_K),
-    K(TK_IQ4_XS, Q8_K, "IQ4_XS", iq4_xs),
-    K(TK_NF4, Q8_0, "NF4", nf4),
-    K(TK_NF4_DQ, Q8_0, "NF4_DQ", nf4dq),
-};
-
-const tk_qkernel *tk_qk_avx2(tk_dtype wtype) {
-    if ((unsigned)wtype >= TK_DTYPE_LIMIT || !avx2_kernels[wtype].gemm) return NULL;
-    return &avx2_kernels[wtype];
-}
+GEMM_KERNELS(tk_qk_avx2)
 
 #else /* not built with AVX2 */
 

@@ -10,41 +10,24 @@
  * with vpdpwssd.  The legacy types advance four 32-element blocks at a time
  * (missing blocks at the end of a row are zeros).
  *
- * Every (row, token) result goes through the same instruction sequence for
- * every tile shape, so results do not depend on the row split or the batch;
- * they differ from the AVX2 ones only by float rounding. */
-#include "nf4_dot.h"
+ * The tiling, shared with the AVX2 kernels (qgemm_simd.h), gives every
+ * (row, token) result the same instruction sequence for every tile shape,
+ * so results do not depend on the row split or the batch; they differ from
+ * the AVX2 ones only by float rounding. */
 #include "qgemm_impl.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__AVX512VNNI__)
 
-#include <immintrin.h>
-
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 8")
-
-typedef const uint8_t *bptr;
+#define NT_MAX 8
+#define CHUNK_BYTES (512 * 1024)
+#define GEMM_ISA TK_ISA_AVX512
+#define GEMM_SUFFIX "/avx512"
+#include "qgemm_simd.h"
 
 AI __m512i ldz(const void *p) { return _mm512_loadu_si512(p); }
 AI __m256i ldy(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 AI __m128i ldx(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
-AI float ldf(const void *p) {
-    float f;
-    memcpy(&f, p, 4);
-    return f;
-}
-AI uint32_t ld32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-AI uint32_t ld16(const void *p) {
-    uint16_t v;
-    memcpy(&v, p, 2);
-    return v;
-}
-AI float ldh(const void *p) { return _cvtsh_ss((unsigned short)ld16(p)); }
 
 /* Fixed-order horizontal sum of 16 lanes. */
 AI float hsum16(__m512 v) {
@@ -55,56 +38,8 @@ AI float hsum16(__m512 v) {
     return _mm_cvtss_f32(s);
 }
 
-/* ================= driver ================= */
-
-typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, size_t pf, float *out);
-
-AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
-    if (!pf) return;
-    for (size_t k = 0; k < len; k += 64)
-        for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(wp[i] + off + pf + k), _MM_HINT_T0);
-}
-
-/* As in the AVX2 file: row tiles of mr (the last repeats its last row),
- * token tiles of up to nt_max (<= 8) with kernels mk[nt - 1], token chunks
- * sized for L2, prefetch of the next row tile by the first token tile.
- * out[i * 8 + j] is row i, token j. */
-static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
-                       int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
-    const uint8_t *W = w, *A = act;
-    /* the first token tile of each row tile prefetches the next row tile:
-     * its weights come from DRAM, while later token tiles find them in cache */
-    const size_t pf = (size_t)mr * wrb;
-    int64_t chunk = (int64_t)(512 * 1024) / (int64_t)(arb ? arb : 1);
-    chunk = chunk / nt_max * nt_max;
-    if (chunk < nt_max) chunk = nt_max;
-    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
-        const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
-        for (int64_t r = r0; r < r1; r += mr) {
-            bptr wp[8];
-            for (int i = 0; i < mr; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
-            for (int64_t t = t0; t < t1;) {
-                const int nt = t1 - t >= nt_max ? nt_max : (int)(t1 - t);
-                bptr ap[8];
-                for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
-                float out[8 * 8];
-                mk[nt - 1](wp, ap, n, t == t0 ? pf : 0, out);
-                for (int i = 0; i < mr && r + i < r1; i++)
-                    for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * 8 + j];
-                t += nt;
-            }
-        }
-    }
-}
-
 /* ================= legacy 32-blocks, four per step ================= */
 
-enum { L_Q4_0, L_Q4_1, L_Q5_0, L_Q5_1, L_Q8_0, L_IQ4_NL };
-
-AI size_t lbytes(int T) {
-    return T == L_Q4_0 ? 18 : T == L_Q4_1 ? 20 : T == L_Q5_0 ? 22 : T == L_Q5_1 ? 24 : T == L_Q8_0 ? 34 : 18;
-}
-AI int lmin(int T) { return T == L_Q4_1 || T == L_Q5_1; }
 AI int loff(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : T == L_Q8_0 || T == L_IQ4_NL ? 128 : 0; }
 /* All legacy types, four blocks per step: lo holds elements 0..15 of blocks
  * b..b+3 (one 128-bit lane each), hi elements 16..31; both dot into the
@@ -131,11 +66,6 @@ AI __m128 h4(bptr p, size_t stride, int cnt) {
 AI __m512 sc4(bptr p, size_t stride, int cnt) {
     return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
                                  _mm512_castps128_ps512(h4(p, stride, cnt)));
-}
-
-AI float hsum4(__m128 v) {
-    const __m128 s = _mm_add_ps(v, _mm_movehl_ps(v, v));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
 }
 
 /* One step of four blocks (cnt of them present) at block b. */
@@ -220,13 +150,11 @@ AI void mk_nib4(const int T, const int MR, const int NT, const bptr *wp, const b
     case 3: nib4_step(T, MR, NT, wp, ap, b, 3, pf, acc, macc); break;
     default: break;
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] =
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] =
         lmin(T) ? hsum16(acc[i][j]) + hsum4(macc[i][j]) : hsum16(acc[i][j]);
 }
 
 /* ================= k-quants ================= */
-
-#define QK_A 292 /* sizeof(tk_block_q8_K): d at 0, qs at 4, bsums at 260 */
 
 /* vpshufb index picking the int16 at byte 2k in lanes 0-1 and 2k' in 2-3. */
 AI __m512i pick2(int k, int k2) {
@@ -285,7 +213,7 @@ AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const 
             }
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum16(acc[i][j]);
 }
 
 /* The 16-element sub-block family.  Each zmm of weight codes holds elements
@@ -380,7 +308,7 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
             }
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum16(acc[i][j]);
 }
 
 /* IQ4_XS: d scales_h scales_l[4] qs[128]; 8 sub-blocks of 32 with signed
@@ -427,7 +355,7 @@ AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int
             }
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum16(acc[i][j]);
 }
 
 /* ================= float weights ================= */
@@ -471,7 +399,7 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
             UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_fmadd_ps(wv, a[j], acc[i][j]);
         }
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum16(acc[i][j]);
 }
 
 /* ================= NF4 / NF4_DQ (definition: nf4_dot.h) ================= */
@@ -489,16 +417,6 @@ AI void mk_float(const int T, const int MR, const int NT, const bptr *wp, const 
  * is scaled by 2^-14 at the end.  A
  * 32-element tail block is one chunk: [low nibbles | high nibbles] of its
  * 16 bytes. */
-
-AI float nf4_absmax(const int DQ, bptr row, int64_t nb, int64_t ng, int64_t b, bptr *codes) {
-    if (!DQ) {
-        *codes = row + 36 * b + 4;
-        return ldf(row + 36 * b);
-    }
-    const bptr g = row + 8 * (b / TK_NF4_DQ_GROUP), qa = row + 8 * ng;
-    *codes = qa + nb + 32 * b;
-    return (float)qa[b] * ldf(g) + ldf(g + 4);
-}
 
 AI void nf4_block(const int DQ, const int TAIL, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t nb,
                   int64_t ng, int64_t b, const float *amb, size_t pf, __m512i tab, __m512 acc[8][8]) {
@@ -562,42 +480,28 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
         }
     }
     if (nbf < nb) nf4_block(DQ, 1, MR, NT, wp, ap, nb, ng, nbf, NULL, pf, tab, acc);
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * 8 + j] = hsum16(acc[i][j]) * 0x1p-14f;
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum16(acc[i][j]) * 0x1p-14f;
 }
 
 /* ================= instantiation ================= */
 
-#define MKW(NAME, MR, NT, CALL) \
-    static void NAME##_##NT(const bptr *w, const bptr *a, int64_t n, size_t pf, float *o) { CALL(MR, NT, w, a, n, pf, o); }
-
-/* kernels for 1..NTMAX tokens (NTMAX <= 8) */
-#define DEF(NAME, MR, NTMAX, CALL)                                                                          \
-    MKW(NAME, MR, 1, CALL) MKW(NAME, MR, 2, CALL) MKW(NAME, MR, 3, CALL) MKW(NAME, MR, 4, CALL)               \
-    MKW(NAME, MR, 5, CALL) MKW(NAME, MR, 6, CALL) MKW(NAME, MR, 7, CALL) MKW(NAME, MR, 8, CALL)               \
-    static const mk_fn NAME##_mk[8] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4,                             \
-                                       NAME##_5, NAME##_6, NAME##_7, NAME##_8};                            \
-    static void NAME##_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,    \
-                            size_t arb, int n_tok, float *y, int64_t ldy) {                                \
-        gemm_tiles(NAME##_mk, MR, NTMAX, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                       \
-    }
-
-#define C_Q4_0(MR, NT, ...) mk_nib4(L_Q4_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_Q4_1(MR, NT, ...) mk_nib4(L_Q4_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_Q5_0(MR, NT, ...) mk_nib4(L_Q5_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_Q5_1(MR, NT, ...) mk_nib4(L_Q5_1, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_Q8_0(MR, NT, ...) mk_nib4(L_Q8_0, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_IQ4_NL(MR, NT, ...) mk_nib4(L_IQ4_NL, (MR), (NT) < NT_L ? (NT) : NT_L, __VA_ARGS__)
-#define C_Q4_K(MR, NT, ...) mk_q45k(0, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
-#define C_Q5_K(MR, NT, ...) mk_q45k(1, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
-#define C_Q2_K(MR, NT, ...) mk_k16(K_Q2, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
-#define C_Q3_K(MR, NT, ...) mk_k16(K_Q3, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
-#define C_Q6_K(MR, NT, ...) mk_k16(K_Q6, (MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
-#define C_IQ4_XS(MR, NT, ...) mk_iq4xs((MR), (NT) < NT_K ? (NT) : NT_K, __VA_ARGS__)
-#define C_F32(MR, NT, ...) mk_float(F_F32, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
-#define C_F16(MR, NT, ...) mk_float(F_F16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
-#define C_BF16(MR, NT, ...) mk_float(F_BF16, (MR), (NT) < NT_F ? (NT) : NT_F, __VA_ARGS__)
-#define C_NF4(MR, NT, ...) mk_nf4(0, (MR), (NT) < NT_N ? (NT) : NT_N, __VA_ARGS__)
-#define C_NF4_DQ(MR, NT, ...) mk_nf4(1, (MR), (NT) < NT_N ? (NT) : NT_N, __VA_ARGS__)
+#define C_Q4_0(MR, NT, ...) mk_nib4(L_Q4_0, MR, NT, __VA_ARGS__)
+#define C_Q4_1(MR, NT, ...) mk_nib4(L_Q4_1, MR, NT, __VA_ARGS__)
+#define C_Q5_0(MR, NT, ...) mk_nib4(L_Q5_0, MR, NT, __VA_ARGS__)
+#define C_Q5_1(MR, NT, ...) mk_nib4(L_Q5_1, MR, NT, __VA_ARGS__)
+#define C_Q8_0(MR, NT, ...) mk_nib4(L_Q8_0, MR, NT, __VA_ARGS__)
+#define C_IQ4_NL(MR, NT, ...) mk_nib4(L_IQ4_NL, MR, NT, __VA_ARGS__)
+#define C_Q4_K(MR, NT, ...) mk_q45k(0, MR, NT, __VA_ARGS__)
+#define C_Q5_K(MR, NT, ...) mk_q45k(1, MR, NT, __VA_ARGS__)
+#define C_Q2_K(MR, NT, ...) mk_k16(K_Q2, MR, NT, __VA_ARGS__)
+#define C_Q3_K(MR, NT, ...) mk_k16(K_Q3, MR, NT, __VA_ARGS__)
+#define C_Q6_K(MR, NT, ...) mk_k16(K_Q6, MR, NT, __VA_ARGS__)
+#define C_IQ4_XS(MR, NT, ...) mk_iq4xs(MR, NT, __VA_ARGS__)
+#define C_F32(MR, NT, ...) mk_float(F_F32, MR, NT, __VA_ARGS__)
+#define C_F16(MR, NT, ...) mk_float(F_F16, MR, NT, __VA_ARGS__)
+#define C_BF16(MR, NT, ...) mk_float(F_BF16, MR, NT, __VA_ARGS__)
+#define C_NF4(MR, NT, ...) mk_nf4(0, MR, NT, __VA_ARGS__)
+#define C_NF4_DQ(MR, NT, ...) mk_nf4(1, MR, NT, __VA_ARGS__)
 
 /* Tile shapes (rows x tokens), tuned with bench_qgemm (32 zmm registers). */
 #ifndef MR_L
@@ -625,54 +529,7 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 #define NT_F 4
 #endif
 
-DEF(q4_0, MR_L, NT_L, C_Q4_0)
-DEF(q4_1, MR_L, NT_L, C_Q4_1)
-DEF(q5_0, MR_L, NT_L, C_Q5_0)
-DEF(q5_1, MR_L, NT_L, C_Q5_1)
-DEF(q8_0, MR_L, NT_L, C_Q8_0)
-DEF(iq4_nl, MR_L, NT_L, C_IQ4_NL)
-DEF(q4_K, MR_K, NT_K, C_Q4_K)
-DEF(q5_K, MR_K, NT_K, C_Q5_K)
-DEF(q6_K, MR_K, NT_K, C_Q6_K)
-DEF(q2_K, MR_K, NT_K, C_Q2_K)
-DEF(q3_K, MR_K, NT_K, C_Q3_K)
-DEF(iq4_xs, MR_K, NT_K, C_IQ4_XS)
-DEF(f32, MR_F, NT_F, C_F32)
-DEF(f16, MR_F, NT_F, C_F16)
-DEF(bf16, MR_F, NT_F, C_BF16)
-DEF(nf4, MR_N, NT_N, C_NF4)
-DEF(nf4dq, MR_N, NT_N, C_NF4_DQ)
-
-#define KQ8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
-#define KQ8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
-#define KQ8_K tk_qk_act_bytes_q8_K, tk_qk_avx2_quant_q8_K
-#define KF32 tk_qk_act_bytes_f32, tk_qk_quant_f32
-#define K(WT, AT, NAME, G) [WT] = {WT, TK_##AT, TK_ISA_AVX512, NAME "/avx512", K##AT, G##_gemm}
-
-static const tk_qkernel avx512_kernels[TK_DTYPE_LIMIT] = {
-    K(TK_F32, F32, "F32", f32),
-    K(TK_F16, F32, "F16", f16),
-    K(TK_BF16, F32, "BF16", bf16),
-    K(TK_Q4_0, Q8_0, "Q4_0", q4_0),
-    K(TK_Q4_1, Q8_1, "Q4_1", q4_1),
-    K(TK_Q5_0, Q8_0, "Q5_0", q5_0),
-    K(TK_Q5_1, Q8_1, "Q5_1", q5_1),
-    K(TK_Q8_0, Q8_0, "Q8_0", q8_0),
-    K(TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl),
-    K(TK_Q4_K, Q8_K, "Q4_K", q4_K),
-    K(TK_Q5_K, Q8_K, "Q5_K", q5_K),
-    K(TK_Q6_K, Q8_K, "Q6_K", q6_K),
-    K(TK_Q2_K, Q8_K, "Q2_K", q2_K),
-    K(TK_Q3_K, Q8_K, "Q3_K", q3_K),
-    K(TK_IQ4_XS, Q8_K, "IQ4_XS", iq4_xs),
-    K(TK_NF4, Q8_0, "NF4", nf4),
-    K(TK_NF4_DQ, Q8_0, "NF4_DQ", nf4dq),
-};
-
-const tk_qkernel *tk_qk_avx512(tk_dtype wtype) {
-    if ((unsigned)wtype >= TK_DTYPE_LIMIT || !avx512_kernels[wtype].gemm) return NULL;
-    return &avx512_kernels[wtype];
-}
+GEMM_KERNELS(tk_qk_avx512)
 
 #else
 

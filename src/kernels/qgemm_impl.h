@@ -33,6 +33,21 @@ void tk_qk_avx2_quant_q8_0(const float *x, void *out, int64_t n);
 void tk_qk_avx2_quant_q8_1(const float *x, void *out, int64_t n);
 void tk_qk_avx2_quant_q8_K(const float *x, void *out, int64_t n);
 
+/* table[wtype] if it has a kernel (a gemm), else NULL: the lookup of each
+ * ISA's table, which is indexed by weight type. */
+static inline const tk_qkernel *tk_qk_pick(const tk_qkernel table[TK_DTYPE_LIMIT], tk_dtype wtype) {
+    return (unsigned)wtype < TK_DTYPE_LIMIT && table[wtype].gemm ? &table[wtype] : NULL;
+}
+
+/* A SIMD kernel table entry: weight type WT, activations packed as AT
+ * (Q8_0, Q8_1, Q8_K by the AVX2 quantizers, or F32), named NAME SUFFIX. */
+#define TK_QK_SIMD_KERNEL(ISA, SUFFIX, WT, AT, NAME, GEMM) \
+    [WT] = {WT, TK_##AT, ISA, NAME SUFFIX, TK_QK_SIMD_PACK_##AT, GEMM}
+#define TK_QK_SIMD_PACK_Q8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
+#define TK_QK_SIMD_PACK_Q8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
+#define TK_QK_SIMD_PACK_Q8_K tk_qk_act_bytes_q8_K, tk_qk_avx2_quant_q8_K
+#define TK_QK_SIMD_PACK_F32 tk_qk_act_bytes_f32, tk_qk_quant_f32
+
 /* Q4_K / Q5_K: the 12 packed scale bytes to 8 scales (out[0..7]) and 8 mins
  * (out[8..15]), 6 bits each. */
 static inline void tk_qk_k4_scales(const uint8_t *s, uint8_t out[16]) {

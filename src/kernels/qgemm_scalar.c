@@ -437,7 +437,4 @@ static const tk_qkernel scalar_kernels[TK_DTYPE_LIMIT] = {
     K(TK_NF4_DQ, Q8_0, "NF4_DQ", tk_nf4dq_gemm_scalar),
 };
 
-const tk_qkernel *tk_qk_scalar(tk_dtype wtype) {
-    if ((unsigned)wtype >= TK_DTYPE_LIMIT || !scalar_kernels[wtype].gemm) return NULL;
-    return &scalar_kernels[wtype];
-}
+const tk_qkernel *tk_qk_scalar(tk_dtype wtype) { return tk_qk_pick(scalar_kernels, wtype); }
