@@ -67,7 +67,7 @@ static double naive(const float *q, const float *k, const float *v, int hd, int 
 }
 
 /* The query values the kernels use: for Q8_0 KV the queries quantized to
- * Q8_0 (tk_qk_quant_q8_0, blocks of 32) and expanded back (q * d is exact
+ * Q8_0 (tk_qkernel_quant_q8_0, blocks of 32) and expanded back (q * d is exact
  * in float); else q itself.  n is a multiple of 32 for Q8_0. */
 static void query_as_used(tk_kv_type type, const float *q, int n, float *out) {
     if (type != TK_KV_Q8_0) {
@@ -75,7 +75,7 @@ static void query_as_used(tk_kv_type type, const float *q, int n, float *out) {
         return;
     }
     tk_block_q8_0 *b = malloc(sizeof(tk_block_q8_0) * (size_t)(n / 32));
-    tk_qk_quant_q8_0(q, b, n);
+    tk_qkernel_quant_q8_0(q, b, n);
     for (int i = 0; i < n; i++) out[i] = (float)b[i / 32].qs[i % 32] * tk_f16_to_f32(b[i / 32].d);
     free(b);
 }

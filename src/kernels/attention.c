@@ -45,7 +45,7 @@ void tk_attn_range(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_h
     /* Q8_0 KV: the queries quantized like the activations of a Q8_0 matmul */
     tk_block_q8_0 *q8 = (tk_block_q8_0 *)(void *)(scores + bs);
     const bool quant = kv->type == TK_KV_Q8_0;
-    if (quant && lo < hi) tk_qk_quant_q8_0(q, q8, (int64_t)group * hd);
+    if (quant && lo < hi) tk_qkernel_quant_q8_0(q, q8, (int64_t)group * hd);
     for (int start = lo; start < hi;) {
         /* the part of this block inside [start, hi) */
         int block_end = (start / bs + 1) * bs;

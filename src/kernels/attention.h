@@ -16,7 +16,7 @@
  * the other tokens of its tile or on the thread count.
  *
  * Q8_0 KV: the scores use exact integer dots, as a Q8_0 matmul does.  Each
- * query row is quantized to Q8_0 blocks of 32 dims (tk_qk_quant_q8_0:
+ * query row is quantized to Q8_0 blocks of 32 dims (tk_qkernel_quant_q8_0:
  * q = round(x * 127/amax), d = f16(amax/127)); for a key with blocks
  * (dk_b, k_b):
  *

@@ -79,7 +79,7 @@ static void build_kt8(int hd, rowp const *krow, int j0, int j1, int32_t *kt8, fl
     }
 }
 
-/* Q8_0: the rows' queries quantized (tk_qk_quant_q8_0's bytes, from its
+/* Q8_0: the rows' queries quantized (tk_qkernel_quant_q8_0's bytes, from its
  * AVX2 twin: the scalar one calls roundf per element, which cost ~15 % of
  * a 512-position segment's decode time): per row r, hd/4
  * dwords of quants at qw + r * hd/4, and per block the scale dq and the
@@ -89,7 +89,7 @@ static void quant_q(const tk_attn_tile *tile, int hd, int n_rows, int32_t *qw, f
     tk_block_q8_0 blk[1024 / 32];
     for (int r = 0; r < n_rows; r++) {
         const float *q = tile->q + (size_t)(r / tile->group) * tile->q_stride + (size_t)(r % tile->group) * hd;
-        tk_qk_avx2_quant_q8_0(q, blk, hd);
+        tk_qkernel_avx2_quant_q8_0(q, blk, hd);
         for (int b = 0; b < nb; b++) {
             int32_t sum = 0;
             for (int i = 0; i < 32; i++) sum += blk[b].qs[i];

@@ -5,19 +5,19 @@ const tk_qkernel *tk_qkernel_get(tk_dtype wtype, tk_isa isa) {
     const tk_qkernel *k = NULL;
     switch (isa) {
     case TK_ISA_AMX:
-        k = tk_qk_amx(wtype);
+        k = tk_qkernel_amx(wtype);
         if (k) return k;
         __attribute__((fallthrough)); /* other types: the AVX-512 kernels */
     case TK_ISA_AVX512:
-        k = tk_qk_avx512(wtype);
+        k = tk_qkernel_avx512(wtype);
         if (k) return k;
         __attribute__((fallthrough)); /* AVX-512 CPUs run the AVX2 kernels */
     case TK_ISA_AVX2:
-        k = tk_qk_avx2(wtype);
+        k = tk_qkernel_avx2(wtype);
         if (k) return k;
         break;
     default:
         break;
     }
-    return tk_qk_scalar(wtype);
+    return tk_qkernel_scalar(wtype);
 }

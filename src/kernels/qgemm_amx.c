@@ -420,15 +420,15 @@ static void q8_0_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t 
 }
 
 static const tk_qkernel amx_kernels[TK_DTYPE_LIMIT] = {
-    TK_QK_SIMD_KERNEL(TK_ISA_AMX, "/amx", TK_Q4_0, Q8_0, "Q4_0", q4_0_gemm),
-    TK_QK_SIMD_KERNEL(TK_ISA_AMX, "/amx", TK_Q8_0, Q8_0, "Q8_0", q8_0_gemm),
+    TK_QKERNEL_SIMD_KERNEL(TK_ISA_AMX, "/amx", TK_Q4_0, Q8_0, "Q4_0", q4_0_gemm),
+    TK_QKERNEL_SIMD_KERNEL(TK_ISA_AMX, "/amx", TK_Q8_0, Q8_0, "Q8_0", q8_0_gemm),
 };
 
-const tk_qkernel *tk_qk_amx(tk_dtype wtype) { return tk_qk_pick(amx_kernels, wtype); }
+const tk_qkernel *tk_qkernel_amx(tk_dtype wtype) { return tk_qkernel_pick(amx_kernels, wtype); }
 
 #else
 
-const tk_qkernel *tk_qk_amx(tk_dtype wtype) {
+const tk_qkernel *tk_qkernel_amx(tk_dtype wtype) {
     (void)wtype;
     return NULL;
 }

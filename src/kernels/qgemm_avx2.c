@@ -77,7 +77,7 @@ AI float hmax8(__m256 v) {
  * group_amax in qgemm_scalar.c. */
 AI float mult_of(float amax) { return amax != 0.0f ? 127.0f / amax : 0.0f; }
 
-void tk_qk_avx2_quant_q8_0(const float *x, void *out, int64_t n) {
+void tk_qkernel_avx2_quant_q8_0(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_0)) {
         const float amax = hmax8(absmax8(x, 32)), d = amax / 127.0f, id = mult_of(amax);
@@ -94,7 +94,7 @@ AI int sum_i8x32(__m256i q) {
     return (int)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1)) - 32 * 128;
 }
 
-void tk_qk_avx2_quant_q8_1(const float *x, void *out, int64_t n) {
+void tk_qkernel_avx2_quant_q8_1(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_1)) {
         const float amax = hmax8(absmax8(x, 32)), d = amax / 127.0f, id = mult_of(amax);
@@ -107,7 +107,7 @@ void tk_qk_avx2_quant_q8_1(const float *x, void *out, int64_t n) {
     }
 }
 
-void tk_qk_avx2_quant_q8_K(const float *x, void *out, int64_t n) {
+void tk_qkernel_avx2_quant_q8_K(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 256; i++, x += 256, o += sizeof(tk_block_q8_K)) {
         const float id = mult_of(hmax8(absmax8(x, 256))), d = id != 0.0f ? 1.0f / id : 0.0f;
@@ -292,7 +292,7 @@ AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const 
             const bptr x = wp[i] + b * wb;
             const float d = ldh(x), dmin = ldh(x + 2);
             uint64_t sc64, mn64;
-            tk_qk_k4_scales64(x + 4, &sc64, &mn64);
+            tk_qkernel_k4_scales64(x + 4, &sc64, &mn64);
             const __m128i smv = _mm_set_epi64x((long long)mn64, (long long)sc64);
             const __m256i sc = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(smv));
             const __m128i m8 = _mm_srli_si128(smv, 8);
@@ -363,7 +363,7 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
                 dmin = ldh(x + 82);
             } else if (T == K_Q3) {
                 uint64_t lo8, hi8;
-                tk_qk_k3_scales64(x + 96, &lo8, &hi8);
+                tk_qkernel_k3_scales64(x + 96, &lo8, &hi8);
                 sc8 = _mm_sub_epi8(_mm_set_epi64x((long long)hi8, (long long)lo8), _mm_set1_epi8(32));
                 d = ldh(x + 108);
             } else {
@@ -436,7 +436,7 @@ AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int
         UNROLL for (int i = 0; i < MR; i++) {
             const bptr x = wp[i] + b * 136;
             const __m256i scv = _mm256_broadcastsi128_si256(_mm_sub_epi16(
-                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)tk_qk_iq4xs_scales64(x + 2, x + 4))), _mm_set1_epi16(32)));
+                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)tk_qkernel_iq4xs_scales64(x + 2, x + 4))), _mm_set1_epi16(32)));
             __m256i isum[4];
             UNROLL for (int j = 0; j < NT; j++) isum[j] = _mm256_setzero_si256();
             UNROLL for (int s = 0; s < 8; s++) {
@@ -646,11 +646,11 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 #define NT_F 3
 #endif
 
-GEMM_KERNELS(tk_qk_avx2)
+GEMM_KERNELS(tk_qkernel_avx2)
 
 #else /* not built with AVX2 */
 
-const tk_qkernel *tk_qk_avx2(tk_dtype wtype) {
+const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype) {
     (void)wtype;
     return NULL;
 }

@@ -179,7 +179,7 @@ AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const 
             const bptr x = wp[i] + b * wb;
             const float d = ldh(x), dmin = ldh(x + 2);
             uint64_t sc64, mn64;
-            tk_qk_k4_scales64(x + 4, &sc64, &mn64);
+            tk_qkernel_k4_scales64(x + 4, &sc64, &mn64);
             const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc64)));
             const __m128i mn = _mm_cvtsi64_si128((long long)mn64);
             const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(mn, mn));
@@ -254,7 +254,7 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
                 }
             } else if (T == K_Q3) {
                 uint64_t lo8, hi8;
-                tk_qk_k3_scales64(x + 96, &lo8, &hi8);
+                tk_qkernel_k3_scales64(x + 96, &lo8, &hi8);
                 sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_set_epi64x((long long)hi8, (long long)lo8), _mm_set1_epi8(32)));
                 d = ldh(x + 108);
                 const __m256i hm = ldy(x);
@@ -329,7 +329,7 @@ AI void mk_iq4xs(const int MR, const int NT, const bptr *wp, const bptr *ap, int
             const float d = ldh(x);
             /* 8 scales as int16, in every 128-bit lane */
             const __m512i sc = _mm512_broadcast_i32x4(_mm_sub_epi16(
-                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)tk_qk_iq4xs_scales64(x + 2, x + 4))), _mm_set1_epi16(32)));
+                _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)tk_qkernel_iq4xs_scales64(x + 2, x + 4))), _mm_set1_epi16(32)));
             __m512i w[4], sv[4];
             __mmask64 neg[4];
             UNROLL for (int k = 0; k < 4; k++) {
@@ -529,11 +529,11 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 #define NT_F 4
 #endif
 
-GEMM_KERNELS(tk_qk_avx512)
+GEMM_KERNELS(tk_qkernel_avx512)
 
 #else
 
-const tk_qkernel *tk_qk_avx512(tk_dtype wtype) {
+const tk_qkernel *tk_qkernel_avx512(tk_dtype wtype) {
     (void)wtype;
     return NULL;
 }

@@ -9,48 +9,48 @@
 #include "qgemm.h"
 
 /* Each returns the ISA's kernel for a weight type, or NULL if it has none. */
-const tk_qkernel *tk_qk_scalar(tk_dtype wtype);
-const tk_qkernel *tk_qk_avx2(tk_dtype wtype);
-const tk_qkernel *tk_qk_avx512(tk_dtype wtype);
-const tk_qkernel *tk_qk_amx(tk_dtype wtype); /* Q4_0, Q8_0 */
+const tk_qkernel *tk_qkernel_scalar(tk_dtype wtype);
+const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype);
+const tk_qkernel *tk_qkernel_avx512(tk_dtype wtype);
+const tk_qkernel *tk_qkernel_amx(tk_dtype wtype); /* Q4_0, Q8_0 */
 
 /* Packed activation row sizes. */
-size_t tk_qk_act_bytes_q8_0(int64_t n);
-size_t tk_qk_act_bytes_q8_1(int64_t n);
-size_t tk_qk_act_bytes_q8_K(int64_t n);
-size_t tk_qk_act_bytes_f32(int64_t n);
+size_t tk_qkernel_act_bytes_q8_0(int64_t n);
+size_t tk_qkernel_act_bytes_q8_1(int64_t n);
+size_t tk_qkernel_act_bytes_q8_K(int64_t n);
+size_t tk_qkernel_act_bytes_f32(int64_t n);
 
 /* Scalar activation quantizers (the definition of the packed formats; the
  * SIMD ones must produce identical bytes). */
-void tk_qk_quant_q8_0(const float *x, void *out, int64_t n);
-void tk_qk_quant_q8_1(const float *x, void *out, int64_t n);
-void tk_qk_quant_q8_K(const float *x, void *out, int64_t n);
-void tk_qk_quant_f32(const float *x, void *out, int64_t n);
+void tk_qkernel_quant_q8_0(const float *x, void *out, int64_t n);
+void tk_qkernel_quant_q8_1(const float *x, void *out, int64_t n);
+void tk_qkernel_quant_q8_K(const float *x, void *out, int64_t n);
+void tk_qkernel_quant_f32(const float *x, void *out, int64_t n);
 
 /* AVX2 versions (same bytes), also used by the AVX-512 kernels; only
  * defined in builds with the AVX2 file. */
-void tk_qk_avx2_quant_q8_0(const float *x, void *out, int64_t n);
-void tk_qk_avx2_quant_q8_1(const float *x, void *out, int64_t n);
-void tk_qk_avx2_quant_q8_K(const float *x, void *out, int64_t n);
+void tk_qkernel_avx2_quant_q8_0(const float *x, void *out, int64_t n);
+void tk_qkernel_avx2_quant_q8_1(const float *x, void *out, int64_t n);
+void tk_qkernel_avx2_quant_q8_K(const float *x, void *out, int64_t n);
 
 /* table[wtype] if it has a kernel (a gemm), else NULL: the lookup of each
  * ISA's table, which is indexed by weight type. */
-static inline const tk_qkernel *tk_qk_pick(const tk_qkernel table[TK_DTYPE_LIMIT], tk_dtype wtype) {
+static inline const tk_qkernel *tk_qkernel_pick(const tk_qkernel table[TK_DTYPE_LIMIT], tk_dtype wtype) {
     return (unsigned)wtype < TK_DTYPE_LIMIT && table[wtype].gemm ? &table[wtype] : NULL;
 }
 
 /* A SIMD kernel table entry: weight type WT, activations packed as AT
  * (Q8_0, Q8_1, Q8_K by the AVX2 quantizers, or F32), named NAME SUFFIX. */
-#define TK_QK_SIMD_KERNEL(ISA, SUFFIX, WT, AT, NAME, GEMM) \
-    [WT] = {WT, TK_##AT, ISA, NAME SUFFIX, TK_QK_SIMD_PACK_##AT, GEMM}
-#define TK_QK_SIMD_PACK_Q8_0 tk_qk_act_bytes_q8_0, tk_qk_avx2_quant_q8_0
-#define TK_QK_SIMD_PACK_Q8_1 tk_qk_act_bytes_q8_1, tk_qk_avx2_quant_q8_1
-#define TK_QK_SIMD_PACK_Q8_K tk_qk_act_bytes_q8_K, tk_qk_avx2_quant_q8_K
-#define TK_QK_SIMD_PACK_F32 tk_qk_act_bytes_f32, tk_qk_quant_f32
+#define TK_QKERNEL_SIMD_KERNEL(ISA, SUFFIX, WT, AT, NAME, GEMM) \
+    [WT] = {WT, TK_##AT, ISA, NAME SUFFIX, TK_QKERNEL_SIMD_PACK_##AT, GEMM}
+#define TK_QKERNEL_SIMD_PACK_Q8_0 tk_qkernel_act_bytes_q8_0, tk_qkernel_avx2_quant_q8_0
+#define TK_QKERNEL_SIMD_PACK_Q8_1 tk_qkernel_act_bytes_q8_1, tk_qkernel_avx2_quant_q8_1
+#define TK_QKERNEL_SIMD_PACK_Q8_K tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K
+#define TK_QKERNEL_SIMD_PACK_F32 tk_qkernel_act_bytes_f32, tk_qkernel_quant_f32
 
 /* Q4_K / Q5_K: the 12 packed scale bytes to 8 scales (out[0..7]) and 8 mins
  * (out[8..15]), 6 bits each. */
-static inline void tk_qk_k4_scales(const uint8_t *s, uint8_t out[16]) {
+static inline void tk_qkernel_k4_scales(const uint8_t *s, uint8_t out[16]) {
     uint32_t u0, u1, u2;
     memcpy(&u0, s, 4);
     memcpy(&u1, s + 4, 4);
@@ -68,7 +68,7 @@ static inline void tk_qk_k4_scales(const uint8_t *s, uint8_t out[16]) {
 
 /* The same as two 64-bit words (scales, mins), for building vectors
  * without a store / reload. */
-static inline void tk_qk_k4_scales64(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
+static inline void tk_qkernel_k4_scales64(const uint8_t *s, uint64_t *sc, uint64_t *mn) {
     uint32_t u0, u1, u2;
     memcpy(&u0, s, 4);
     memcpy(&u1, s + 4, 4);
@@ -82,7 +82,7 @@ static inline void tk_qk_k4_scales64(const uint8_t *s, uint64_t *sc, uint64_t *m
  * value) as two 64-bit words: scales 0..7 and 8..15, one per byte.  Scale s
  * = low nibble (bytes 0..7: s < 8 low nibble of byte s, s >= 8 high nibble
  * of byte s - 8) | 2 bits from byte 8 + s%4 at bit pair s/4. */
-static inline void tk_qk_k3_scales64(const uint8_t *s, uint64_t *lo8, uint64_t *hi8) {
+static inline void tk_qkernel_k3_scales64(const uint8_t *s, uint64_t *lo8, uint64_t *hi8) {
     uint32_t a0, a1, hi;
     memcpy(&a0, s, 4);
     memcpy(&a1, s + 4, 4);
@@ -96,9 +96,9 @@ static inline void tk_qk_k3_scales64(const uint8_t *s, uint64_t *lo8, uint64_t *
     *hi8 = (uint64_t)v2 | (uint64_t)v3 << 32;
 }
 
-static inline void tk_qk_k3_scales(const uint8_t *s, int8_t out[16]) {
+static inline void tk_qkernel_k3_scales(const uint8_t *s, int8_t out[16]) {
     uint64_t w[2];
-    tk_qk_k3_scales64(s, &w[0], &w[1]);
+    tk_qkernel_k3_scales64(s, &w[0], &w[1]);
     uint8_t u[16];
     memcpy(u, w, 16);
     for (int i = 0; i < 16; i++) out[i] = (int8_t)(u[i] - 32);
@@ -107,7 +107,7 @@ static inline void tk_qk_k3_scales(const uint8_t *s, int8_t out[16]) {
 /* IQ4_XS: the eight 6-bit sub-block scales (add -32 for their value), one
  * per byte: low nibble j = bits 4j.. of scales_l, high 2 bits = bits 2j..
  * of scales_h. */
-static inline uint64_t tk_qk_iq4xs_scales64(const uint8_t *scales_h, const uint8_t *scales_l) {
+static inline uint64_t tk_qkernel_iq4xs_scales64(const uint8_t *scales_h, const uint8_t *scales_l) {
     uint32_t l32;
     uint16_t h16;
     memcpy(&l32, scales_l, 4);
@@ -123,7 +123,7 @@ static inline uint64_t tk_qk_iq4xs_scales64(const uint8_t *scales_h, const uint8
 }
 
 /* IQ4_XS: sub-block scale j (0..7), minus 32. */
-static inline int tk_qk_iq4xs_scale(const tk_block_iq4_xs *b, int j) {
+static inline int tk_qkernel_iq4xs_scale(const tk_block_iq4_xs *b, int j) {
     return (((b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF) | (((b->scales_h >> (2 * j)) & 3) << 4)) - 32;
 }
 

@@ -22,10 +22,10 @@
 
 /* ---- activation packing ---- */
 
-size_t tk_qk_act_bytes_q8_0(int64_t n) { return (size_t)(n / TK_QK8_0) * sizeof(tk_block_q8_0); }
-size_t tk_qk_act_bytes_q8_1(int64_t n) { return (size_t)(n / TK_QK8_1) * sizeof(tk_block_q8_1); }
-size_t tk_qk_act_bytes_q8_K(int64_t n) { return (size_t)(n / TK_QK_K) * sizeof(tk_block_q8_K); }
-size_t tk_qk_act_bytes_f32(int64_t n) { return (size_t)n * sizeof(float); }
+size_t tk_qkernel_act_bytes_q8_0(int64_t n) { return (size_t)(n / TK_QK8_0) * sizeof(tk_block_q8_0); }
+size_t tk_qkernel_act_bytes_q8_1(int64_t n) { return (size_t)(n / TK_QK8_1) * sizeof(tk_block_q8_1); }
+size_t tk_qkernel_act_bytes_q8_K(int64_t n) { return (size_t)(n / TK_QK_K) * sizeof(tk_block_q8_K); }
+size_t tk_qkernel_act_bytes_f32(int64_t n) { return (size_t)n * sizeof(float); }
 
 /* Round to nearest, ties to even (the SIMD conversions' default).  |x| <=
  * 127 + rounding for finite inputs. */
@@ -51,7 +51,7 @@ static inline float group_amax(const float *x, int n, float *id) {
     return amax;
 }
 
-void tk_qk_quant_q8_0(const float *x, void *out, int64_t n) {
+void tk_qkernel_quant_q8_0(const float *x, void *out, int64_t n) {
     unsigned char *o = out;
     for (int64_t i = 0; i < n / TK_QK8_0; i++, x += TK_QK8_0) {
         tk_block_q8_0 b;
@@ -63,7 +63,7 @@ void tk_qk_quant_q8_0(const float *x, void *out, int64_t n) {
     }
 }
 
-void tk_qk_quant_q8_1(const float *x, void *out, int64_t n) {
+void tk_qkernel_quant_q8_1(const float *x, void *out, int64_t n) {
     unsigned char *o = out;
     for (int64_t i = 0; i < n / TK_QK8_1; i++, x += TK_QK8_1) {
         tk_block_q8_1 b;
@@ -80,7 +80,7 @@ void tk_qk_quant_q8_1(const float *x, void *out, int64_t n) {
     }
 }
 
-void tk_qk_quant_q8_K(const float *x, void *out, int64_t n) {
+void tk_qkernel_quant_q8_K(const float *x, void *out, int64_t n) {
     unsigned char *o = out;
     for (int64_t i = 0; i < n / TK_QK_K; i++, x += TK_QK_K) {
         tk_block_q8_K b;
@@ -100,7 +100,7 @@ void tk_qk_quant_q8_K(const float *x, void *out, int64_t n) {
     }
 }
 
-void tk_qk_quant_f32(const float *x, void *out, int64_t n) { memcpy(out, x, (size_t)n * sizeof(float)); }
+void tk_qkernel_quant_f32(const float *x, void *out, int64_t n) { memcpy(out, x, (size_t)n * sizeof(float)); }
 
 /* ---- per-type row dots ---- */
 
@@ -227,7 +227,7 @@ static float dot_q3_K(const unsigned char *w, const unsigned char *a, int64_t nb
         LOAD(tk_block_q3_K, x, w + i * sizeof x);
         LOAD(tk_block_q8_K, y, a + i * sizeof y);
         int8_t sc[16];
-        tk_qk_k3_scales(x.scales, sc);
+        tk_qkernel_k3_scales(x.scales, sc);
         int isum = 0;
         for (int h = 0; h < 2; h++)
             for (int g = 0; g < 4; g++)
@@ -252,7 +252,7 @@ static float dot_q4_K(const unsigned char *w, const unsigned char *a, int64_t nb
         LOAD(tk_block_q4_K, x, w + i * sizeof x);
         LOAD(tk_block_q8_K, y, a + i * sizeof y);
         uint8_t sm[16];
-        tk_qk_k4_scales(x.scales, sm);
+        tk_qkernel_k4_scales(x.scales, sm);
         /* element 64c + l: low nibble of qs[32c + l] (sub-block 2c);
          * element 64c + 32 + l: high nibble (sub-block 2c + 1) */
         int isum = 0, msum = 0;
@@ -276,7 +276,7 @@ static float dot_q5_K(const unsigned char *w, const unsigned char *a, int64_t nb
         LOAD(tk_block_q5_K, x, w + i * sizeof x);
         LOAD(tk_block_q8_K, y, a + i * sizeof y);
         uint8_t sm[16];
-        tk_qk_k4_scales(x.scales, sm);
+        tk_qkernel_k4_scales(x.scales, sm);
         int isum = 0, msum = 0;
         for (int c = 0; c < 4; c++) {
             int s0 = 0, s1 = 0;
@@ -330,7 +330,7 @@ static float dot_iq4_xs(const unsigned char *w, const unsigned char *a, int64_t 
             for (int l = 0; l < 16; l++)
                 s += tk_kvalues_iq4nl[x.qs[16 * j + l] & 0xF] * y.qs[32 * j + l] +
                      tk_kvalues_iq4nl[x.qs[16 * j + l] >> 4] * y.qs[32 * j + 16 + l];
-            isum += tk_qk_iq4xs_scale(&x, j) * s;
+            isum += tk_qkernel_iq4xs_scale(&x, j) * s;
         }
         acc += (float)isum * (tk_f16_to_f32(x.d) * y.d);
     }
@@ -407,15 +407,15 @@ SCALAR_GEMM(gemm_q6_K, dot_q6_K, 256)
 SCALAR_GEMM(gemm_iq4_xs, dot_iq4_xs, 256)
 
 #define K(WT, AT, NAME, GEMM) \
-    [WT] = {WT, TK_##AT, TK_ISA_SCALAR, NAME "/scalar", tk_qk_act_bytes_##AT, tk_qk_quant_##AT, GEMM}
-#define tk_qk_act_bytes_F32 tk_qk_act_bytes_f32
-#define tk_qk_quant_F32 tk_qk_quant_f32
-#define tk_qk_act_bytes_Q8_0 tk_qk_act_bytes_q8_0
-#define tk_qk_quant_Q8_0 tk_qk_quant_q8_0
-#define tk_qk_act_bytes_Q8_1 tk_qk_act_bytes_q8_1
-#define tk_qk_quant_Q8_1 tk_qk_quant_q8_1
-#define tk_qk_act_bytes_Q8_K tk_qk_act_bytes_q8_K
-#define tk_qk_quant_Q8_K tk_qk_quant_q8_K
+    [WT] = {WT, TK_##AT, TK_ISA_SCALAR, NAME "/scalar", tk_qkernel_act_bytes_##AT, tk_qkernel_quant_##AT, GEMM}
+#define tk_qkernel_act_bytes_F32 tk_qkernel_act_bytes_f32
+#define tk_qkernel_quant_F32 tk_qkernel_quant_f32
+#define tk_qkernel_act_bytes_Q8_0 tk_qkernel_act_bytes_q8_0
+#define tk_qkernel_quant_Q8_0 tk_qkernel_quant_q8_0
+#define tk_qkernel_act_bytes_Q8_1 tk_qkernel_act_bytes_q8_1
+#define tk_qkernel_quant_Q8_1 tk_qkernel_quant_q8_1
+#define tk_qkernel_act_bytes_Q8_K tk_qkernel_act_bytes_q8_K
+#define tk_qkernel_quant_Q8_K tk_qkernel_quant_q8_K
 
 static const tk_qkernel scalar_kernels[TK_DTYPE_LIMIT] = {
     K(TK_F32, F32, "F32", gemm_f32),
@@ -437,4 +437,4 @@ static const tk_qkernel scalar_kernels[TK_DTYPE_LIMIT] = {
     K(TK_NF4_DQ, Q8_0, "NF4_DQ", tk_nf4dq_gemm_scalar),
 };
 
-const tk_qkernel *tk_qk_scalar(tk_dtype wtype) { return tk_qk_pick(scalar_kernels, wtype); }
+const tk_qkernel *tk_qkernel_scalar(tk_dtype wtype) { return tk_qkernel_pick(scalar_kernels, wtype); }

@@ -168,12 +168,12 @@ static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_
                             size_t arb, int n_tok, float *y, int64_t ldy) {                               \
         gemm_tiles(NAME##_mk, MR_##FAM, NT_##FAM, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);            \
     }
-#define GEMM_ROW(T, AT, NAME, FAM) TK_QK_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_##T, AT, #T, NAME##_gemm),
+#define GEMM_ROW(T, AT, NAME, FAM) TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_##T, AT, #T, NAME##_gemm),
 
 /* Every type's kernels, the table and its lookup function FN. */
 #define GEMM_KERNELS(FN)                                                                                 \
     GEMM_TYPES(GEMM_DEF)                                                                                 \
     static const tk_qkernel gemm_kernels[TK_DTYPE_LIMIT] = {GEMM_TYPES(GEMM_ROW)};                       \
-    const tk_qkernel *FN(tk_dtype wtype) { return tk_qk_pick(gemm_kernels, wtype); }
+    const tk_qkernel *FN(tk_dtype wtype) { return tk_qkernel_pick(gemm_kernels, wtype); }
 
 #endif
