@@ -5,9 +5,9 @@
  * Single-prompt generation is a batch of one sequence.
  *
  * Sections: the engine (configuration, batches, generation, requests,
- * metrics, speculative decoding); tokenizers; chat templates; files; limits
- * of request parameters; offline tools (convert, synth, quantize).  Errors:
- * tokamak_err.h. */
+ * metrics, speculative decoding); tokenizers; chat templates; files and
+ * clocks; limits of request parameters; offline tools (convert, synth,
+ * quantize).  Errors: tokamak_err.h. */
 #ifndef TOKAMAK_H
 #define TOKAMAK_H
 
@@ -23,10 +23,6 @@ extern "C" {
 
 typedef struct tk_engine tk_engine;
 
-/* Seconds since an arbitrary origin, for timing: the monotonic wall clock,
- * the calling thread's CPU time, or the process's CPU time. */
-typedef enum tk_clock_kind { TK_CLOCK_WALL = 0, TK_CLOCK_THREAD_CPU = 1, TK_CLOCK_PROCESS_CPU = 2 } tk_clock_kind;
-double tk_clock_seconds(tk_clock_kind kind);
 typedef struct tk_tokenizer tk_tokenizer;
 
 /* Speculative decoding (see docs/speculative.md): a cheap source proposes a
@@ -391,7 +387,7 @@ int tk_chat_template_render(const tk_chat_template *t, const tk_chat_msg *msgs, 
                             char **out, tk_err *err);
 
 /* ==================================================================
- * Files
+ * Files and clocks
  * ================================================================== */
 
 /* Reads a whole (small) file into a NUL-terminated malloc'd buffer. */
@@ -407,6 +403,11 @@ typedef struct tk_mapfile {
 int tk_mapfile_open(tk_mapfile *m, const char *path, tk_err *err);
 /* Unmaps (a zeroed tk_mapfile is fine). */
 void tk_mapfile_close(tk_mapfile *m);
+
+/* Seconds since an arbitrary origin, for timing: the monotonic wall clock,
+ * the calling thread's CPU time, or the process's CPU time. */
+typedef enum tk_clock_kind { TK_CLOCK_WALL = 0, TK_CLOCK_THREAD_CPU = 1, TK_CLOCK_PROCESS_CPU = 2 } tk_clock_kind;
+double tk_clock_seconds(tk_clock_kind kind);
 
 /* ==================================================================
  * Limits of request parameters (tk_request_params, tk_engine_config)
