@@ -5,6 +5,7 @@
  * already seen cheap, so the chat keeps no KV state of its own.  Answers
  * stream as the request's events arrive. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -326,19 +327,23 @@ static int load_chat(chat *c, const char *path, tk_err *err) {
     return rc;
 }
 
+/* The context used is the conversation's as it stands, rendered ready for
+ * the next answer (templates may not render an empty one: that is 0). */
 static void print_stats(const chat *c) {
     FILE *f = c->info;
     fprintf(f, "conversation: %d exchange%s%s\n", c->n_turns / 2, c->n_turns / 2 == 1 ? "" : "s",
             c->system ? " and a system prompt" : "");
-    if (!c->answered) {
-        fprintf(f, "no answer yet; context: %d tokens\n", c->ctx_len);
-        return;
-    }
+    int32_t *ids = NULL;
+    int n = 0;
+    tk_err err;
+    if (c->n_turns + !!c->system && build_prompt(c, &ids, &n, &err)) fprintf(f, "context: unknown (%s)\n", err.msg);
+    else fprintf(f, "context: %d of %d tokens used\n", n, c->ctx_len);
+    free(ids);
+    if (!c->answered) return;
     fprintf(f, "last answer: %d tokens in %.2f s (%.1f tokens/s)\n", c->n_generated, c->gen_seconds,
             c->gen_seconds > 0 ? c->n_generated / c->gen_seconds : 0);
-    fprintf(f, "prompt: %d tokens, %d cached, %.2f s to the first token\n", c->n_prompt, c->n_cached,
+    fprintf(f, "its prompt: %d tokens, %d cached, %.2f s to the first token\n", c->n_prompt, c->n_cached,
             c->prompt_seconds);
-    fprintf(f, "context: %d of %d tokens used\n", c->n_prompt + c->n_generated, c->ctx_len);
 }
 
 static void print_help(FILE *f) {
@@ -365,7 +370,6 @@ static int run_command(chat *c, char *line) {
         print_help(c->info);
     } else if (!strcmp(line, "/reset")) {
         clear_turns(c);
-        c->answered = false;
         fprintf(c->info, "[conversation cleared]\n");
     } else if (!strcmp(line, "/system")) {
         free(c->system);
@@ -381,7 +385,6 @@ static int run_command(chat *c, char *line) {
             notice(c, "[%s]", err.msg);
             return CMD_FAILED;
         }
-        if (line[1] == 'l') c->answered = false;
         fprintf(c->info, line[1] == 's' ? "[saved %d messages to %s]\n" : "[loaded %d messages from %s]\n",
                 c->n_turns + (c->system ? 1 : 0), arg);
     } else if (!strcmp(line, "/stats")) {
@@ -518,7 +521,15 @@ int tk_cmd_chat(int argc, char **argv) {
     free(tmpl_src);
     cfg.require_tokenizer = true;
     int status = 1;
-    if (tk_engine_open(&cfg, &c.e, &err)) {
+    /* The engine's threads start with SIGINT blocked, so that it reaches
+     * this thread and interrupts the read at the prompt. */
+    sigset_t sigint, old_mask;
+    sigemptyset(&sigint);
+    sigaddset(&sigint, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigint, &old_mask);
+    int orc = tk_engine_open(&cfg, &c.e, &err);
+    pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+    if (orc) {
         fprintf(stderr, "tokamak chat: %s\n", err.msg);
         tk_chat_template_free(c.tmpl);
         return 1;
