@@ -102,17 +102,17 @@ static void clear_turns(chat *c) {
     while (c->n_turns) pop_turn(c);
 }
 
-/* The conversation (system prompt first) rendered for the next answer and
- * tokenized.  The template writes special tokens such as <s> as text, so
- * they are parsed; BOS is prepended when the model wants it and the
- * template did not write it.  *ids is malloc'd. */
-static int build_prompt(const chat *c, int32_t **ids, int *n, tk_err *err) {
-    int nm = c->n_turns + (c->system ? 1 : 0);
+/* The conversation (system prompt first, then the turns from `first` on)
+ * rendered for the next answer and tokenized.  The template writes special
+ * tokens such as <s> as text, so they are parsed; BOS is prepended when the
+ * model wants it and the template did not write it.  *ids is malloc'd. */
+static int build_prompt(const chat *c, int first, int32_t **ids, int *n, tk_err *err) {
+    int nt = c->n_turns - first, nm = nt + (c->system ? 1 : 0);
     tk_chat_msg *msgs = malloc((size_t)nm * sizeof *msgs);
     if (!msgs) return tk_err_set(err, "out of memory");
     int k = 0;
     if (c->system) msgs[k++] = (tk_chat_msg){.role = "system", .content = c->system};
-    memcpy(msgs + k, c->turns, (size_t)c->n_turns * sizeof *msgs);
+    if (nt) memcpy(msgs + k, c->turns + first, (size_t)nt * sizeof *msgs);
     char *text = NULL;
     tk_err terr;
     int rc = tk_chat_template_render(c->tmpl, msgs, nm, true, c->bos_text, c->eos_text, &text, &terr);
@@ -184,30 +184,31 @@ static void on_event(void *user, const tk_event *ev) {
 
 /* Fits the conversation, whose last turn is the new user message, into the
  * context with room for the answer: the oldest exchanges go first, the
- * system prompt never.  Returns 1 if the message alone does not fit (it is
- * removed), -1 on an error (the message is removed too). */
+ * system prompt never.  Returns 1 if the message does not fit even alone,
+ * -1 on an error; either way the message is removed and the earlier turns
+ * stay. */
 static int fit_prompt(chat *c, int32_t **ids, int *n, tk_err *err) {
-    int dropped = 0;
+    int first = 0;
     for (;;) {
-        if (build_prompt(c, ids, n, err)) {
+        if (build_prompt(c, first, ids, n, err)) {
             pop_turn(c);
             return -1;
         }
         if (*n + c->reserve <= c->ctx_len) break;
         free(*ids);
         *ids = NULL;
-        if (c->n_turns == 1) {
+        if (first == c->n_turns - 1) {
             pop_turn(c);
-            notice(c, "[the message does not fit: %d tokens with the %s template, and the context "
-                      "holds %d with %d kept for the answer]",
-                   *n, c->system ? "system prompt and" : "chat", c->ctx_len, c->reserve);
+            notice(c, "[the message does not fit: it takes %d tokens%s, and the context holds %d with %d kept "
+                      "for the answer]", *n, c->system ? " with the system prompt" : "", c->ctx_len, c->reserve);
             return 1;
         }
-        drop_turns(c, 2);
-        dropped++;
+        first += 2; /* a user message and its answer */
     }
-    if (dropped)
-        notice(c, "[context full: dropped the oldest %d exchange%s to make room]", dropped, dropped > 1 ? "s" : "");
+    if (first) {
+        drop_turns(c, first);
+        notice(c, "[context full: dropped the oldest %d exchange%s to make room]", first / 2, first > 2 ? "s" : "");
+    }
     return 0;
 }
 
@@ -289,7 +290,8 @@ static int save_chat(const chat *c, const char *path, tk_err *err) {
 static int load_chat(chat *c, const char *path, tk_err *err) {
     json_error_t jerr;
     json_t *root = json_load_file(path, 0, &jerr);
-    if (!root) return tk_err_set(err, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    if (!root && jerr.line > 0) return tk_err_set(err, "%s: %s (line %d)", path, jerr.text, jerr.line);
+    if (!root) return tk_err_set(err, "%s", jerr.text);
     json_t *msgs = json_is_array(root) ? root : json_object_get(root, "messages");
     int rc = json_is_array(msgs) ? 0 : tk_err_set(err, "%s: expected {\"messages\": [...]} or an array", path);
     size_t n = rc ? 0 : json_array_size(msgs);
@@ -336,7 +338,8 @@ static void print_stats(const chat *c) {
     int32_t *ids = NULL;
     int n = 0;
     tk_err err;
-    if (c->n_turns + !!c->system && build_prompt(c, &ids, &n, &err)) fprintf(f, "context: unknown (%s)\n", err.msg);
+    if (c->n_turns + !!c->system && build_prompt(c, 0, &ids, &n, &err))
+        fprintf(f, "context: unknown (%s)\n", err.msg);
     else fprintf(f, "context: %d of %d tokens used\n", n, c->ctx_len);
     free(ids);
     if (!c->answered) return;
@@ -385,8 +388,9 @@ static int run_command(chat *c, char *line) {
             notice(c, "[%s]", err.msg);
             return CMD_FAILED;
         }
-        fprintf(c->info, line[1] == 's' ? "[saved %d messages to %s]\n" : "[loaded %d messages from %s]\n",
-                c->n_turns + (c->system ? 1 : 0), arg);
+        int nm = c->n_turns + (c->system ? 1 : 0);
+        fprintf(c->info, "[%s %d message%s %s %s]\n", line[1] == 's' ? "saved" : "loaded", nm, nm == 1 ? "" : "s",
+                line[1] == 's' ? "to" : "from", arg);
     } else if (!strcmp(line, "/stats")) {
         print_stats(c);
     } else {

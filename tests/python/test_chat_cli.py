@@ -168,11 +168,12 @@ def test_piped_trims_the_oldest_exchanges(bin_path, target):
 
 def test_piped_message_too_long(bin_path, target):
     r = run_piped(bin_path, ["-m", target, "--temp", "0", "-n", "16", "-c", "128"],
-                  "word " * 300 + "\nHello\n")
+                  "Hello\n" + "word " * 300 + "\nHi again\n/stats\n")
     assert r.returncode == 1  # the line protocol reports the refused message
     assert "does not fit" in r.stderr
     lines = r.stdout.split("\n")
-    assert len(lines) == 3 and lines[0] == "" and lines[1], r.stdout  # the chat went on
+    assert len(lines) == 4 and lines[0] and lines[1] == "" and lines[2], r.stdout  # the chat went on
+    assert "conversation: 2 exchanges" in r.stderr  # and the refusal kept the earlier exchange
 
 
 def test_no_chat_template(bin_path, shared):
