@@ -1,9 +1,9 @@
 /* tokamak chat: a multi-turn conversation in the terminal.
  *
  * Every turn renders the whole conversation with the model's chat template
- * and submits it as one request; the engine's prefix cache makes the turns
- * already seen cheap, so the chat keeps no KV state of its own.  Answers
- * stream as the request's events arrive. */
+ * and submits it as one request; the engine's prefix cache serves what the
+ * previous turn's prompt left in the KV blocks, so the chat keeps no KV
+ * state of its own.  Answers stream as the request's events arrive. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -62,7 +62,7 @@ typedef struct chat {
     double prompt_seconds, gen_seconds;
 } chat;
 
-static void notice(const chat *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void notice(const chat *c, const char *fmt, ...) TK_PRINTF(2, 3);
 static void notice(const chat *c, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -219,6 +219,13 @@ static int respond(chat *c) {
     tk_err err;
     int32_t *ids = NULL;
     int n = 0;
+    /* Invalid UTF-8 is named in the message, not at an offset of the rendered conversation. */
+    const char *msg = c->turns[c->n_turns - 1].content;
+    if (tk_tokenize(c->tok, msg, strlen(msg), false, true, NULL, 0, &n, &err)) {
+        pop_turn(c);
+        notice(c, "[the message: %s]", err.msg);
+        return 1;
+    }
     int frc = fit_prompt(c, &ids, &n, &err);
     if (frc < 0) notice(c, "[%s]", err.msg);
     if (frc) return 1;

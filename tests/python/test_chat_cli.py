@@ -176,6 +176,15 @@ def test_piped_message_too_long(bin_path, target):
     assert "conversation: 2 exchanges" in r.stderr  # and the refusal kept the earlier exchange
 
 
+def test_piped_invalid_utf8(bin_path, target):
+    r = subprocess.run([bin_path, "chat", "-m", target, "--temp", "0", "-n", "4"], input=b"a\xffb\nhi\n",
+                       capture_output=True, timeout=TIMEOUT)
+    assert r.returncode == 1
+    assert b"the message: invalid UTF-8 at byte 1" in r.stderr
+    lines = r.stdout.split(b"\n")
+    assert len(lines) == 3 and lines[0] == b"" and lines[1], r.stdout
+
+
 def test_no_chat_template(bin_path, shared):
     model = os.path.join(shared, "models", "aidreams260K.gguf")
     r = run_piped(bin_path, ["-m", model], "hi\n")
