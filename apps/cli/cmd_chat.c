@@ -284,8 +284,9 @@ static int save_chat(const chat *c, const char *path, tk_err *err) {
         json_t *m = json_pack("{s:s, s:s}", "role", role, "content", content);
         if (!m || json_array_append_new(msgs, m)) rc = -1;
     }
-    if (!rc && json_dump_file(root, path, JSON_INDENT(2))) rc = tk_err_set(err, "cannot write %s: %s", path, strerror(errno));
-    else if (rc) tk_err_set(err, "out of memory");
+    if (rc) tk_err_set(err, "cannot build the JSON (invalid UTF-8 in the system prompt, or out of memory)");
+    else if (json_dump_file(root, path, JSON_INDENT(2)))
+        rc = tk_err_set(err, "cannot write %s: %s", path, strerror(errno));
     json_decref(msgs);
     json_decref(root);
     return rc;
