@@ -3,6 +3,7 @@
 #define TK_COMMANDS_H
 
 int tk_cmd_run(int argc, char **argv);
+int tk_cmd_chat(int argc, char **argv);
 int tk_cmd_info(int argc, char **argv);
 int tk_cmd_tokenize(int argc, char **argv);
 int tk_cmd_logits(int argc, char **argv);

@@ -11,6 +11,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"run", tk_cmd_run, "generate text from a prompt"},
+    {"chat", tk_cmd_chat, "chat with a model in the terminal (multi-turn, its chat template)"},
     {"info", tk_cmd_info, "show a model's architecture, tensors and sizes"},
     {"tokenize", tk_cmd_tokenize, "print the token ids / pieces of a text"},
     {"logits", tk_cmd_logits, "print every position's logits for a token sequence"},

@@ -29,8 +29,8 @@ fi
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv || echo "deps: cannot create .venv; Python oracle tests will be skipped"
 fi
-if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import tokenizers, gguf, numpy, pytest, jinja2, openai, requests' 2>/dev/null; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check tokenizers gguf numpy pytest jinja2 openai requests \
+if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import tokenizers, gguf, numpy, pytest, jinja2, openai, requests, pexpect' 2>/dev/null; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check tokenizers gguf numpy pytest jinja2 openai requests pexpect \
     || echo "deps: PyPI not reachable; Python oracle tests will be skipped"
 fi
 exit 0
