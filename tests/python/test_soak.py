@@ -1,6 +1,6 @@
 """A short soak of `tokamak serve` (tools/soak.sh: 8 clients for 30 s of mixed
 good, disruptive and malformed traffic on 127.0.0.1, then the idle /metrics,
-counter, memory and clean-shutdown checks).  About 45 s; TK_SKIP_SOAK=1 skips
+counter, memory and clean-shutdown checks).  About a minute; TK_SKIP_SOAK=1 skips
 it.  The binary is TOKAMAK_BIN (the ASan build works too: its memory bound
 then applies when TK_SOAK_ASAN=1)."""
 import os
