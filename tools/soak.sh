@@ -33,8 +33,9 @@ py=$repo/.venv/bin/python
 [ -x "$py" ] || py=python3
 
 work=$(mktemp -d /tmp/tk-soak.XXXXXX)
-pid=
+pid= cpid=
 cleanup() {
+  if [ -n "$cpid" ] && kill -0 "$cpid" 2>/dev/null; then kill -TERM "$cpid" 2>/dev/null; fi
   if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; fi
 }
 trap cleanup EXIT
@@ -65,8 +66,11 @@ echo "soak.sh: $bin serve -m $model on port $port (pid $pid); logs in $work"
 name=$(basename "${model%/}"); name=${name%.gguf}; name=${name%.bin}
 asan_flag=; [ "$asan" = 1 ] && asan_flag=--asan
 "$py" "$repo/tools/soak.py" --port "$port" --pid "$pid" --clients "$clients" --minutes "$minutes" \
-  --model-name "$name" --seed "$seed" $asan_flag
+  --model-name "$name" --seed "$seed" $asan_flag &
+cpid=$!   # in the background, so that a signal to this script runs the traps at once
+wait "$cpid"
 status=$?
+cpid=
 
 # Shutdown: SIGTERM, a clean exit within 30 s, nothing from the sanitizers.
 if kill -0 "$pid" 2>/dev/null; then
