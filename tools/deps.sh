@@ -2,9 +2,13 @@
 # Installs what tokamak needs to build and test, when missing:
 # Debian packages (compiler, CMake, PCRE2, jansson, libmicrohttpd) and a
 # project-local Python venv (.venv) with the test oracles from PyPI.
-# Safe to run repeatedly; without network the oracle tests are skipped.
+# --browser (test setup, tools/test.sh) also installs Debian's chromium and
+# chromium-driver for the web page tests (tests/python/test_web.py).
+# Safe to run repeatedly; without network the oracle and browser tests are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+browser=0
+[ "${1:-}" = "--browser" ] && browser=1
 
 need_pkgs=()
 command -v cc >/dev/null || need_pkgs+=(gcc)
@@ -17,20 +21,25 @@ done
 python3 -c 'import venv, ensurepip' 2>/dev/null || need_pkgs+=(python3-venv)
 command -v python3 >/dev/null || need_pkgs+=(python3)
 
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   echo "deps: installing ${need_pkgs[*]}"
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+if [ $browser -eq 1 ] && ! { command -v chromium >/dev/null && command -v chromedriver >/dev/null; }; then
+  echo "deps: installing chromium chromium-driver (browser tests)"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver \
+      >/dev/null; } || echo "deps: cannot install chromium; the browser tests will be skipped"
 fi
 
 # Python oracles for the differential tests (never used by the engine).
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv || echo "deps: cannot create .venv; Python oracle tests will be skipped"
 fi
-if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import tokenizers, gguf, numpy, pytest, jinja2, openai, requests, pexpect' 2>/dev/null; then
-  .venv/bin/python -m pip install -q --disable-pip-version-check tokenizers gguf numpy pytest jinja2 openai requests pexpect \
+if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import tokenizers, gguf, numpy, pytest, jinja2, openai, requests, pexpect, selenium' 2>/dev/null; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check tokenizers gguf numpy pytest jinja2 openai requests pexpect selenium \
     || echo "deps: PyPI not reachable; Python oracle tests will be skipped"
 fi
 exit 0

@@ -4,7 +4,7 @@
 # differential tests against independent oracles (HF tokenizers, gguf).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tools/deps.sh || exit 1
+tools/deps.sh --browser || exit 1
 jobs=$(nproc)
 status=0
 

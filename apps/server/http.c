@@ -19,8 +19,9 @@
 #include "event_queue.h"
 #include "common/strbuf.h"
 #include "server.h"
+#include "web.h"
 
-enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS };
+enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_STATS, R_WEB };
 
 typedef struct choice_st {
     tk_strbuf text;        /* non-streaming: the whole text */
@@ -811,6 +812,16 @@ static enum MHD_Result handle_get(http_req *r, const char *url) {
         free(t);
         return rc;
     }
+    case R_STATS: {
+        char *t = tk_server_stats_json(s);
+        if (!t) return MHD_NO;
+        enum MHD_Result rc = send_body(r, 200, "application/json", t, strlen(t));
+        free(t);
+        return rc;
+    }
+    case R_WEB:
+        r->responded = true;
+        return tk_web_send(r->conn, tk_web_find(url));
     case R_MODELS:
         return send_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));
     case R_MODEL: {
@@ -831,6 +842,8 @@ static int match_route(const char *url) {
     if (!strncmp(url, "/v1/models/", 11) && url[11]) return R_MODEL;
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/metrics")) return R_METRICS;
+    if (!strcmp(url, "/stats")) return R_STATS;
+    if (tk_web_find(url)) return R_WEB;
     return R_NONE;
 }
 

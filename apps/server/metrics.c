@@ -1,6 +1,9 @@
-/* Prometheus text exposition (format 0.0.4) of the engine's metrics. */
+/* The engine's metrics as Prometheus text exposition (format 0.0.4) for
+ * /metrics and as JSON for /stats (the dashboard). */
 #include <math.h>
 #include <stdlib.h>
+
+#include <jansson.h>
 
 #include "common/strbuf.h"
 #include "server.h"
@@ -30,10 +33,16 @@ static void histogram(tk_strbuf *b, const char *name, const char *help, int n, c
     tk_strbuf_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, sum, name, (unsigned long long)count);
 }
 
+static void snapshot(tk_server *s, tk_engine_metrics *m) {
+    tk_engine_metrics_get(s->engine, m);
+    if (m->kv_blocks_total == 0) m->kv_blocks_total = s->kv_blocks_total; /* no step has run yet */
+    if (m->n_buckets < 0 || !m->bucket_bounds) m->n_buckets = 0;
+    if (m->n_buckets > 24) m->n_buckets = 24;
+}
+
 char *tk_server_metrics_text(tk_server *s) {
     tk_engine_metrics m;
-    tk_engine_metrics_get(s->engine, &m);
-    if (m.kv_blocks_total == 0) m.kv_blocks_total = s->kv_blocks_total; /* no step has run yet */
+    snapshot(s, &m);
     tk_strbuf b = {0};
     gauge(&b, "tokamak_requests_running", "Requests currently being generated.", m.requests_running);
     gauge(&b, "tokamak_requests_waiting", "Requests waiting to be scheduled.", m.requests_waiting);
@@ -74,9 +83,7 @@ char *tk_server_metrics_text(tk_server *s) {
     counter(&b, "tokamak_requests_cancelled_disconnect_total", "Requests cancelled because the client went away.",
             (unsigned long long)atomic_load(&s->cancelled_disconnect));
     int n = m.n_buckets;
-    if (n < 0) n = 0;
-    if (n > 24) n = 24;
-    if (n > 0 && m.bucket_bounds) {
+    if (n > 0) {
         histogram(&b, "tokamak_time_to_first_token_seconds", "Time from submission to the first token.", n,
                   m.bucket_bounds, m.ttft_buckets, m.ttft_sum, m.ttft_count);
         histogram(&b, "tokamak_inter_token_latency_seconds", "Time between consecutive tokens of a sequence.", n,
@@ -88,4 +95,43 @@ char *tk_server_metrics_text(tk_server *s) {
     }
     if (!b.data) return calloc(1, 1);
     return b.data;
+}
+
+/* {"buckets": [cumulative counts], "sum", "count"} */
+static json_t *histogram_json(int n, const uint64_t *buckets, double sum, uint64_t count) {
+    json_t *b = json_array();
+    for (int i = 0; b && i < n; i++) json_array_append_new(b, json_integer((json_int_t)buckets[i]));
+    return json_pack("{s:o,s:f,s:I}", "buckets", b, "sum", sum, "count", (json_int_t)count);
+}
+
+char *tk_server_stats_json(tk_server *s) {
+    tk_engine_metrics m;
+    snapshot(s, &m);
+    json_t *bounds = json_array(); /* JSON has no infinity: the +Inf bound is null */
+    for (int i = 0; bounds && i < m.n_buckets; i++)
+        json_array_append_new(bounds, isinf(m.bucket_bounds[i]) ? json_null() : json_real(m.bucket_bounds[i]));
+    json_t *o = json_pack(
+        "{s:s,s:f,s:{s:i,s:i,s:I},s:{s:i,s:i,s:i,s:i},s:{s:I,s:I},s:I,s:{s:I,s:I},s:{s:I,s:I,s:I,s:I},"
+        "s:{s:I,s:I,s:I,s:I},s:{s:o,s:o,s:o}}",
+        "model", s->cfg.model_name, "clock_s", tk_clock_seconds(TK_CLOCK_WALL),
+        "requests", "running", m.requests_running, "waiting", m.requests_waiting, "finished",
+        (json_int_t)m.requests_finished,
+        "kv_blocks", "total", m.kv_blocks_total, "used", m.kv_blocks_used, "cached", m.kv_blocks_cached, "free",
+        m.kv_blocks_total - m.kv_blocks_used - m.kv_blocks_cached,
+        "prefix_cache", "query_tokens", (json_int_t)m.prefix_query_tokens, "hit_tokens",
+        (json_int_t)m.prefix_hit_tokens,
+        "preemptions", (json_int_t)m.preemptions,
+        "tokens", "prompt", (json_int_t)m.prompt_tokens, "generation", (json_int_t)m.generation_tokens,
+        "speculative", "draft_tokens", (json_int_t)m.spec_drafted, "accepted_tokens", (json_int_t)m.spec_accepted,
+        "target_passes", (json_int_t)m.spec_target_passes, "tokens", (json_int_t)m.spec_tokens,
+        "http", "requests", (json_int_t)atomic_load(&s->http_requests), "errors",
+        (json_int_t)atomic_load(&s->http_errors), "rejected_queue_full",
+        (json_int_t)atomic_load(&s->rejected_queue_full), "cancelled_disconnect",
+        (json_int_t)atomic_load(&s->cancelled_disconnect),
+        "histograms", "bounds_s", bounds, "ttft",
+        histogram_json(m.n_buckets, m.ttft_buckets, m.ttft_sum, m.ttft_count), "itl",
+        histogram_json(m.n_buckets, m.itl_buckets, m.itl_sum, m.itl_count));
+    char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(o);
+    return text;
 }

@@ -71,5 +71,8 @@ void tk_server_stop(tk_server *s);
 
 /* Prometheus text exposition of the engine metrics plus server counters. */
 char *tk_server_metrics_text(tk_server *s);
+/* The same snapshot as JSON for /stats (docs/serving.md), histograms
+ * included; NULL when out of memory. */
+char *tk_server_stats_json(tk_server *s);
 
 #endif
