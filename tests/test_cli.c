@@ -229,6 +229,16 @@ int main(void) {
     CHECK(tokamak(args) == 0 && strstr(out_text, "chat template: none") && !strstr(out_text, "generation:"),
           "info gguf: %s", out_text);
 
+    /* run --chat renders the prompt through the model's chat template: none
+     * for aidreams (a plain vocabulary), the file's for code-draft. */
+    snprintf(args, sizeof args, "run -m %s --chat -p hi -n 2", gguf);
+    expect_error("run --chat without a template", args, "no chat template");
+    snprintf(args, sizeof args, "run -m %s --system x -p hi -n 2", gguf);
+    expect_error("--system without --chat", args, "--system needs --chat");
+    snprintf(args, sizeof args, "run -m %s --chat --system 'Be brief.' -p 'print hello' -n 4 --temp 0",
+             tk_shared("models/code-draft"));
+    CHECK(tokamak(args) == 0 && strstr(err_text, "prompt: "), "run --chat code-draft: %s", err_text);
+
     /* Prompts: invalid UTF-8, longer than the context; bad token ids. */
     snprintf(args, sizeof args, "run -m %s -p \"$(printf 'ok \\377\\376 bad')\" -n 4", gguf);
     expect_error("invalid UTF-8 prompt", args, "UTF-8");
