@@ -449,6 +449,11 @@ void tk_mapfile_close(tk_mapfile *m);
 typedef struct tk_convert_params {
     const char *type;           /* f32 (also NULL), f16, bf16 or q8_0; norm vectors stay f32 */
     const char *tokenizer_path; /* the tokenizer.bin of a llama2.c checkpoint, or an override */
+    /* Called before each tensor is converted (done tensors of total, `what`
+     * its name) and once all are (done == total) before the file is
+     * written; NULL: none. */
+    void (*progress)(void *user, int done, int total, const char *what);
+    void *progress_user;
 } tk_convert_params;
 
 typedef struct tk_convert_report {
