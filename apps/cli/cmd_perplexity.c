@@ -33,6 +33,7 @@
 #include <tokamak.h>
 
 #include "common/args.h"
+#include "common/progress.h"
 #include "commands.h"
 
 static void usage(FILE *f) {
@@ -317,10 +318,13 @@ int tk_cmd_perplexity(int argc, char **argv) {
     if (base_open && !bent) goto done;
     double sum = 0;
     size_t k = 0;
+    tk_progress bar;
+    tk_progress_begin(&bar, "perplexity", "windows", 0, false);
     for (int w = 0; w < n_windows; w++) {
         const int32_t *wt = tokens + (size_t)w * ctx;
         if (tk_engine_logits(e, wt, ctx, logits, &err) || (eb && tk_engine_logits(eb, wt, ctx, blogits, &err))) {
-            fprintf(stderr, "\ntokamak perplexity: window %d: %s\n", w, err.msg);
+            tk_progress_abandon(&bar);
+            fprintf(stderr, "tokamak perplexity: window %d: %s\n", w, err.msg);
             free(bent);
             goto done;
         }
@@ -330,7 +334,8 @@ int tk_cmd_perplexity(int argc, char **argv) {
             if (save) {
                 topk(row, nv, z, K, ent);
                 if (fwrite(ent, sizeof(entry), (size_t)K, save) != (size_t)K) {
-                    fprintf(stderr, "\ntokamak perplexity: %s: write failed\n", save_path);
+                    tk_progress_abandon(&bar);
+                    fprintf(stderr, "tokamak perplexity: %s: write failed\n", save_path);
                     free(bent);
                     goto done;
                 }
@@ -371,10 +376,11 @@ int tk_cmd_perplexity(int argc, char **argv) {
             }
         }
         const size_t scored = (size_t)(w + 1) * (size_t)(second_half ? ctx - 1 - ctx / 2 : ctx - 1);
-        fprintf(stderr, "\r[%d/%d] perplexity %.4f", w + 1, n_windows, exp(sum / (double)scored));
-        fflush(stderr);
+        char note[48];
+        snprintf(note, sizeof note, "perplexity %.4f", exp(sum / (double)scored));
+        tk_progress_update(&bar, w + 1, n_windows, note);
     }
-    fputc('\n', stderr);
+    tk_progress_end(&bar, n_windows);
     free(bent);
     report(second_half ? "second half" : "all positions", second_half ? ctx / 2 : 0, ctx, n_windows, nll, kls, hits,
            base_open || eb, baseK);

@@ -9,6 +9,7 @@
 #include <tokamak.h>
 
 #include "common/args.h"
+#include "common/progress.h"
 #include "commands.h"
 
 static void usage(FILE *f) {
@@ -34,45 +35,29 @@ static void usage(FILE *f) {
             "  -q, --quiet          no progress output\n");
 }
 
+/* One progress line per stage: calibration by layer, quantization by tensor. */
 typedef struct prog_state {
-    double t0, stage_t0;
+    tk_progress bar;
     char stage[16];
-    bool tty, quiet;
-    int last_line_done;
+    bool quiet;
 } prog_state;
 
 static void on_progress(void *user, const tk_quant_progress *p) {
     prog_state *s = user;
     if (s->quiet) return;
-    const double t = tk_clock_seconds(TK_CLOCK_WALL);
-    if (strcmp(s->stage, p->stage)) {
-        snprintf(s->stage, sizeof s->stage, "%s", p->stage);
-        s->stage_t0 = t;
-        s->last_line_done = -1;
-    }
     if (!strcmp(p->stage, "write")) {
         if (p->done == 0) fprintf(stderr, "writing %s\n", p->what);
         return;
     }
-    const int width = 30;
-    const int total = p->total > 0 ? p->total : 1;
-    const int fill = p->done * width / total;
-    char bar[64];
-    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
-    bar[width] = 0;
-    const double el = t - s->stage_t0;
-    const double eta = p->done > 0 ? el / p->done * (total - p->done) : 0;
-    const bool last = p->done >= total;
-    /* calibration: one line per layer; tensors: redraw on a terminal */
-    if (s->tty) {
-        fprintf(stderr, "\r%-9s [%s] %3d/%-3d %-28.28s %6.1fs ETA %5.0fs", p->stage, bar, p->done, total, p->what, el,
-                eta);
-        if (last || !strcmp(p->stage, "calibrate")) fputc('\n', stderr);
-    } else if (!strcmp(p->stage, "calibrate") || last) {
-        fprintf(stderr, "%-9s [%s] %3d/%-3d %-28.28s %6.1fs ETA %5.0fs\n", p->stage, bar, p->done, total, p->what, el,
-                eta);
+    if (strcmp(s->stage, p->stage)) {
+        snprintf(s->stage, sizeof s->stage, "%s", p->stage);
+        tk_progress_begin(&s->bar, p->stage, !strcmp(p->stage, "quantize") ? "tensors" : "layers", 0, false);
     }
-    fflush(stderr);
+    tk_progress_update(&s->bar, p->done, p->total, p->what);
+    if (p->done >= p->total) {
+        tk_progress_end(&s->bar, p->done);
+        s->stage[0] = 0;
+    }
 }
 
 int tk_cmd_quantize(int argc, char **argv) {
@@ -138,12 +123,12 @@ int tk_cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "tokamak quantize: --calib/--act-order need --method gptq or awq\n");
         return 2;
     }
-    prog_state ps = {.t0 = tk_clock_seconds(TK_CLOCK_WALL), .tty = isatty(2) != 0, .quiet = quiet};
+    prog_state ps = {.quiet = quiet};
     p.progress = on_progress;
     p.progress_user = &ps;
     tk_quant_report rep;
     if (tk_quantize_model(in, out, &p, &rep, &err)) {
-        if (ps.tty && !quiet) fputc('\n', stderr);
+        tk_progress_abandon(&ps.bar);
         fprintf(stderr, "tokamak quantize: %s\n", err.msg);
         return 1;
     }

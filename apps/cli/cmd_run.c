@@ -28,9 +28,42 @@ static void usage(FILE *f) {
             "  --kv-type T           KV cache storage: f16 (default), f32, q8_0\n"
             "  --no-bos              do not prepend BOS\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
+            "  --chat                the prompt is one user message: render it through the model's chat\n"
+            "                        template (its file's, else the preset its vocabulary calls for) and\n"
+            "                        print the answer\n"
+            "  --system TEXT         with --chat: a system message before it\n"
             "speculative decoding:\n"
             "%s",
             tk_spec_usage);
+}
+
+/* --chat: the prompt as one user turn (after an optional system message),
+ * rendered by the model's chat template with the generation prompt.  BOS is
+ * not prepended again when the template writes it. */
+static int chat_prompt(const tk_engine *e, const char *system, const char *user, tk_gen_params *gp, char **out) {
+    const char *src = tk_engine_chat_template(e);
+    if (!src) {
+        fprintf(stderr, "tokamak run: --chat: the model has no chat template (none in its file, and its vocabulary "
+                        "fits none of the built-in presets); run without --chat\n");
+        return -1;
+    }
+    const tk_tokenizer *t = tk_engine_tokenizer(e);
+    int bos = tk_tokenizer_bos(t), eos = tk_tokenizer_eos(t);
+    const char *bos_text = bos >= 0 ? tk_tokenizer_piece(t, bos) : NULL;
+    tk_chat_msg msgs[2] = {{"system", system}, {"user", user}};
+    tk_chat_template *tmpl;
+    tk_err err;
+    int rc = tk_chat_template_parse(src, &tmpl, &err);
+    if (!rc)
+        rc = tk_chat_template_render(tmpl, system ? msgs : msgs + 1, system ? 2 : 1, true, bos_text,
+                                     eos >= 0 ? tk_tokenizer_piece(t, eos) : NULL, out, &err);
+    tk_chat_template_free(tmpl);
+    if (rc) {
+        fprintf(stderr, "tokamak run: --chat: chat template (%s): %s\n", tk_engine_chat_template_origin(e), err.msg);
+        return -1;
+    }
+    if (bos_text && *bos_text && !strncmp(*out, bos_text, strlen(bos_text))) gp->add_bos = false;
+    return 0;
 }
 
 static int write_text(void *user, const char *text, int len) {
@@ -44,7 +77,8 @@ int tk_cmd_run(int argc, char **argv) {
     tk_engine_config cfg = {0};
     tk_gen_params gp = {.max_tokens = 128, .add_bos = true};
     tk_sampling_defaults(&gp.sampling);
-    const char *prompt = NULL, *prompt_file = NULL;
+    const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
+    bool chat = false;
     tk_spec_args spec = {0};
     const tk_opt opts[] = {
         TK_OPT_S("-m|--model", &cfg.model_path),
@@ -66,6 +100,8 @@ int tk_cmd_run(int argc, char **argv) {
         TK_OPT_S("--kv-type", &cfg.kv_type),
         TK_OPT_OFF("--no-bos", &gp.add_bos),
         TK_OPT_ON("--ignore-eos", &gp.ignore_eos),
+        TK_OPT_ON("--chat", &chat),
+        TK_OPT_S("--system", &system),
     };
     const tk_cli cli = {.cmd = "run", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
     int prc = tk_args_parse(&cli, argc, argv);
@@ -75,8 +111,12 @@ int tk_cmd_run(int argc, char **argv) {
         fprintf(stderr, "tokamak run: give exactly one of -p PROMPT or -f FILE\n");
         return 2;
     }
+    if (system && !chat) {
+        fprintf(stderr, "tokamak run: --system needs --chat\n");
+        return 2;
+    }
     tk_err err;
-    char *file_text = NULL;
+    char *file_text = NULL, *chat_text = NULL;
     if (prompt_file) {
         if (tk_read_file(prompt_file, &file_text, NULL, &err)) {
             fprintf(stderr, "tokamak run: %s\n", err.msg);
@@ -92,8 +132,13 @@ int tk_cmd_run(int argc, char **argv) {
         free(file_text);
         return 1;
     }
+    if (chat && chat_prompt(e, system, prompt, &gp, &chat_text)) {
+        tk_engine_close(e);
+        free(file_text);
+        return 1;
+    }
     tk_gen_stats st;
-    int rc = tk_engine_generate(e, prompt, &gp, write_text, NULL, &st, &err);
+    int rc = tk_engine_generate(e, chat ? chat_text : prompt, &gp, write_text, NULL, &st, &err);
     printf("\n");
     fflush(stdout);
     if (rc) {
@@ -112,5 +157,6 @@ int tk_cmd_run(int argc, char **argv) {
     }
     tk_engine_close(e);
     free(file_text);
+    free(chat_text);
     return rc ? 1 : 0;
 }

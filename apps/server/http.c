@@ -598,7 +598,10 @@ static int render_chat(http_req *r, char **text, tk_err *err) {
         if (own[i]) msgs[i].content = own[i];
     }
     tk_err terr;
-    if (!rc && tk_chat_template_render(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, text, &terr))
+    if (!rc && !s->tmpl)
+        rc = tk_err_set(err, "this model has no chat template (none in its file, and its vocabulary fits none of the "
+                             "built-in presets): use /v1/completions, or start the server with --chat-template");
+    else if (!rc && tk_chat_template_render(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, text, &terr))
         rc = tk_err_set(err, "chat template: %s", terr.msg);
     for (int i = 0; own && i < nm; i++) free(own[i]);
     free(own);

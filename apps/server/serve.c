@@ -26,10 +26,6 @@ static void on_signal(int sig) {
     g_stop = 1;
 }
 
-static const char CHATML_TEMPLATE[] =
-    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + "
-    "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: tokamak serve -m MODEL [options]\n"
@@ -39,7 +35,9 @@ static void usage(FILE *f) {
             "  --port N                 port (default 8000; 0: any free port, printed at startup)\n"
             "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/*\n"
             "  --model-name NAME        name served in /v1/models and checked in 'model' (default: file name)\n"
-            "  --chat-template FILE     Jinja chat template overriding the model's\n"
+            "  --chat-template FILE|NAME  Jinja chat template overriding the model's, or a built-in preset:\n"
+            "                           gemma, llama3, chatml, phi3, mistral, llama2 (without either, the\n"
+            "                           model file's template, else the preset its vocabulary calls for)\n"
             "  -t, --threads N          compute threads (default: all cores)\n"
             "  -c, --ctx-size N         context length per sequence (default: the model's)\n"
             "  --max-seqs N             sequences decoded together (default 16)\n"
@@ -160,15 +158,19 @@ int tk_cmd_serve(int argc, char **argv) {
     }
 
     tk_err err;
-    /* The chat template: --chat-template (read first: a bad file fails
-     * before the model loads), else the model's, else ChatML. */
+    /* The chat template: --chat-template (a preset name, or a file read
+     * first: a bad file fails before the model loads), else the model's
+     * (its file's, or the preset its vocabulary calls for), else none: chat
+     * requests are then refused. */
+    const char *preset = tmpl_file ? tk_chat_preset_source(tmpl_file) : NULL;
     char *tmpl_src = NULL;
-    if (tmpl_file && tk_read_file(tmpl_file, &tmpl_src, NULL, &err)) {
-        fprintf(stderr, "tokamak serve: --chat-template: %s\n", err.msg);
+    if (tmpl_file && !preset && tk_read_file(tmpl_file, &tmpl_src, NULL, &err)) {
+        fprintf(stderr, "tokamak serve: --chat-template: %s (neither a file nor a preset: gemma, llama3, chatml, "
+                "phi3, mistral, llama2)\n", err.msg);
         return 1;
     }
     tk_chat_template *tmpl = NULL;
-    if (tmpl_src && tk_chat_template_parse(tmpl_src, &tmpl, &err)) {
+    if (tmpl_file && tk_chat_template_parse(preset ? preset : tmpl_src, &tmpl, &err)) {
         fprintf(stderr, "tokamak serve: chat template %s: %s\n", tmpl_file, err.msg);
         free(tmpl_src);
         return 1;
@@ -183,23 +185,25 @@ int tk_cmd_serve(int argc, char **argv) {
         tk_chat_template_free(tmpl);
         return 1;
     }
-    const char *tmpl_origin = tmpl_file;
-    if (!tmpl) {
-        const char *model_tmpl = tk_engine_chat_template(e);
-        tmpl_origin = "the model";
+    char origin_buf[160];
+    const char *tmpl_origin = origin_buf;
+    if (tmpl) {
+        snprintf(origin_buf, sizeof origin_buf, "%s %s", preset ? "preset" : "file", tmpl_file);
+    } else {
+        const char *model_tmpl = tk_engine_chat_template(e), *from = tk_engine_chat_template_origin(e);
+        if (!strcmp(from, "file"))
+            snprintf(origin_buf, sizeof origin_buf, "the model file");
+        else if (model_tmpl)
+            snprintf(origin_buf, sizeof origin_buf, "preset %s (the model file has none; chosen from its vocabulary)",
+                     from);
         if (model_tmpl && tk_chat_template_parse(model_tmpl, &tmpl, &err)) {
             fprintf(stderr, "tokamak serve: warning: the model's chat template does not parse (%s)\n", err.msg);
             tmpl = NULL;
         }
-    }
-    if (!tmpl) {
-        if (tk_chat_template_parse(CHATML_TEMPLATE, &tmpl, &err)) {
-            fprintf(stderr, "tokamak serve: built-in ChatML template: %s\n", err.msg);
-            tk_engine_close(e);
-            return 1;
+        if (!tmpl) {
+            tmpl_origin = "none: chat requests are refused (the model has no usable template and its vocabulary fits "
+                          "no preset; --chat-template FILE|NAME gives one)";
         }
-        fprintf(stderr, "tokamak serve: no usable chat template in the model; using ChatML\n");
-        tmpl_origin = "built-in ChatML";
     }
     char *name = scfg.model_name ? strdup(scfg.model_name) : default_model_name(cfg.model_path);
     tk_server *srv = calloc(1, sizeof *srv);
@@ -246,7 +250,7 @@ int tk_cmd_serve(int argc, char **argv) {
         status = 1;
     } else {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        fprintf(stderr, "tokamak serve: model '%s' (%s), context %d, %d KV blocks of %d tokens, chat template from %s\n",
+        fprintf(stderr, "tokamak serve: model '%s' (%s), context %d, %d KV blocks of %d tokens, chat template: %s\n",
                 name, ms.format, srv->ctx_len, ms.kv_blocks, ms.kv_block_size, tmpl_origin);
         tk_spec_info si;
         tk_engine_spec_info(e, &si);

@@ -58,6 +58,15 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
                    e->model.hp.n_vocab);
         goto fail;
     }
+    /* No chat template in the file: the preset the vocabulary calls for,
+     * whose end-of-turn token must then end generation. */
+    if (!e->model.src.chat_template && e->tok && (e->chat_preset = tk_chat_preset_detect(e->tok))) {
+        const char *eot = tk_chat_preset_end_of_turn(e->chat_preset);
+        if (eot && tk_eog_add(e->tok, tk_tokenizer_find(e->tok, eot))) {
+            tk_err_set(err, "out of memory");
+            goto fail;
+        }
+    }
     const tk_hparams *hp = &e->model.hp;
     /* Default: the trained context, capped at 4096 like llama.cpp, so a
      * 128K-context model does not reserve gigabytes of KV by default. */
@@ -217,7 +226,12 @@ int tk_engine_ctx_len(const tk_engine *e) { return e->ctx_len; }
 
 int tk_engine_set_threads(tk_engine *e, int n) { return tk_threadpool_set_active(e->pool, n); }
 
-const char *tk_engine_chat_template(const tk_engine *e) { return e->model.src.chat_template; }
+const char *tk_engine_chat_template(const tk_engine *e) {
+    return e->model.src.chat_template ? e->model.src.chat_template : tk_chat_preset_source(e->chat_preset);
+}
+const char *tk_engine_chat_template_origin(const tk_engine *e) {
+    return e->model.src.chat_template ? "file" : e->chat_preset ? e->chat_preset : "none";
+}
 void tk_engine_generation_defaults(const tk_engine *e, tk_gen_defaults *out) { *out = e->model.src.gen; }
 
 void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {

@@ -106,6 +106,7 @@ typedef struct tk_batcher {
 struct tk_engine {
     tk_model model;
     tk_tokenizer *tok;
+    const char *chat_preset; /* the detected chat preset's name when the file has no template; NULL: none */
     tk_kv_pool kv;
     tk_threadpool *pool;
     tk_forward_ws ws;

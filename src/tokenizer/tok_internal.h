@@ -141,9 +141,6 @@ int tk_merges_init(tk_tokenizer *t, int n, tk_err *err);
 int tk_merges_add(tk_tokenizer *t, int32_t l, int32_t r, int32_t res, bool keep_first);
 /* Rank of (l, r) or -1; *res gets the merged id. */
 int tk_merges_find(const tk_tokenizer *t, int32_t l, int32_t r, int32_t *res);
-/* Adds id to the end-of-generation set (ids outside the vocabulary are
- * ignored); -1 when out of memory. */
-int tk_eog_add(tk_tokenizer *t, int id);
 /* Auto-detects EOT/EOG ids from piece texts and collects the special-token
  * list from token types (CONTROL, USER_DEFINED, UNKNOWN). */
 int tk_finalize_specials(tk_tokenizer *t, bool from_types, tk_err *err);

@@ -32,6 +32,11 @@ int tk_tokenizer_from_hf(const char *path, tk_tokenizer **out, tk_err *err);
 int tk_tokenizer_from_source(const struct tk_source *src, const char *tokenizer_path, tk_tokenizer **out,
                              tk_err *err);
 
+/* Adds id to the end-of-generation set (ids outside the vocabulary are
+ * ignored); -1 when out of memory.  The engine adds a chat preset's
+ * end-of-turn token with it. */
+int tk_eog_add(tk_tokenizer *t, int id);
+
 /* Writes tokenizer.ggml.* keys (model, pre, tokens, scores, token_type,
  * merges, special ids, add_bos) so other GGUF readers load the vocabulary. */
 int tk_tokenizer_to_gguf(const tk_tokenizer *t, struct tk_gguf_writer *w, tk_err *err);

@@ -99,6 +99,7 @@ int tk_convert(const char *in_path, const char *out_path, const tk_convert_param
     }
     for (int i = 0; i < src.n_tensors; i++) {
         const tk_tensor *t = &src.tensors[i];
+        if (p->progress) p->progress(p->progress_user, i, src.n_tensors, t->name);
         int64_t n = tk_tensor_nelems(t), row = t->ne[0], rows = n / row;
         float *f;
         if (tk_source_tensor_f32(&src, t, &f, err)) goto done;
@@ -111,6 +112,7 @@ int tk_convert(const char *in_path, const char *out_path, const tk_convert_param
             goto done;
         }
     }
+    if (p->progress) p->progress(p->progress_user, src.n_tensors, src.n_tensors, out_path);
     if (hp->rope_scaling == TK_ROPE_SCALING_LLAMA3) {
         float *factors = tk_llama3_rope_factors(hp);
         buffers[src.n_tensors] = factors;

@@ -281,6 +281,60 @@ def test_chat_template_error_is_400(server):
     assert "alternate" in err["message"]
 
 
+def test_chat_without_template_is_400(tokamak_bin, shared):
+    """A model with no chat template whose vocabulary fits no preset (the
+    aidreams vocabulary: <s>, </s>, 509 plain pieces) serves completions but
+    refuses chat requests with a 400 saying why, rather than guessing a
+    format; the startup line says so too.  --chat-template NAME picks a preset."""
+    model = os.path.join(shared, "models", "aidreams260K.gguf")
+    s = Server(tokamak_bin, model)
+    try:
+        assert "chat template: none: chat requests are refused" in s.stderr()
+        r = raw_post(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": "I dreamed"}],
+                                                  "max_tokens": 4})
+        err = assert_error(r, 400, "messages")
+        assert "no chat template" in err["message"] and "--chat-template" in err["message"]
+        r = raw_post(s, "/v1/completions", {"prompt": "I dreamed", "max_tokens": 4})
+        assert r.status_code == 200, r.text
+    finally:
+        s.stop()
+    s = Server(tokamak_bin, model, "--chat-template", "chatml")
+    try:
+        assert "chat template: preset chatml" in s.stderr()
+        r = raw_post(s, "/v1/chat/completions", {"messages": [{"role": "user", "content": "I dreamed"}],
+                                                  "max_tokens": 4})
+        assert r.status_code == 200, r.text
+    finally:
+        s.stop()
+
+
+GEMMA = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), ".cache",
+                     "models", "gemma-3-270m-q4_k_m.gguf")
+
+
+@pytest.mark.skipif(not os.path.exists(GEMMA), reason="Gemma 3 270M not fetched (tools/oracles.sh or tools/demo.sh)")
+def test_chat_gemma_preset(tokamak_bin):
+    """The Gemma 3 GGUF from PyPI has no chat template: its vocabulary's
+    <start_of_turn>/<end_of_turn> select the gemma preset, whose rendering
+    (not ChatML) is what the model sees."""
+    s = Server(tokamak_bin, GEMMA)
+    try:
+        assert "chat template: preset gemma" in s.stderr()
+        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        r = s.client().chat.completions.create(model="gemma-3-270m-q4_k_m", messages=msgs, max_tokens=8,
+                                               temperature=0)
+        # <bos> <start_of_turn> user \n ...question (7)... <end_of_turn> \n <start_of_turn> model \n
+        assert r.usage.prompt_tokens == 16
+        assert "im_start" not in r.choices[0].message.content
+        # (a completion prompt gets BOS prepended)
+        text = "<start_of_turn>user\nWhat is the capital of France?<end_of_turn>\n<start_of_turn>model\n"
+        ref = raw_post(s, "/v1/completions", {"prompt": text, "max_tokens": 8, "temperature": 0}).json()
+        assert ref["usage"]["prompt_tokens"] == 16
+        assert ref["choices"][0]["text"] == r.choices[0].message.content
+    finally:
+        s.stop()
+
+
 # ---------------------------------------------------------------- streaming
 
 def test_stream_completion(client, server):
