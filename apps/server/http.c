@@ -834,6 +834,75 @@ static int match_route(const char *url) {
     return R_NONE;
 }
 
+/* ---- connection deadlines ----
+ *
+ * libmicrohttpd's own timeout only closes a connection that is silent, so a
+ * client trickling a header byte now and then would hold its slot (and
+ * thread) forever.  Every connection is tracked from its start: its headers
+ * are due header_timeout_s after it opened (or after the previous answer on
+ * a kept-alive connection), its body body_timeout_s after the headers.  The
+ * reaper thread shuts down the socket of a connection past its deadline;
+ * libmicrohttpd's thread then sees the end of the stream and closes it. */
+typedef struct conn_track {
+    struct conn_track *prev, *next;
+    int fd;
+    double deadline; /* 0: none (the request is being answered) */
+} conn_track;
+
+static void track_set_deadline(tk_server *s, struct MHD_Connection *c, int timeout_s) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_track *t = ci ? ci->socket_context : NULL;
+    if (!t) return;
+    pthread_mutex_lock(&s->track_mu);
+    t->deadline = timeout_s > 0 ? tk_clock_seconds(TK_CLOCK_WALL) + timeout_s : 0;
+    pthread_mutex_unlock(&s->track_mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    tk_server *s = cls;
+    conn_track *t = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t = ci ? calloc(1, sizeof *t) : NULL;
+        if (!t) return; /* untracked: libmicrohttpd's idle timeout still applies */
+        t->fd = ci->connect_fd;
+        pthread_mutex_lock(&s->track_mu);
+        t->deadline = s->cfg.header_timeout_s > 0 ? tk_clock_seconds(TK_CLOCK_WALL) + s->cfg.header_timeout_s : 0;
+        t->next = s->tracked;
+        if (s->tracked) s->tracked->prev = t;
+        s->tracked = t;
+        pthread_mutex_unlock(&s->track_mu);
+        *socket_context = t;
+    } else if (t) {
+        pthread_mutex_lock(&s->track_mu); /* the socket is closed after this returns: the reaper must be done with it */
+        if (t->prev) t->prev->next = t->next;
+        else s->tracked = t->next;
+        if (t->next) t->next->prev = t->prev;
+        pthread_mutex_unlock(&s->track_mu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+static void *reaper_main(void *arg) {
+    tk_server *s = arg;
+    while (!atomic_load(&s->reaper_quit)) {
+        usleep(100000);
+        double now = tk_clock_seconds(TK_CLOCK_WALL);
+        pthread_mutex_lock(&s->track_mu);
+        for (conn_track *t = s->tracked; t; t = t->next) {
+            if (t->deadline > 0 && now > t->deadline) {
+                t->deadline = 0;
+                shutdown(t->fd, SHUT_RDWR);
+                atomic_fetch_add(&s->timed_out, 1);
+            }
+        }
+        pthread_mutex_unlock(&s->track_mu);
+    }
+    return NULL;
+}
+
 /* Constant-time comparison of the bearer token against the key. */
 static bool auth_ok(tk_server *s, struct MHD_Connection *c) {
     if (!s->cfg.api_key) return true;
@@ -917,6 +986,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             if (r->too_large && (errno || end == cl || v > DISCARD_LIMIT)) return send_413(r, true);
         }
         if (!post_route) return handle_get(r, url);
+        track_set_deadline(s, c, s->cfg.body_timeout_s);
         return MHD_YES;
     }
     if (*upload_size) {
@@ -945,6 +1015,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    track_set_deadline(s, c, 0); /* the whole request arrived */
     if (r->responded) return MHD_YES;
     if (r->too_large) return send_413(r, false);
     return handle_generate(r);
@@ -956,6 +1027,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (!r) return;
     *con_cls = NULL;
     if (r->early_413 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) drain_request(s, c);
+    track_set_deadline(s, c, s->cfg.header_timeout_s); /* a kept-alive connection's next request */
     /* A failed write, a closed connection or shutdown: stop generating now. */
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->events && !r->finished)
         atomic_fetch_add(&s->cancelled_disconnect, 1);
@@ -1043,7 +1115,8 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+    /* poll(), not select(): select cannot watch descriptors past 1023. */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC;
     socklen_t sl;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
@@ -1060,15 +1133,24 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
         return tk_err_set(err, "--host must be a numeric IPv4 or IPv6 address, got '%s'", cfg->host);
     }
     (void)sl;
+    pthread_mutex_init(&s->track_mu, NULL);
     s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+                              on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 256),
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-                              (unsigned)1, MHD_OPTION_END);
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
+                              MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     if (!s->mhd) {
         free_special_texts(s);
+        pthread_mutex_destroy(&s->track_mu);
         return tk_err_set(err, "cannot listen on %s port %d", cfg->host, cfg->port);
     }
+    if (pthread_create(&s->reaper, NULL, reaper_main, s)) {
+        tk_server_stop(s);
+        return tk_err_set(err, "cannot start the connection reaper thread");
+    }
+    s->reaper_running = true;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     if (di) s->cfg.port = di->port;
     return 0;
@@ -1082,7 +1164,15 @@ void tk_server_begin_stop(tk_server *s) {
 }
 
 void tk_server_stop(tk_server *s) {
-    if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->reaper_running) {
+        atomic_store(&s->reaper_quit, true);
+        pthread_join(s->reaper, NULL);
+        s->reaper_running = false;
+    }
+    if (s->mhd) {
+        MHD_stop_daemon(s->mhd);
+        pthread_mutex_destroy(&s->track_mu);
+    }
     s->mhd = NULL;
     if (s->listen_fd >= 0) close(s->listen_fd);
     s->listen_fd = -1;

@@ -52,6 +52,11 @@ static void usage(FILE *f) {
             "                           slide release them by default)\n"
             "  --max-queue N            waiting requests before 429 (default 256)\n"
             "  --max-connections N      concurrent HTTP connections (default 256)\n"
+            "  --max-connections-per-ip N  concurrent connections from one client address (default 64; 0: no cap)\n"
+            "  --header-timeout S       seconds a request's headers may take to arrive (default 10)\n"
+            "  --body-timeout S         seconds a request's body may take after its headers (default 30)\n"
+            "  --idle-timeout S         seconds without traffic before a connection is closed (default 60;\n"
+            "                           time spent generating does not count)\n"
             "  --parse-special-in-content  parse control-token text (e.g. <|im_start|>) in chat message content\n"
             "                           as control tokens (default: plain text, only the template's are parsed)\n"
             "speculative decoding (server-wide defaults; a request may override them with\n"
@@ -117,7 +122,9 @@ static int step_once(tk_engine *e) {
 
 int tk_cmd_serve(int argc, char **argv) {
     tk_engine_config cfg = {.max_seqs = 16};
-    tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256};
+    tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256,
+                             .max_connections_per_ip = 64, .header_timeout_s = 10, .body_timeout_s = 30,
+                             .idle_timeout_s = 60};
     const char *tmpl_file = NULL, *kv_mem = NULL;
     tk_spec_args spec = {0};
     const tk_opt opts[] = {
@@ -139,6 +146,10 @@ int tk_cmd_serve(int argc, char **argv) {
         TK_OPT_ON("--no-window-release", &cfg.no_window_release),
         TK_OPT_I("--max-queue", &cfg.max_waiting, 1, 1 << 20),
         TK_OPT_I("--max-connections", &scfg.max_connections, 1, 65536),
+        TK_OPT_I("--max-connections-per-ip", &scfg.max_connections_per_ip, 0, 65536),
+        TK_OPT_I("--header-timeout", &scfg.header_timeout_s, 1, 3600),
+        TK_OPT_I("--body-timeout", &scfg.body_timeout_s, 1, 3600),
+        TK_OPT_I("--idle-timeout", &scfg.idle_timeout_s, 1, 86400),
         TK_OPT_ON("--parse-special-in-content", &scfg.parse_special_in_content),
     };
     const tk_cli cli = {.cmd = "serve", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};

@@ -12,6 +12,7 @@
 #ifndef TK_SERVER_H
 #define TK_SERVER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -25,6 +26,10 @@ typedef struct tk_server_config {
     const char *api_key;       /* NULL: no authentication */
     const char *model_name;
     int max_connections;
+    int max_connections_per_ip; /* 0: no per-address cap */
+    int header_timeout_s;      /* a request's headers must arrive within this (from connect or the previous answer) */
+    int body_timeout_s;        /* ... and its body within this after the headers */
+    int idle_timeout_s;        /* a connection with no traffic either way is closed (generation time excepted) */
     bool parse_special_in_content; /* control-token text in chat message content stays a control token */
 } tk_server_config;
 
@@ -55,6 +60,14 @@ typedef struct tk_server {
     atomic_bool stopping;
     atomic_int active;         /* HTTP requests between first call and completion */
     atomic_uint_fast64_t http_requests, http_errors, rejected_queue_full, cancelled_disconnect;
+    atomic_uint_fast64_t timed_out;
+    /* Connections whose headers or body are due (see conn_track in http.c),
+     * watched by the reaper thread. */
+    pthread_mutex_t track_mu;
+    struct conn_track *tracked;
+    pthread_t reaper;
+    bool reaper_running;
+    atomic_bool reaper_quit;
     struct MHD_Daemon *mhd;
     int listen_fd;             /* after quiescing: ours to close */
 } tk_server;

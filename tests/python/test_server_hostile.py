@@ -1,0 +1,138 @@
+"""`tokamak serve` against hostile clients (issue 18): slow and stalled
+connections, memory-hungry requests and responses, shutdown under load,
+DNS rebinding and the API key's exposure.  Only 127.0.0.1 (and 127.0.0.2 as
+a second client address on the loopback) is used; every wait is bounded."""
+import http.client
+import json
+import os
+import socket
+import time
+
+import pytest
+
+from test_server import API_KEY, Server, assert_error
+
+requests = pytest.importorskip("requests", reason="requests is not installed")
+
+
+@pytest.fixture(scope="module")
+def model_dir(shared):
+    path = os.path.join(shared, "models", "code-target")
+    if not os.path.isdir(path):
+        pytest.skip(f"{path} not found")
+    return path
+
+
+def completion_from(port, source, body, headers=None, timeout=30):
+    """POST /v1/completions from a chosen loopback source address."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))
+    try:
+        conn.request("POST", "/v1/completions", body=json.dumps(body),
+                     headers={"Content-Type": "application/json", **(headers or {})})
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def open_sockets(port, n, payload):
+    socks = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        try:
+            s.sendall(payload)
+        except OSError:
+            pass  # refused by the per-address cap
+        socks.append(s)
+    return socks
+
+
+def closed_by_server(sock, within):
+    """True when the server ends the connection within `within` seconds."""
+    sock.settimeout(within)
+    try:
+        while True:
+            if not sock.recv(4096):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+HALF_HEADER = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+
+
+def test_slow_clients_do_not_take_every_slot(tokamak_bin, model_dir):
+    s = Server(tokamak_bin, model_dir, "--header-timeout", "3", "--body-timeout", "3")
+    socks = []
+    try:
+        socks = open_sockets(s.port, 256, HALF_HEADER)
+        time.sleep(0.3)
+        # another client address gets its completion at once: the per-address cap
+        # kept the 256 from taking every connection
+        t0 = time.time()
+        status, body = completion_from(s.port, "127.0.0.2", {"prompt": "def f():", "max_tokens": 4})
+        assert status == 200, body
+        assert time.time() - t0 < 5
+        # the same address recovers once the half headers are past their deadline
+        t0 = time.time()
+        while True:
+            try:
+                if requests.get(s.url + "/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.time() - t0 < 8, "the stalled connections were not reclaimed"
+            time.sleep(0.2)
+        assert s.metrics()["tokamak_http_connections_timed_out_total"] >= 1
+    finally:
+        for x in socks:
+            x.close()
+        s.stop()
+
+
+def test_header_and_body_deadlines(tokamak_bin, model_dir):
+    s = Server(tokamak_bin, model_dir, "--header-timeout", "2", "--body-timeout", "2")
+    try:
+        # a header trickled a byte at a time never completes: closed at its deadline
+        trickle = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+        t0 = time.time()
+        closed = False
+        for b in HALF_HEADER * 4:
+            try:
+                trickle.sendall(bytes([b]))
+            except OSError:
+                closed = True
+                break
+            trickle.settimeout(0.25)
+            try:
+                if not trickle.recv(4096):
+                    closed = True
+                    break
+            except socket.timeout:
+                pass
+            except OSError:
+                closed = True
+                break
+            if time.time() - t0 > 8:
+                break
+        assert closed and time.time() - t0 < 5, "a trickled header held its connection"
+        trickle.close()
+        # a declared body that never arrives
+        stalled = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+        stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: 5000000\r\n\r\n{\"prompt\":")
+        assert closed_by_server(stalled, 5)
+        stalled.close()
+        # an idle kept-alive connection is reclaimed too
+        idle = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+        idle.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        assert b"200" in idle.recv(4096)
+        assert closed_by_server(idle, 5)
+        idle.close()
+        # well-behaved requests are unaffected
+        status, body = completion_from(s.port, "127.0.0.1", {"prompt": "def f():", "max_tokens": 4})
+        assert status == 200, body
+    finally:
+        s.stop()
