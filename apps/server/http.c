@@ -22,9 +22,15 @@
 
 enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS };
 
+/* Non-streaming logprobs are kept serialized, as the comma-separated
+ * elements of each array of the logprobs object (chat: content;
+ * completions: tokens, token_logprobs, top_logprobs, text_offset): a few
+ * bytes per value where jansson objects would take ~20x that. */
+#define LP_ARRAYS 4
+
 typedef struct choice_st {
     tk_strbuf text;        /* non-streaming: the whole text */
-    json_t *lp;          /* non-streaming logprobs accumulator */
+    tk_strbuf lp[LP_ARRAYS]; /* non-streaming logprobs, see above */
     int32_t prev;        /* previous token, for detokenizing alternatives */
     size_t text_off;     /* bytes of text so far (completions text_offset) */
     int n_generated;
@@ -55,6 +61,8 @@ typedef struct http_req {
     int n_ch;
     tk_event_batch batch;
     tk_strbuf out;          /* streaming: formatted bytes not yet handed to MHD */
+    size_t held;          /* non-streaming: bytes of text and logprobs kept for the answer */
+    bool over_cap;        /* ... past cfg.max_response_bytes: cancelled */
     bool stream_end;      /* streaming: [DONE] is in `out` */
     double last_peek;
     double last_probe;    /* when the peer's end of the connection was last written to, to tell a half-close */
@@ -67,7 +75,7 @@ static void req_free(http_req *r) {
     if (r->have_api) tk_api_req_free(&r->api);
     for (int i = 0; i < r->n_ch; i++) {
         tk_strbuf_free(&r->ch[i].text);
-        json_decref(r->ch[i].lp);
+        for (int k = 0; k < LP_ARRAYS; k++) tk_strbuf_free(&r->ch[i].lp[k]);
     }
     free(r->ch);
     tk_event_batch_free(&r->batch);
@@ -128,9 +136,13 @@ static bool client_gone_waiting(http_req *r) {
 
 /* ---- plain responses ---- */
 
-static enum MHD_Result send_body(http_req *r, unsigned status, const char *ctype, const char *body, size_t len) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!resp) return MHD_NO;
+/* Takes ownership of the malloc'd body (libmicrohttpd frees it: no copy). */
+static enum MHD_Result send_body(http_req *r, unsigned status, const char *ctype, char *body, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == 405) {
         const char *allow = (r->route == R_COMPLETIONS || r->route == R_CHAT) ? "POST" : "GET, HEAD";
@@ -148,17 +160,13 @@ static enum MHD_Result send_json(http_req *r, unsigned status, json_t *j) {
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     if (!s) return MHD_NO;
-    enum MHD_Result rc = send_body(r, status, "application/json", s, strlen(s));
-    free(s);
-    return rc;
+    return send_body(r, status, "application/json", s, strlen(s));
 }
 
 static enum MHD_Result send_error(http_req *r, const tk_api_error *e) {
     char *s = tk_api_error_json(e);
     if (!s) return MHD_NO;
-    enum MHD_Result rc = send_body(r, (unsigned)e->status, "application/json", s, strlen(s));
-    free(s);
-    return rc;
+    return send_body(r, (unsigned)e->status, "application/json", s, strlen(s));
 }
 
 static enum MHD_Result send_err(http_req *r, int status, const char *type, const char *code, const char *param,
@@ -336,6 +344,29 @@ static void emit_end(http_req *r) {
     r->stream_end = true;
 }
 
+/* One token's logprobs appended, serialized, to the choice's arrays. */
+static void keep_logprobs(http_req *r, choice_st *c, const tk_queued_event *ev) {
+    static const char *const keys[2][LP_ARRAYS] = {{"tokens", "token_logprobs", "top_logprobs", "text_offset"},
+                                                   {"content"}};
+    bool chat = r->api.kind == TK_API_CHAT;
+    json_t *lp = new_logprobs(r->api.kind);
+    if (!lp) {
+        c->text.failed = true;
+        return;
+    }
+    add_logprobs(r, lp, c, ev, c->text_off);
+    for (int k = 0; k < LP_ARRAYS && keys[chat][k]; k++) {
+        json_t *v = json_array_get(json_object_get(lp, keys[chat][k]), 0);
+        char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(9)) : NULL;
+        if (!t) c->text.failed = true;
+        if (c->lp[k].len) tk_strbuf_adds(&c->lp[k], ",");
+        if (t) tk_strbuf_adds(&c->lp[k], t);
+        r->held += (t ? strlen(t) : 0) + 1;
+        free(t);
+    }
+    json_decref(lp);
+}
+
 /* Folds taken events into the per-choice state; streaming formats them. */
 static void consume_events(http_req *r) {
     for (size_t i = 0; i < r->batch.n; i++) {
@@ -354,8 +385,9 @@ static void consume_events(http_req *r) {
                 }
                 emit_chunk(r, ev->index, ev->text, (size_t)ev->text_len, lp, NULL);
             } else {
-                if (want_lp && c->lp) add_logprobs(r, c->lp, c, ev, c->text_off);
+                if (want_lp) keep_logprobs(r, c, ev);
                 tk_strbuf_add(&c->text, ev->text, (size_t)ev->text_len);
+                r->held += (size_t)ev->text_len;
             }
         }
         c->text_off += (size_t)ev->text_len;
@@ -369,18 +401,30 @@ static void consume_events(http_req *r) {
     }
 }
 
-static json_t *final_response(http_req *r) {
+/* Appends the JSON text of j (consumed) without its closing brace. */
+static void add_open_object(tk_strbuf *b, json_t *j) {
+    char *t = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!t) {
+        b->failed = true;
+        return;
+    }
+    tk_strbuf_add(b, t, strlen(t) - 1);
+    free(t);
+}
+
+/* The non-streaming answer as text, built in one buffer from the kept text
+ * and serialized logprobs (NULL if out of memory); *len its length. */
+static char *final_response(http_req *r, size_t *len) {
     bool chat = r->api.kind == TK_API_CHAT;
-    json_t *o = response_head(r, chat ? "chat.completion" : "text_completion");
-    json_t *choices = json_array();
+    tk_strbuf b = {0};
+    add_open_object(&b, response_head(r, chat ? "chat.completion" : "text_completion"));
+    tk_strbuf_adds(&b, ",\"choices\":[");
     for (int i = 0; i < r->n_ch; i++) {
         choice_st *c = &r->ch[i];
-        if (c->text.failed) {
-            json_decref(choices);
-            json_decref(o);
-            return NULL;
-        }
+        if (c->text.failed) b.failed = true;
         json_t *text = tk_json_lossy_string(c->text.data, c->text.len);
+        tk_strbuf_free(&c->text); /* no second copy of the text */
         json_t *ch = json_object();
         json_object_set_new(ch, "index", json_integer(i));
         if (chat)
@@ -388,13 +432,39 @@ static json_t *final_response(http_req *r) {
                                                          "refusal"));
         else
             json_object_set_new(ch, "text", text);
-        json_object_set(ch, "logprobs", c->lp ? c->lp : json_null());
         json_object_set_new(ch, "finish_reason", json_string(c->finish[0] ? c->finish : "stop"));
-        json_array_append_new(choices, ch);
+        if (i) tk_strbuf_adds(&b, ",");
+        add_open_object(&b, ch);
+        tk_strbuf_adds(&b, ",\"logprobs\":");
+        if (r->api.logprobs < 0) {
+            tk_strbuf_adds(&b, "null}");
+            continue;
+        }
+        static const char *const open[2][LP_ARRAYS] = {
+            {"{\"tokens\":[", "],\"token_logprobs\":[", "],\"top_logprobs\":[", "],\"text_offset\":["},
+            {"{\"content\":["}};
+        for (int k = 0; k < LP_ARRAYS && open[chat][k]; k++) {
+            if (c->lp[k].failed) b.failed = true;
+            tk_strbuf_adds(&b, open[chat][k]);
+            tk_strbuf_add(&b, c->lp[k].data, c->lp[k].len);
+            tk_strbuf_free(&c->lp[k]);
+        }
+        tk_strbuf_adds(&b, chat ? "],\"refusal\":null}}" : "]}}");
     }
-    json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", usage_json(r));
-    return o;
+    tk_strbuf_adds(&b, "],\"usage\":");
+    json_t *usage = usage_json(r);
+    char *u = usage ? json_dumps(usage, JSON_COMPACT) : NULL;
+    json_decref(usage);
+    if (!u) b.failed = true;
+    else tk_strbuf_adds(&b, u);
+    free(u);
+    tk_strbuf_adds(&b, "}");
+    if (b.failed) {
+        tk_strbuf_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    return b.data;
 }
 
 /* ---- streaming ---- */
@@ -724,10 +794,7 @@ static enum MHD_Result handle_generate(http_req *r) {
         free(ids);
         return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
     }
-    for (int i = 0; i < r->n_ch; i++) {
-        r->ch[i].prev = ids[n - 1];
-        if (r->api.logprobs >= 0 && !r->api.stream) r->ch[i].lp = new_logprobs(kind);
-    }
+    for (int i = 0; i < r->n_ch; i++) r->ch[i].prev = ids[n - 1];
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", kind == TK_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)(s->id_salt ^ seq), (unsigned long long)(seq & 0xffffffffu));
     r->created = time(NULL);
@@ -770,6 +837,14 @@ static enum MHD_Result handle_generate(http_req *r) {
         bool all_done = false;
         size_t got = tk_event_queue_take(r->events, 100, &r->batch, &all_done, &lost);
         if (got) consume_events(r);
+        if (r->held > s->cfg.max_response_bytes) {
+            req_cancel(r);
+            tk_api_error_set(&e, 400, "invalid_request_error", "response_too_large", NULL,
+                             "the response would exceed the server's limit of %zu bytes (--max-response-size); "
+                             "ask for fewer choices (n), tokens (max_tokens) or top_logprobs, or use \"stream\": true",
+                             s->cfg.max_response_bytes);
+            return send_error(r, &e);
+        }
         if (all_done) {
             r->finished = true;
             break;
@@ -785,9 +860,10 @@ static enum MHD_Result handle_generate(http_req *r) {
         }
     }
     if (lost || r->failed) return send_err(r, 500, "server_error", NULL, NULL, "generation failed inside the engine");
-    json_t *o = final_response(r);
-    if (!o) return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
-    return send_json(r, 200, o);
+    size_t len;
+    char *text = final_response(r, &len);
+    if (!text) return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+    return send_body(r, 200, "application/json", text, len);
 }
 
 /* ---- simple endpoints ---- */
@@ -807,9 +883,7 @@ static enum MHD_Result handle_get(http_req *r, const char *url) {
     case R_METRICS: {
         char *t = tk_server_metrics_text(s);
         if (!t) return MHD_NO;
-        enum MHD_Result rc = send_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t));
-        free(t);
-        return rc;
+        return send_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t));
     }
     case R_MODELS:
         return send_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));

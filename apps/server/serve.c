@@ -57,6 +57,8 @@ static void usage(FILE *f) {
             "  --body-timeout S         seconds a request's body may take after its headers (default 30)\n"
             "  --idle-timeout S         seconds without traffic before a connection is closed (default 60;\n"
             "                           time spent generating does not count)\n"
+            "  --max-response-size SIZE  largest non-streaming answer kept, e.g. 32M (default 32M; larger: 400,\n"
+            "                           streaming has no such limit)\n"
             "  --parse-special-in-content  parse control-token text (e.g. <|im_start|>) in chat message content\n"
             "                           as control tokens (default: plain text, only the template's are parsed)\n"
             "speculative decoding (server-wide defaults; a request may override them with\n"
@@ -124,8 +126,8 @@ int tk_cmd_serve(int argc, char **argv) {
     tk_engine_config cfg = {.max_seqs = 16};
     tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256,
                              .max_connections_per_ip = 64, .header_timeout_s = 10, .body_timeout_s = 30,
-                             .idle_timeout_s = 60};
-    const char *tmpl_file = NULL, *kv_mem = NULL;
+                             .idle_timeout_s = 60, .max_response_bytes = (size_t)32 << 20};
+    const char *tmpl_file = NULL, *kv_mem = NULL, *max_resp = NULL;
     tk_spec_args spec = {0};
     const tk_opt opts[] = {
         TK_OPT_S("-m|--model", &cfg.model_path),
@@ -150,6 +152,7 @@ int tk_cmd_serve(int argc, char **argv) {
         TK_OPT_I("--header-timeout", &scfg.header_timeout_s, 1, 3600),
         TK_OPT_I("--body-timeout", &scfg.body_timeout_s, 1, 3600),
         TK_OPT_I("--idle-timeout", &scfg.idle_timeout_s, 1, 86400),
+        TK_OPT_S("--max-response-size", &max_resp),
         TK_OPT_ON("--parse-special-in-content", &scfg.parse_special_in_content),
     };
     const tk_cli cli = {.cmd = "serve", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
@@ -163,6 +166,10 @@ int tk_cmd_serve(int argc, char **argv) {
     if (!cfg.max_batch_tokens) cfg.max_batch_tokens = cfg.max_seqs > 128 ? cfg.max_seqs : 128;
     if (kv_mem && parse_size(kv_mem, &cfg.kv_memory)) {
         fprintf(stderr, "tokamak serve: --kv-memory expects a size like 512M or 2G, got '%s'\n", kv_mem);
+        return 2;
+    }
+    if (max_resp && parse_size(max_resp, &scfg.max_response_bytes)) {
+        fprintf(stderr, "tokamak serve: --max-response-size expects a size like 32M, got '%s'\n", max_resp);
         return 2;
     }
     if (scfg.api_key && !scfg.api_key[0]) {

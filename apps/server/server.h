@@ -29,6 +29,7 @@ typedef struct tk_server_config {
     int max_connections_per_ip; /* 0: no per-address cap */
     int header_timeout_s;      /* a request's headers must arrive within this (from connect or the previous answer) */
     int body_timeout_s;        /* ... and its body within this after the headers */
+    size_t max_response_bytes; /* a non-streaming answer's text and logprobs kept past this: 400 */
     int idle_timeout_s;        /* a connection with no traffic either way is closed (generation time excepted) */
     bool parse_special_in_content; /* control-token text in chat message content stays a control token */
 } tk_server_config;

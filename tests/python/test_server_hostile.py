@@ -136,3 +136,31 @@ def test_header_and_body_deadlines(tokamak_bin, model_dir):
         assert status == 200, body
     finally:
         s.stop()
+
+
+def test_response_size_cap(tokamak_bin, model_dir):
+    s = Server(tokamak_bin, model_dir, "--max-response-size", "16K")
+    try:
+        body = {"prompt": "def f():", "n": 2, "logprobs": 5, "max_tokens": 200, "ignore_eos": True}
+        t0 = time.time()
+        r = requests.post(s.url + "/v1/completions", json=body, timeout=60)
+        err = assert_error(r, 400)
+        assert err["code"] == "response_too_large" and "16384" in err["message"], err
+        assert time.time() - t0 < 30
+        # within the cap: answered, logprobs and all
+        r = requests.post(s.url + "/v1/completions", json={**body, "n": 1, "max_tokens": 8}, timeout=60)
+        assert r.status_code == 200, r.text
+        lp = r.json()["choices"][0]["logprobs"]
+        assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 8
+        r = requests.post(s.url + "/v1/chat/completions", timeout=60,
+                          json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
+                                "logprobs": True, "top_logprobs": 3, "ignore_eos": True})
+        assert r.status_code == 200, r.text
+        content = r.json()["choices"][0]["logprobs"]["content"]
+        assert len(content) == 8 and all(len(c["top_logprobs"]) == 3 for c in content)
+        # streaming is not capped: it holds one batch of chunks at a time
+        r = requests.post(s.url + "/v1/completions", json={**body, "stream": True}, timeout=60)
+        assert r.status_code == 200 and r.text.rstrip().endswith("data: [DONE]")
+        s.wait_idle()
+    finally:
+        s.stop()
