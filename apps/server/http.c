@@ -134,6 +134,95 @@ static bool client_gone_waiting(http_req *r) {
     return st == PEER_GONE;
 }
 
+/* ---- connection deadlines ----
+ *
+ * libmicrohttpd's own timeout only closes a connection that is silent, so a
+ * client trickling a header byte now and then would hold its slot (and
+ * thread) forever.  Every connection is tracked from its start: its headers
+ * are due header_timeout_s after it opened (or after the previous answer on
+ * a kept-alive connection), its body body_timeout_s after the headers.  The
+ * reaper thread shuts down the socket of a connection past its deadline;
+ * libmicrohttpd's thread then sees the end of the stream and closes it. */
+typedef struct conn_track {
+    struct conn_track *prev, *next;
+    int fd;
+    double deadline;     /* 0: none (the request is being answered) */
+    double render_start; /* 0: no chat template render running */
+    atomic_bool cancel;  /* stops the render: the client left or the server stops */
+} conn_track;
+
+/* A render running this long is checked for a client that left. */
+#define RENDER_WATCH_S 0.5
+
+static conn_track *track_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void track_set_deadline(tk_server *s, struct MHD_Connection *c, int timeout_s) {
+    conn_track *t = track_of(c);
+    if (!t) return;
+    pthread_mutex_lock(&s->track_mu);
+    t->deadline = timeout_s > 0 ? tk_clock_seconds(TK_CLOCK_WALL) + timeout_s : 0;
+    pthread_mutex_unlock(&s->track_mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    tk_server *s = cls;
+    conn_track *t = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t = ci ? calloc(1, sizeof *t) : NULL;
+        if (!t) return; /* untracked: libmicrohttpd's idle timeout still applies */
+        t->fd = ci->connect_fd;
+        pthread_mutex_lock(&s->track_mu);
+        t->deadline = s->cfg.header_timeout_s > 0 ? tk_clock_seconds(TK_CLOCK_WALL) + s->cfg.header_timeout_s : 0;
+        t->next = s->tracked;
+        if (s->tracked) s->tracked->prev = t;
+        s->tracked = t;
+        pthread_mutex_unlock(&s->track_mu);
+        *socket_context = t;
+    } else if (t) {
+        pthread_mutex_lock(&s->track_mu); /* the socket is closed after this returns: the reaper must be done with it */
+        if (t->prev) t->prev->next = t->next;
+        else s->tracked = t->next;
+        if (t->next) t->next->prev = t->prev;
+        pthread_mutex_unlock(&s->track_mu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+static void *reaper_main(void *arg) {
+    tk_server *s = arg;
+    while (!atomic_load(&s->reaper_quit)) {
+        usleep(100000);
+        double now = tk_clock_seconds(TK_CLOCK_WALL);
+        pthread_mutex_lock(&s->track_mu);
+        bool stopping = atomic_load(&s->stopping);
+        for (conn_track *t = s->tracked; t; t = t->next) {
+            if (t->deadline > 0 && now > t->deadline) {
+                t->deadline = 0;
+                shutdown(t->fd, SHUT_RDWR);
+                atomic_fetch_add(&s->timed_out, 1);
+            }
+            if (stopping) atomic_store(&t->cancel, true);
+            /* A long render's client is peeked at here (its own thread is busy
+             * rendering): an end of stream or an error stops the render.  A
+             * client that only half-closed is taken for gone too. */
+            char b;
+            if (t->render_start > 0 && now - t->render_start > RENDER_WATCH_S && !atomic_load(&t->cancel)) {
+                ssize_t n = recv(t->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                    atomic_store(&t->cancel, true);
+            }
+        }
+        pthread_mutex_unlock(&s->track_mu);
+    }
+    return NULL;
+}
+
 /* ---- plain responses ---- */
 
 /* Takes ownership of the malloc'd body (libmicrohttpd frees it: no copy). */
@@ -494,8 +583,16 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         if (atomic_load(&r->srv->stopping)) {
+            /* End the stream with an error event the client can read. */
             req_cancel(r);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            tk_api_error e;
+            tk_api_error_set(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+            char *s = tk_api_error_json(&e);
+            if (!s) return MHD_CONTENT_READER_END_WITH_ERROR;
+            tk_strbuf_printf(&r->out, "data: %s\n\n", s);
+            free(s);
+            r->stream_end = true;
+            continue;
         }
         peer_state st = client_state(r);
         if (st == PEER_GONE) {
@@ -667,8 +764,23 @@ static int render_chat(http_req *r, char **text, tk_err *err) {
         if (own[i]) msgs[i].content = own[i];
     }
     tk_err terr;
-    if (!rc && tk_chat_template_render(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, text, &terr))
+    conn_track *t = track_of(r->conn);
+    if (t) {
+        pthread_mutex_lock(&s->track_mu);
+        t->render_start = tk_clock_seconds(TK_CLOCK_WALL);
+        pthread_mutex_unlock(&s->track_mu);
+    }
+    const atomic_bool *cancel = t ? &t->cancel : &s->stopping;
+    if (!rc && tk_chat_template_render_cancellable(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, cancel, text,
+                                                   &terr)) {
         rc = tk_err_set(err, "chat template: %s", terr.msg);
+        if (atomic_load(cancel)) atomic_fetch_add(&s->renders_cancelled, 1);
+    }
+    if (t) {
+        pthread_mutex_lock(&s->track_mu);
+        t->render_start = 0;
+        pthread_mutex_unlock(&s->track_mu);
+    }
     for (int i = 0; own && i < nm; i++) free(own[i]);
     free(own);
     free(msgs);
@@ -757,7 +869,11 @@ static enum MHD_Result handle_generate(http_req *r) {
     }
     int32_t *ids;
     int n;
-    if (build_prompt(r, &ids, &n, &e)) return send_error(r, &e);
+    if (build_prompt(r, &ids, &n, &e)) {
+        if (atomic_load(&s->stopping)) /* a render cut short by the shutdown */
+            return send_err(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return send_error(r, &e);
+    }
     const char *pparam = kind == TK_API_CHAT ? "messages" : "prompt";
     if (n >= s->ctx_len || (long long)n + r->api.max_tokens > s->ctx_len) {
         free(ids);
@@ -909,75 +1025,6 @@ static int match_route(const char *url) {
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/metrics")) return R_METRICS;
     return R_NONE;
-}
-
-/* ---- connection deadlines ----
- *
- * libmicrohttpd's own timeout only closes a connection that is silent, so a
- * client trickling a header byte now and then would hold its slot (and
- * thread) forever.  Every connection is tracked from its start: its headers
- * are due header_timeout_s after it opened (or after the previous answer on
- * a kept-alive connection), its body body_timeout_s after the headers.  The
- * reaper thread shuts down the socket of a connection past its deadline;
- * libmicrohttpd's thread then sees the end of the stream and closes it. */
-typedef struct conn_track {
-    struct conn_track *prev, *next;
-    int fd;
-    double deadline; /* 0: none (the request is being answered) */
-} conn_track;
-
-static void track_set_deadline(tk_server *s, struct MHD_Connection *c, int timeout_s) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    conn_track *t = ci ? ci->socket_context : NULL;
-    if (!t) return;
-    pthread_mutex_lock(&s->track_mu);
-    t->deadline = timeout_s > 0 ? tk_clock_seconds(TK_CLOCK_WALL) + timeout_s : 0;
-    pthread_mutex_unlock(&s->track_mu);
-}
-
-static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code) {
-    tk_server *s = cls;
-    conn_track *t = *socket_context;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-        t = ci ? calloc(1, sizeof *t) : NULL;
-        if (!t) return; /* untracked: libmicrohttpd's idle timeout still applies */
-        t->fd = ci->connect_fd;
-        pthread_mutex_lock(&s->track_mu);
-        t->deadline = s->cfg.header_timeout_s > 0 ? tk_clock_seconds(TK_CLOCK_WALL) + s->cfg.header_timeout_s : 0;
-        t->next = s->tracked;
-        if (s->tracked) s->tracked->prev = t;
-        s->tracked = t;
-        pthread_mutex_unlock(&s->track_mu);
-        *socket_context = t;
-    } else if (t) {
-        pthread_mutex_lock(&s->track_mu); /* the socket is closed after this returns: the reaper must be done with it */
-        if (t->prev) t->prev->next = t->next;
-        else s->tracked = t->next;
-        if (t->next) t->next->prev = t->prev;
-        pthread_mutex_unlock(&s->track_mu);
-        free(t);
-        *socket_context = NULL;
-    }
-}
-
-static void *reaper_main(void *arg) {
-    tk_server *s = arg;
-    while (!atomic_load(&s->reaper_quit)) {
-        usleep(100000);
-        double now = tk_clock_seconds(TK_CLOCK_WALL);
-        pthread_mutex_lock(&s->track_mu);
-        for (conn_track *t = s->tracked; t; t = t->next) {
-            if (t->deadline > 0 && now > t->deadline) {
-                t->deadline = 0;
-                shutdown(t->fd, SHUT_RDWR);
-                atomic_fetch_add(&s->timed_out, 1);
-            }
-        }
-        pthread_mutex_unlock(&s->track_mu);
-    }
-    return NULL;
 }
 
 /* Constant-time comparison of the bearer token against the key. */

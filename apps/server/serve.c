@@ -281,15 +281,18 @@ int tk_cmd_serve(int argc, char **argv) {
         }
         fprintf(stderr, "tokamak serve: shutting down\n");
         tk_server_begin_stop(srv);
-        /* Request threads see `stopping` within ~100 ms and cancel; keep
-         * stepping meanwhile so cancellations are processed. */
+        /* Request threads see `stopping` within ~100 ms and cancel (streams
+         * end with an error event, waiting requests are answered 503, chat
+         * template renders stop); keep stepping meanwhile so cancellations
+         * are processed.  5 s for clients to read their last bytes, 3 s to
+         * drain the engine: the exit comes within 10 s of the signal. */
         double t0 = tk_clock_seconds(TK_CLOCK_WALL);
         while (atomic_load(&srv->active) > 0 && tk_clock_seconds(TK_CLOCK_WALL) - t0 < 5.0)
             if (step_once(e) <= 0) usleep(5000);
         tk_server_stop(srv);
         /* Deliver the final events of cancelled requests (frees them). */
         t0 = tk_clock_seconds(TK_CLOCK_WALL);
-        while (step_once(e) > 0 && tk_clock_seconds(TK_CLOCK_WALL) - t0 < 10.0) {
+        while (step_once(e) > 0 && tk_clock_seconds(TK_CLOCK_WALL) - t0 < 3.0) {
         }
     }
     tk_engine_close(e);

@@ -61,7 +61,7 @@ typedef struct tk_server {
     atomic_bool stopping;
     atomic_int active;         /* HTTP requests between first call and completion */
     atomic_uint_fast64_t http_requests, http_errors, rejected_queue_full, cancelled_disconnect;
-    atomic_uint_fast64_t timed_out;
+    atomic_uint_fast64_t timed_out, renders_cancelled;
     /* Connections whose headers or body are due (see conn_track in http.c),
      * watched by the reaper thread. */
     pthread_mutex_t track_mu;

@@ -206,3 +206,86 @@ def test_parsed_request_is_dropped(tokamak_bin, model_dir, monkeypatch):
         for c in socks:
             c.close()
         s.stop()
+
+
+# a render that runs to its work limit in seconds (a hostile template from a model file)
+SLOW_TEMPLATE = ("{% set s = 'x' * 1000000 %}{% for i in range(100000) %}{% set x = s.replace('x', 'yy') | length %}"
+                 "{% endfor %}{{ messages[0]['content'] }}")
+
+
+@pytest.fixture
+def slow_template(tmp_path):
+    p = tmp_path / "slow.jinja"
+    p.write_text(SLOW_TEMPLATE)
+    return str(p)
+
+
+def chat_body(**kw):
+    return json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, **kw}).encode()
+
+
+def raw_request(port, path, body):
+    c = socket.create_connection(("127.0.0.1", port), timeout=30)
+    c.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+              % (path.encode(), len(body)) + body)
+    return c
+
+
+def test_client_leaving_stops_the_render(tokamak_bin, model_dir, slow_template):
+    s = Server(tokamak_bin, model_dir, "--chat-template", slow_template)
+    try:
+        # the whole render, for scale: it ends at its work limit
+        t0 = time.time()
+        r = requests.post(s.url + "/v1/chat/completions", data=chat_body(), timeout=120,
+                          headers={"Content-Type": "application/json"})
+        full = time.time() - t0
+        assert r.status_code == 400 and "work limit" in r.text, r.text
+        assert s.metrics()["tokamak_chat_renders_cancelled_total"] == 0
+        # a client that leaves mid-render stops it
+        c = raw_request(s.port, "/v1/chat/completions", chat_body())
+        time.sleep(0.3)
+        c.close()
+        t0 = time.time()
+        while s.metrics()["tokamak_chat_renders_cancelled_total"] < 1:
+            assert time.time() - t0 < max(full / 2, 1.5), f"render not stopped (a full one takes {full:.1f} s)"
+            time.sleep(0.05)
+    finally:
+        s.stop()
+
+
+def test_sigterm_under_load(tokamak_bin, model_dir, slow_template):
+    s = Server(tokamak_bin, model_dir, "--chat-template", slow_template)
+    streams = [raw_request(s.port, "/v1/completions",
+                           json.dumps({"prompt": "def f():", "max_tokens": 500, "ignore_eos": True,
+                                       "stream": True}).encode()) for _ in range(4)]
+    waiting = [raw_request(s.port, "/v1/completions",
+                           json.dumps({"prompt": "def g():", "n": 4, "max_tokens": 500,
+                                       "ignore_eos": True}).encode()) for _ in range(2)]
+    render = raw_request(s.port, "/v1/chat/completions", chat_body())
+    for c in streams:  # every stream is running
+        assert c.recv(4096).startswith(b"HTTP/1.1 200")
+    time.sleep(0.3)
+    t0 = time.time()
+    s.stop()  # exit status 0, no sanitizer report
+    assert time.time() - t0 < 10
+
+    def read_all(c):
+        data = b""
+        c.settimeout(5)
+        while True:
+            try:
+                b = c.recv(65536)
+            except OSError:
+                break
+            if not b:
+                break
+            data += b
+        c.close()
+        return data
+
+    for c in streams:  # each ends with an error event, not a cut
+        events = [line for line in read_all(c).split(b"\n") if line.startswith(b"data: ")]
+        assert events and json.loads(events[-1][6:])["error"]["code"] == "shutting_down", events[-1:]
+    for c in waiting + [render]:
+        data = read_all(c)
+        assert data.startswith(b"HTTP/1.1 503") and b"shutting_down" in data, data[:200]
