@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -1027,6 +1028,41 @@ static int match_route(const char *url) {
     return R_NONE;
 }
 
+/* ---- DNS rebinding guard ---- */
+
+static bool is_loopback_addr(const char *host) {
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* Is a Host header ("name", "name:port", "[v6]", "[v6]:port") one this
+ * server answers?  A web page that rebinds its own name to 127.0.0.1 still
+ * sends that name: refusing it keeps key-less local servers private. */
+static bool host_allowed(const tk_server *s, const char *h) {
+    if (!s->check_host || !h) return true; /* no Host: not a browser (HTTP/1.0) */
+    char name[256];
+    size_t n;
+    const char *end;
+    if (h[0] == '[') {
+        h++;
+        end = strchr(h, ']');
+        if (!end || (end[1] && end[1] != ':')) return false;
+    } else {
+        end = strrchr(h, ':');
+        if (!end) end = h + strlen(h);
+    }
+    n = (size_t)(end - h);
+    if (n == 0 || n >= sizeof name) return false;
+    memcpy(name, h, n);
+    name[n] = 0;
+    if (!strcasecmp(name, "localhost") || is_loopback_addr(name)) return true;
+    for (int i = 0; i < s->cfg.n_allowed_hosts; i++)
+        if (!strcmp(s->cfg.allowed_hosts[i], "*") || !strcasecmp(s->cfg.allowed_hosts[i], name)) return true;
+    return false;
+}
+
 /* Constant-time comparison of the bearer token against the key. */
 static bool auth_ok(tk_server *s, struct MHD_Connection *c) {
     if (!s->cfg.api_key) return true;
@@ -1090,6 +1126,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         atomic_fetch_add(&s->http_requests, 1);
         bool post_route = r->route == R_COMPLETIONS || r->route == R_CHAT;
         bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        if (!host_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))) {
+            tk_api_error e;
+            tk_api_error_set(&e, 403, "invalid_request_error", "host_not_allowed", NULL,
+                             "Host '%.200s' is not allowed: a server without --api-key on a loopback address answers "
+                             "only requests for localhost, 127.x.x.x or [::1] (a guard against DNS rebinding); "
+                             "start it with --allowed-host NAME or --api-key",
+                             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST));
+            return send_error(r, &e);
+        }
         if (r->route == R_NONE) return send_err(r, 404, "invalid_request_error", "not_found", NULL, "not found");
         if (post_route ? !is_post : !is_get)
             return send_err(r, 405, "invalid_request_error", "method_not_allowed", NULL, "method not allowed");
@@ -1215,6 +1260,7 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     s->n_vocab = tk_engine_n_vocab(e);
     s->created = time(NULL);
     s->listen_fd = -1;
+    s->check_host = !cfg->api_key && is_loopback_addr(cfg->host);
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
     s->kv_blocks_total = ms.kv_blocks;

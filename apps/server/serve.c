@@ -37,7 +37,11 @@ static void usage(FILE *f) {
             "  --tokenizer PATH         tokenizer override\n"
             "  --host ADDR              numeric address to listen on (default 127.0.0.1)\n"
             "  --port N                 port (default 8000; 0: any free port, printed at startup)\n"
-            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/*\n"
+            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* (visible to other local\n"
+            "                           users in ps: prefer --api-key-file or TOKAMAK_API_KEY)\n"
+            "  --api-key-file FILE      the API key is the file's first line (trimmed)\n"
+            "  --allowed-host NAME      without an API key on a loopback address, also answer requests whose\n"
+            "                           Host is NAME (repeatable; '*': any); others get 403\n"
             "  --model-name NAME        name served in /v1/models and checked in 'model' (default: file name)\n"
             "  --chat-template FILE     Jinja chat template overriding the model's\n"
             "  -t, --threads N          compute threads (default: all cores)\n"
@@ -105,6 +109,53 @@ static char *default_model_name(const char *path) {
     return name;
 }
 
+/* The first line of a file, trimmed, into key[cap]; -1 after printing why. */
+static int read_key_file(const char *path, char *key, size_t cap) {
+    char *text;
+    tk_err err;
+    if (tk_read_file(path, &text, NULL, &err)) {
+        fprintf(stderr, "tokamak serve: --api-key-file: %s\n", err.msg);
+        return -1;
+    }
+    char *b = text, *e;
+    while (*b == ' ' || *b == '\t') b++;
+    e = b + strcspn(b, "\r\n");
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    size_t n = (size_t)(e - b);
+    int rc = -1;
+    if (n == 0) fprintf(stderr, "tokamak serve: --api-key-file %s: the first line is empty\n", path);
+    else if (n >= cap) fprintf(stderr, "tokamak serve: --api-key-file %s: the key is over %zu bytes\n", path, cap - 1);
+    else {
+        memcpy(key, b, n);
+        key[n] = 0;
+        rc = 0;
+    }
+    free(text);
+    return rc;
+}
+
+/* Moves every "--allowed-host NAME" (repeatable, so not in the option
+ * table) from argv to hosts; returns the argc left, -1 on error. */
+static int take_allowed_hosts(int argc, char **argv, char **rest, const char **hosts, int *n_hosts) {
+    int n = 0;
+    *n_hosts = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--allowed-host")) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "tokamak serve: --allowed-host needs a host name\n");
+                return -1;
+            }
+            hosts[(*n_hosts)++] = argv[++i];
+        } else if (i > 0 && !strncmp(argv[i], "--allowed-host=", 15)) {
+            hosts[(*n_hosts)++] = argv[i] + 15;
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    rest[n] = NULL;
+    return n;
+}
+
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     const unsigned char *c = p;
     for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
@@ -122,12 +173,28 @@ static int step_once(tk_engine *e) {
     return live;
 }
 
+static int serve(int argc, char **argv, const char *const *hosts, int n_hosts);
+
 int tk_cmd_serve(int argc, char **argv) {
+    char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
+    const char **hosts = malloc(((size_t)argc + 1) * sizeof *hosts);
+    int n_hosts = 0, n = rest && hosts ? take_allowed_hosts(argc, argv, rest, hosts, &n_hosts) : -1;
+    if (!rest || !hosts) fprintf(stderr, "tokamak serve: out of memory\n");
+    int status = n < 0 ? 2 : serve(n, rest, hosts, n_hosts);
+    free(rest);
+    free(hosts);
+    return status;
+}
+
+static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
     tk_engine_config cfg = {.max_seqs = 16};
     tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256,
                              .max_connections_per_ip = 64, .header_timeout_s = 10, .body_timeout_s = 30,
                              .idle_timeout_s = 60, .max_response_bytes = (size_t)32 << 20};
-    const char *tmpl_file = NULL, *kv_mem = NULL, *max_resp = NULL;
+    const char *tmpl_file = NULL, *kv_mem = NULL, *max_resp = NULL, *key_file = NULL;
+    char key[4096];
+    scfg.allowed_hosts = hosts;
+    scfg.n_allowed_hosts = n_hosts;
     tk_spec_args spec = {0};
     const tk_opt opts[] = {
         TK_OPT_S("-m|--model", &cfg.model_path),
@@ -135,6 +202,7 @@ int tk_cmd_serve(int argc, char **argv) {
         TK_OPT_S("--host", &scfg.host),
         TK_OPT_I("--port", &scfg.port, 0, 65535),
         TK_OPT_S("--api-key", &scfg.api_key),
+        TK_OPT_S("--api-key-file", &key_file),
         TK_OPT_S("--model-name", &scfg.model_name),
         TK_OPT_S("--chat-template", &tmpl_file),
         TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
@@ -171,6 +239,20 @@ int tk_cmd_serve(int argc, char **argv) {
     if (max_resp && parse_size(max_resp, &scfg.max_response_bytes)) {
         fprintf(stderr, "tokamak serve: --max-response-size expects a size like 32M, got '%s'\n", max_resp);
         return 2;
+    }
+    if (key_file && scfg.api_key) {
+        fprintf(stderr, "tokamak serve: give --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    if (key_file) {
+        if (read_key_file(key_file, key, sizeof key)) return 2;
+        scfg.api_key = key;
+    } else if (!scfg.api_key && getenv("TOKAMAK_API_KEY")) {
+        scfg.api_key = getenv("TOKAMAK_API_KEY");
+        if (!scfg.api_key[0]) {
+            fprintf(stderr, "tokamak serve: TOKAMAK_API_KEY is set but empty\n");
+            return 2;
+        }
     }
     if (scfg.api_key && !scfg.api_key[0]) {
         fprintf(stderr, "tokamak serve: --api-key must not be empty\n");

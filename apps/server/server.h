@@ -24,6 +24,10 @@ typedef struct tk_server_config {
     const char *host;          /* numeric IPv4/IPv6 address */
     int port;
     const char *api_key;       /* NULL: no authentication */
+    /* Without an API key on a loopback address, only requests whose Host is
+     * a loopback name or address or one of these ("*": any) are answered. */
+    const char *const *allowed_hosts;
+    int n_allowed_hosts;
     const char *model_name;
     int max_connections;
     int max_connections_per_ip; /* 0: no per-address cap */
@@ -43,6 +47,7 @@ typedef struct tk_server {
     int ctx_len, n_vocab;
     bool has_draft_model;      /* requests may ask for speculative mode "draft" */
     int kv_blocks_total;       /* the pool size, for /metrics before the first step */
+    bool check_host;           /* see cfg.allowed_hosts */
     size_t max_text_bytes;     /* longer prompt text cannot fit the context: refuse it untokenized */
     /* Texts that become a control token only with special-token parsing
      * (longest first), defused in chat message content; none with

@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import socket
+import subprocess
 import time
 
 import pytest
@@ -289,3 +290,81 @@ def test_sigterm_under_load(tokamak_bin, model_dir, slow_template):
     for c in waiting + [render]:
         data = read_all(c)
         assert data.startswith(b"HTTP/1.1 503") and b"shutting_down" in data, data[:200]
+
+
+def get_with_host(port, path, host):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        c.putrequest("GET", path, skip_host=True)
+        if host is not None:
+            c.putheader("Host", host)
+        c.endheaders()
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+
+def test_host_check_without_api_key(tokamak_bin, model_dir):
+    s = Server(tokamak_bin, model_dir, "--allowed-host", "my.box", "--allowed-host=other.example")
+    try:
+        p = s.port
+        for host in (f"127.0.0.1:{p}", "127.0.0.1", f"localhost:{p}", "LOCALHOST", f"127.5.6.7:{p}", f"[::1]:{p}",
+                     "[::1]", "my.box", f"my.box:{p}", "other.example", None):
+            status, body = get_with_host(p, "/health", host)
+            assert status == 200, (host, body)
+        for host in (f"evil.example:{p}", "evil.example", "127.0.0.1.evil.example", "[::2]:80", "", ":80",
+                     "localhost.evil"):
+            for path in ("/health", "/v1/models", "/"):
+                status, body = get_with_host(p, path, host)
+                assert status == 403, (host, path, status, body)
+                err = json.loads(body)["error"]
+                assert err["code"] == "host_not_allowed" and "DNS rebinding" in err["message"], err
+    finally:
+        s.stop()
+    # an API key, or a non-loopback address, turns the check off; so does '*'
+    s = Server(tokamak_bin, model_dir, api_key=API_KEY)
+    try:
+        assert get_with_host(s.port, "/health", "evil.example")[0] == 200
+    finally:
+        s.stop()
+    s = Server(tokamak_bin, model_dir, "--allowed-host", "*")
+    try:
+        assert get_with_host(s.port, "/health", "evil.example")[0] == 200
+    finally:
+        s.stop()
+
+
+def test_api_key_file_and_env(tokamak_bin, model_dir, tmp_path, monkeypatch):
+    key_file = tmp_path / "key"
+    key_file.write_text("  sk-from-file \nsecond line\n")
+    s = Server(tokamak_bin, model_dir, "--api-key-file", str(key_file))
+    try:
+        assert requests.get(s.url + "/v1/models", timeout=10).status_code == 401
+        r = requests.get(s.url + "/v1/models", headers={"Authorization": "Bearer sk-from-file"}, timeout=10)
+        assert r.status_code == 200, r.text
+        assert "sk-from-file" not in open(f"/proc/{s.proc.pid}/cmdline").read()
+    finally:
+        s.stop()
+    monkeypatch.setenv("TOKAMAK_API_KEY", "sk-from-env")
+    s = Server(tokamak_bin, model_dir)
+    try:
+        assert requests.get(s.url + "/v1/models", timeout=10).status_code == 401
+        r = requests.get(s.url + "/v1/models", headers={"Authorization": "Bearer sk-from-env"}, timeout=10)
+        assert r.status_code == 200, r.text
+    finally:
+        s.stop()
+    monkeypatch.delenv("TOKAMAK_API_KEY")
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    for args, what in ((["--api-key-file", str(tmp_path / "missing")], "--api-key-file"),
+                       (["--api-key-file", str(empty)], "first line is empty"),
+                       (["--api-key-file", str(key_file), "--api-key", "x"], "not both")):
+        p = subprocess.run([tokamak_bin, "serve", "-m", model_dir, "--port", "0", *args], capture_output=True,
+                           text=True, timeout=60)
+        assert p.returncode == 2 and what in p.stderr, (args, p.returncode, p.stderr)
+    p = subprocess.run([tokamak_bin, "serve", "-m", model_dir, "--port", "0"], capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "TOKAMAK_API_KEY": ""})
+    assert p.returncode == 2 and "TOKAMAK_API_KEY" in p.stderr, p.stderr
+    p = subprocess.run([tokamak_bin, "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert "visible to other local" in p.stdout
