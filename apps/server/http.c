@@ -1195,7 +1195,10 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     http_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
-    if (r->early_413 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) drain_request(s, c);
+    if (r->early_413 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        track_set_deadline(s, c, 0); /* the drain has limits of its own */
+        drain_request(s, c);
+    }
     track_set_deadline(s, c, s->cfg.header_timeout_s); /* a kept-alive connection's next request */
     /* A failed write, a closed connection or shutdown: stop generating now. */
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->events && !r->finished)
