@@ -63,7 +63,6 @@ typedef struct http_req {
     tk_event_batch batch;
     tk_strbuf out;          /* streaming: formatted bytes not yet handed to MHD */
     size_t held;          /* non-streaming: bytes of text and logprobs kept for the answer */
-    bool over_cap;        /* ... past cfg.max_response_bytes: cancelled */
     bool stream_end;      /* streaming: [DONE] is in `out` */
     double last_peek;
     double last_probe;    /* when the peer's end of the connection was last written to, to tell a half-close */

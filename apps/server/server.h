@@ -8,7 +8,10 @@
  * the engine.  Blocking per connection keeps each request's code
  * sequential; the timeouts let a blocked thread notice shutdown and a
  * client that hung up (a peek at its socket) even when no tokens flow, so
- * the request is cancelled at once and its KV blocks return to the pool. */
+ * the request is cancelled at once and its KV blocks return to the pool.
+ * A reaper thread enforces the header and body deadlines (a socket past
+ * its deadline is shut down) and stops chat template renders whose client
+ * left or when the server stops (docs/serving.md, "Connection limits"). */
 #ifndef TK_SERVER_H
 #define TK_SERVER_H
 
