@@ -235,12 +235,14 @@ def raw_request(port, path, body):
 def test_client_leaving_stops_the_render(tokamak_bin, model_dir, slow_template):
     s = Server(tokamak_bin, model_dir, "--chat-template", slow_template)
     try:
-        # the whole render, for scale: it ends at its work limit
-        t0 = time.time()
-        r = requests.post(s.url + "/v1/chat/completions", data=chat_body(), timeout=120,
-                          headers={"Content-Type": "application/json"})
-        full = time.time() - t0
-        assert r.status_code == 400 and "work limit" in r.text, r.text
+        # the whole render, for scale: it ends at its work limit (minutes under ASan: not measured)
+        full = 10.0
+        if not is_asan(tokamak_bin):
+            t0 = time.time()
+            r = requests.post(s.url + "/v1/chat/completions", data=chat_body(), timeout=120,
+                              headers={"Content-Type": "application/json"})
+            full = time.time() - t0
+            assert r.status_code == 400 and "work limit" in r.text, r.text
         assert s.metrics()["tokamak_chat_renders_cancelled_total"] == 0
         # a client that leaves mid-render stops it
         c = raw_request(s.port, "/v1/chat/completions", chat_body())
@@ -256,6 +258,7 @@ def test_client_leaving_stops_the_render(tokamak_bin, model_dir, slow_template):
 
 def test_sigterm_under_load(tokamak_bin, model_dir, slow_template):
     s = Server(tokamak_bin, model_dir, "--chat-template", slow_template)
+    base = s.metrics()["tokamak_http_requests_total"]
     streams = [raw_request(s.port, "/v1/completions",
                            json.dumps({"prompt": "def f():", "max_tokens": 500, "ignore_eos": True,
                                        "stream": True}).encode()) for _ in range(4)]
@@ -265,6 +268,14 @@ def test_sigterm_under_load(tokamak_bin, model_dir, slow_template):
     render = raw_request(s.port, "/v1/chat/completions", chat_body())
     for c in streams:  # every stream is running
         assert c.recv(4096).startswith(b"HTTP/1.1 200")
+    polls = 0
+    deadline = time.time() + 30
+    while True:  # every request reached the server (each poll counts itself)
+        polls += 1
+        if s.metrics()["tokamak_http_requests_total"] >= base + 7 + polls:
+            break
+        assert time.time() < deadline, "the requests did not reach the server"
+        time.sleep(0.05)
     time.sleep(0.3)
     t0 = time.time()
     s.stop()  # exit status 0, no sanitizer report
@@ -287,9 +298,9 @@ def test_sigterm_under_load(tokamak_bin, model_dir, slow_template):
     for c in streams:  # each ends with an error event, not a cut
         events = [line for line in read_all(c).split(b"\n") if line.startswith(b"data: ")]
         assert events and json.loads(events[-1][6:])["error"]["code"] == "shutting_down", events[-1:]
-    for c in waiting + [render]:
+    for i, c in enumerate(waiting + [render]):
         data = read_all(c)
-        assert data.startswith(b"HTTP/1.1 503") and b"shutting_down" in data, data[:200]
+        assert data.startswith(b"HTTP/1.1 503") and b"shutting_down" in data, (i, data[:200])
 
 
 def get_with_host(port, path, host):
