@@ -257,13 +257,14 @@ def test_client_leaving_stops_the_render(tokamak_bin, model_dir, slow_template):
 
 
 def test_sigterm_under_load(tokamak_bin, model_dir, slow_template):
-    s = Server(tokamak_bin, model_dir, "--chat-template", slow_template)
+    # one sequence at a time: most requests are still queued at the signal
+    s = Server(tokamak_bin, model_dir, "--chat-template", slow_template, "--max-seqs", "1")
     base = s.metrics()["tokamak_http_requests_total"]
     streams = [raw_request(s.port, "/v1/completions",
                            json.dumps({"prompt": "def f():", "max_tokens": 500, "ignore_eos": True,
                                        "stream": True}).encode()) for _ in range(4)]
     waiting = [raw_request(s.port, "/v1/completions",
-                           json.dumps({"prompt": "def g():", "n": 4, "max_tokens": 500,
+                           json.dumps({"prompt": "def g():", "max_tokens": 500,
                                        "ignore_eos": True}).encode()) for _ in range(2)]
     render = raw_request(s.port, "/v1/chat/completions", chat_body())
     for c in streams:  # every stream is running
