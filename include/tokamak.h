@@ -11,6 +11,7 @@
 #ifndef TOKAMAK_H
 #define TOKAMAK_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -390,6 +391,12 @@ void tk_chat_template_free(tk_chat_template *t);
 int tk_chat_template_render(const tk_chat_template *t, const tk_chat_msg *msgs, int n_msgs,
                             bool add_generation_prompt, const char *bos_token, const char *eos_token,
                             char **out, tk_err *err);
+/* The same, failing with "chat template rendering cancelled" soon after
+ * another thread sets *cancel (checked with the work budget: at every loop
+ * iteration, call and charged scan); cancel may be NULL. */
+int tk_chat_template_render_cancellable(const tk_chat_template *t, const tk_chat_msg *msgs, int n_msgs,
+                                        bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                                        const atomic_bool *cancel, char **out, tk_err *err);
 
 /* Chat presets: built-in templates for models whose file has none
  * (src/chat/presets.c).  Names: gemma (<start_of_turn>/<end_of_turn>),

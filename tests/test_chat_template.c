@@ -540,8 +540,35 @@ static void test_fuzz(void) {
     CHECK(total == 0 || parsed > 0, "no mutant parsed");
 }
 
+/* A set cancel flag stops the render at its next step or charged scan;
+ * an unset one changes nothing. */
+static void test_cancel(void) {
+    static const char *const srcs[] = {
+        "{% for i in range(1000) %}{{ i }}{% endfor %}",
+        "{% set s = 'x' * 1000 %}{{ 'y' in s }}",
+        "{% macro f() %}a{% endmacro %}{{ f() }}",
+    };
+    for (int i = 0; i < N(srcs); i++) {
+        tk_chat_template *t = NULL;
+        tk_err err;
+        CHECK(tk_chat_template_parse(srcs[i], &t, &err) == 0, "%s: %s", srcs[i], err.msg);
+        atomic_bool cancel = false;
+        char *out = NULL;
+        CHECK(tk_chat_template_render_cancellable(t, NULL, 0, true, "<s>", "</s>", &cancel, &out, &err) == 0,
+              "%s: %s", srcs[i], err.msg);
+        free(out);
+        atomic_store(&cancel, true);
+        out = NULL;
+        CHECK(tk_chat_template_render_cancellable(t, NULL, 0, true, "<s>", "</s>", &cancel, &out, &err) != 0 &&
+                  out == NULL && strstr(err.msg, "cancelled"),
+              "%s: not cancelled (%s)", srcs[i], err.msg);
+        tk_chat_template_free(t);
+    }
+}
+
 int main(void) {
     test_expected();
+    test_cancel();
     test_raise_exception();
     test_syntax_errors();
     test_runtime_errors();

@@ -450,11 +450,26 @@ int tk_api_parse(tk_api_kind kind, const char *body, size_t len, const char *mod
     return 0;
 }
 
-void tk_api_req_free(tk_api_req *r) {
+void tk_api_req_drop_inputs(tk_api_req *r) {
     free(r->prompt_ids);
     free(r->msgs);
     for (int i = 0; i < r->n_owned; i++) free(r->owned[i]);
     free(r->owned);
     json_decref(r->root);
+    r->root = NULL;
+    r->prompt_text = NULL;
+    r->prompt_len = 0;
+    r->prompt_ids = NULL;
+    r->n_prompt_ids = 0;
+    r->msgs = NULL;
+    r->n_msgs = 0;
+    r->owned = NULL;
+    r->n_owned = 0;
+    r->n_stop = 0;
+    memset(r->stop, 0, sizeof r->stop);
+}
+
+void tk_api_req_free(tk_api_req *r) {
+    tk_api_req_drop_inputs(r);
     memset(r, 0, sizeof *r);
 }

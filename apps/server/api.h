@@ -62,6 +62,9 @@ typedef struct tk_api_req {
 int tk_api_parse(tk_api_kind kind, const char *body, size_t len, const char *model_name, int n_vocab,
                  tk_api_req *out, tk_api_error *e);
 void tk_api_req_free(tk_api_req *r);
+/* Frees the parsed JSON and everything pointing into it (prompt, messages,
+ * stop strings), keeping the scalar fields the answer is formatted by. */
+void tk_api_req_drop_inputs(tk_api_req *r);
 
 void tk_api_error_set(tk_api_error *e, int status, const char *type, const char *code, const char *param,
                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));

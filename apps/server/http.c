@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -23,9 +24,15 @@
 
 enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_STATS, R_WEB };
 
+/* Non-streaming logprobs are kept serialized, as the comma-separated
+ * elements of each array of the logprobs object (chat: content;
+ * completions: tokens, token_logprobs, top_logprobs, text_offset): a few
+ * bytes per value where jansson objects would take ~20x that. */
+#define LP_ARRAYS 4
+
 typedef struct choice_st {
     tk_strbuf text;        /* non-streaming: the whole text */
-    json_t *lp;          /* non-streaming logprobs accumulator */
+    tk_strbuf lp[LP_ARRAYS]; /* non-streaming logprobs, see above */
     int32_t prev;        /* previous token, for detokenizing alternatives */
     size_t text_off;     /* bytes of text so far (completions text_offset) */
     int n_generated;
@@ -56,6 +63,7 @@ typedef struct http_req {
     int n_ch;
     tk_event_batch batch;
     tk_strbuf out;          /* streaming: formatted bytes not yet handed to MHD */
+    size_t held;          /* non-streaming: bytes of text and logprobs kept for the answer */
     bool stream_end;      /* streaming: [DONE] is in `out` */
     double last_peek;
     double last_probe;    /* when the peer's end of the connection was last written to, to tell a half-close */
@@ -68,7 +76,7 @@ static void req_free(http_req *r) {
     if (r->have_api) tk_api_req_free(&r->api);
     for (int i = 0; i < r->n_ch; i++) {
         tk_strbuf_free(&r->ch[i].text);
-        json_decref(r->ch[i].lp);
+        for (int k = 0; k < LP_ARRAYS; k++) tk_strbuf_free(&r->ch[i].lp[k]);
     }
     free(r->ch);
     tk_event_batch_free(&r->batch);
@@ -127,11 +135,104 @@ static bool client_gone_waiting(http_req *r) {
     return st == PEER_GONE;
 }
 
+/* ---- connection deadlines ----
+ *
+ * libmicrohttpd's own timeout only closes a connection that is silent, so a
+ * client trickling a header byte now and then would hold its slot (and
+ * thread) forever.  Every connection is tracked from its start: its headers
+ * are due header_timeout_s after it opened (or after the previous answer on
+ * a kept-alive connection), its body body_timeout_s after the headers.  The
+ * reaper thread shuts down the socket of a connection past its deadline;
+ * libmicrohttpd's thread then sees the end of the stream and closes it. */
+typedef struct conn_track {
+    struct conn_track *prev, *next;
+    int fd;
+    double deadline;     /* 0: none (the request is being answered) */
+    double render_start; /* 0: no chat template render running */
+    atomic_bool cancel;  /* stops the render: the client left or the server stops */
+} conn_track;
+
+/* A render running this long is checked for a client that left. */
+#define RENDER_WATCH_S 0.5
+
+static conn_track *track_of(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+static void track_set_deadline(tk_server *s, struct MHD_Connection *c, int timeout_s) {
+    conn_track *t = track_of(c);
+    if (!t) return;
+    pthread_mutex_lock(&s->track_mu);
+    t->deadline = timeout_s > 0 ? tk_clock_seconds(TK_CLOCK_WALL) + timeout_s : 0;
+    pthread_mutex_unlock(&s->track_mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code) {
+    tk_server *s = cls;
+    conn_track *t = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+        t = ci ? calloc(1, sizeof *t) : NULL;
+        if (!t) return; /* untracked: libmicrohttpd's idle timeout still applies */
+        t->fd = ci->connect_fd;
+        pthread_mutex_lock(&s->track_mu);
+        t->deadline = s->cfg.header_timeout_s > 0 ? tk_clock_seconds(TK_CLOCK_WALL) + s->cfg.header_timeout_s : 0;
+        t->next = s->tracked;
+        if (s->tracked) s->tracked->prev = t;
+        s->tracked = t;
+        pthread_mutex_unlock(&s->track_mu);
+        *socket_context = t;
+    } else if (t) {
+        pthread_mutex_lock(&s->track_mu); /* the socket is closed after this returns: the reaper must be done with it */
+        if (t->prev) t->prev->next = t->next;
+        else s->tracked = t->next;
+        if (t->next) t->next->prev = t->prev;
+        pthread_mutex_unlock(&s->track_mu);
+        free(t);
+        *socket_context = NULL;
+    }
+}
+
+static void *reaper_main(void *arg) {
+    tk_server *s = arg;
+    while (!atomic_load(&s->reaper_quit)) {
+        usleep(100000);
+        double now = tk_clock_seconds(TK_CLOCK_WALL);
+        pthread_mutex_lock(&s->track_mu);
+        bool stopping = atomic_load(&s->stopping);
+        for (conn_track *t = s->tracked; t; t = t->next) {
+            if (t->deadline > 0 && now > t->deadline) {
+                t->deadline = 0;
+                shutdown(t->fd, SHUT_RDWR);
+                atomic_fetch_add(&s->timed_out, 1);
+            }
+            if (stopping) atomic_store(&t->cancel, true);
+            /* A long render's client is peeked at here (its own thread is busy
+             * rendering): an end of stream or an error stops the render.  A
+             * client that only half-closed is taken for gone too. */
+            char b;
+            if (t->render_start > 0 && now - t->render_start > RENDER_WATCH_S && !atomic_load(&t->cancel)) {
+                ssize_t n = recv(t->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+                    atomic_store(&t->cancel, true);
+            }
+        }
+        pthread_mutex_unlock(&s->track_mu);
+    }
+    return NULL;
+}
+
 /* ---- plain responses ---- */
 
-static enum MHD_Result send_body(http_req *r, unsigned status, const char *ctype, const char *body, size_t len) {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
-    if (!resp) return MHD_NO;
+/* Takes ownership of the malloc'd body (libmicrohttpd frees it: no copy). */
+static enum MHD_Result send_body(http_req *r, unsigned status, const char *ctype, char *body, size_t len) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(body);
+        return MHD_NO;
+    }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == 405) {
         const char *allow = (r->route == R_COMPLETIONS || r->route == R_CHAT) ? "POST" : "GET, HEAD";
@@ -149,17 +250,13 @@ static enum MHD_Result send_json(http_req *r, unsigned status, json_t *j) {
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
     json_decref(j);
     if (!s) return MHD_NO;
-    enum MHD_Result rc = send_body(r, status, "application/json", s, strlen(s));
-    free(s);
-    return rc;
+    return send_body(r, status, "application/json", s, strlen(s));
 }
 
 static enum MHD_Result send_error(http_req *r, const tk_api_error *e) {
     char *s = tk_api_error_json(e);
     if (!s) return MHD_NO;
-    enum MHD_Result rc = send_body(r, (unsigned)e->status, "application/json", s, strlen(s));
-    free(s);
-    return rc;
+    return send_body(r, (unsigned)e->status, "application/json", s, strlen(s));
 }
 
 static enum MHD_Result send_err(http_req *r, int status, const char *type, const char *code, const char *param,
@@ -337,6 +434,29 @@ static void emit_end(http_req *r) {
     r->stream_end = true;
 }
 
+/* One token's logprobs appended, serialized, to the choice's arrays. */
+static void keep_logprobs(http_req *r, choice_st *c, const tk_queued_event *ev) {
+    static const char *const keys[2][LP_ARRAYS] = {{"tokens", "token_logprobs", "top_logprobs", "text_offset"},
+                                                   {"content"}};
+    bool chat = r->api.kind == TK_API_CHAT;
+    json_t *lp = new_logprobs(r->api.kind);
+    if (!lp) {
+        c->text.failed = true;
+        return;
+    }
+    add_logprobs(r, lp, c, ev, c->text_off);
+    for (int k = 0; k < LP_ARRAYS && keys[chat][k]; k++) {
+        json_t *v = json_array_get(json_object_get(lp, keys[chat][k]), 0);
+        char *t = v ? json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(9)) : NULL;
+        if (!t) c->text.failed = true;
+        if (c->lp[k].len) tk_strbuf_adds(&c->lp[k], ",");
+        if (t) tk_strbuf_adds(&c->lp[k], t);
+        r->held += (t ? strlen(t) : 0) + 1;
+        free(t);
+    }
+    json_decref(lp);
+}
+
 /* Folds taken events into the per-choice state; streaming formats them. */
 static void consume_events(http_req *r) {
     for (size_t i = 0; i < r->batch.n; i++) {
@@ -355,8 +475,9 @@ static void consume_events(http_req *r) {
                 }
                 emit_chunk(r, ev->index, ev->text, (size_t)ev->text_len, lp, NULL);
             } else {
-                if (want_lp && c->lp) add_logprobs(r, c->lp, c, ev, c->text_off);
+                if (want_lp) keep_logprobs(r, c, ev);
                 tk_strbuf_add(&c->text, ev->text, (size_t)ev->text_len);
+                r->held += (size_t)ev->text_len;
             }
         }
         c->text_off += (size_t)ev->text_len;
@@ -370,18 +491,30 @@ static void consume_events(http_req *r) {
     }
 }
 
-static json_t *final_response(http_req *r) {
+/* Appends the JSON text of j (consumed) without its closing brace. */
+static void add_open_object(tk_strbuf *b, json_t *j) {
+    char *t = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(j);
+    if (!t) {
+        b->failed = true;
+        return;
+    }
+    tk_strbuf_add(b, t, strlen(t) - 1);
+    free(t);
+}
+
+/* The non-streaming answer as text, built in one buffer from the kept text
+ * and serialized logprobs (NULL if out of memory); *len its length. */
+static char *final_response(http_req *r, size_t *len) {
     bool chat = r->api.kind == TK_API_CHAT;
-    json_t *o = response_head(r, chat ? "chat.completion" : "text_completion");
-    json_t *choices = json_array();
+    tk_strbuf b = {0};
+    add_open_object(&b, response_head(r, chat ? "chat.completion" : "text_completion"));
+    tk_strbuf_adds(&b, ",\"choices\":[");
     for (int i = 0; i < r->n_ch; i++) {
         choice_st *c = &r->ch[i];
-        if (c->text.failed) {
-            json_decref(choices);
-            json_decref(o);
-            return NULL;
-        }
+        if (c->text.failed) b.failed = true;
         json_t *text = tk_json_lossy_string(c->text.data, c->text.len);
+        tk_strbuf_free(&c->text); /* no second copy of the text */
         json_t *ch = json_object();
         json_object_set_new(ch, "index", json_integer(i));
         if (chat)
@@ -389,13 +522,39 @@ static json_t *final_response(http_req *r) {
                                                          "refusal"));
         else
             json_object_set_new(ch, "text", text);
-        json_object_set(ch, "logprobs", c->lp ? c->lp : json_null());
         json_object_set_new(ch, "finish_reason", json_string(c->finish[0] ? c->finish : "stop"));
-        json_array_append_new(choices, ch);
+        if (i) tk_strbuf_adds(&b, ",");
+        add_open_object(&b, ch);
+        tk_strbuf_adds(&b, ",\"logprobs\":");
+        if (r->api.logprobs < 0) {
+            tk_strbuf_adds(&b, "null}");
+            continue;
+        }
+        static const char *const open[2][LP_ARRAYS] = {
+            {"{\"tokens\":[", "],\"token_logprobs\":[", "],\"top_logprobs\":[", "],\"text_offset\":["},
+            {"{\"content\":["}};
+        for (int k = 0; k < LP_ARRAYS && open[chat][k]; k++) {
+            if (c->lp[k].failed) b.failed = true;
+            tk_strbuf_adds(&b, open[chat][k]);
+            tk_strbuf_add(&b, c->lp[k].data, c->lp[k].len);
+            tk_strbuf_free(&c->lp[k]);
+        }
+        tk_strbuf_adds(&b, chat ? "],\"refusal\":null}}" : "]}}");
     }
-    json_object_set_new(o, "choices", choices);
-    json_object_set_new(o, "usage", usage_json(r));
-    return o;
+    tk_strbuf_adds(&b, "],\"usage\":");
+    json_t *usage = usage_json(r);
+    char *u = usage ? json_dumps(usage, JSON_COMPACT) : NULL;
+    json_decref(usage);
+    if (!u) b.failed = true;
+    else tk_strbuf_adds(&b, u);
+    free(u);
+    tk_strbuf_adds(&b, "}");
+    if (b.failed) {
+        tk_strbuf_free(&b);
+        return NULL;
+    }
+    *len = b.len;
+    return b.data;
 }
 
 /* ---- streaming ---- */
@@ -425,8 +584,16 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         if (atomic_load(&r->srv->stopping)) {
+            /* End the stream with an error event the client can read. */
             req_cancel(r);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            tk_api_error e;
+            tk_api_error_set(&e, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+            char *s = tk_api_error_json(&e);
+            if (!s) return MHD_CONTENT_READER_END_WITH_ERROR;
+            tk_strbuf_printf(&r->out, "data: %s\n\n", s);
+            free(s);
+            r->stream_end = true;
+            continue;
         }
         peer_state st = client_state(r);
         if (st == PEER_GONE) {
@@ -598,11 +765,26 @@ static int render_chat(http_req *r, char **text, tk_err *err) {
         if (own[i]) msgs[i].content = own[i];
     }
     tk_err terr;
-    if (!rc && !s->tmpl)
+    conn_track *t = track_of(r->conn);
+    if (t) {
+        pthread_mutex_lock(&s->track_mu);
+        t->render_start = tk_clock_seconds(TK_CLOCK_WALL);
+        pthread_mutex_unlock(&s->track_mu);
+    }
+    const atomic_bool *cancel = t ? &t->cancel : &s->stopping;
+    if (!rc && !s->tmpl) {
         rc = tk_err_set(err, "this model has no chat template (none in its file, and its vocabulary fits none of the "
                              "built-in presets): use /v1/completions, or start the server with --chat-template");
-    else if (!rc && tk_chat_template_render(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, text, &terr))
+    } else if (!rc && tk_chat_template_render_cancellable(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, cancel,
+                                                           text, &terr)) {
         rc = tk_err_set(err, "chat template: %s", terr.msg);
+        if (atomic_load(cancel)) atomic_fetch_add(&s->renders_cancelled, 1);
+    }
+    if (t) {
+        pthread_mutex_lock(&s->track_mu);
+        t->render_start = 0;
+        pthread_mutex_unlock(&s->track_mu);
+    }
     for (int i = 0; own && i < nm; i++) free(own[i]);
     free(own);
     free(msgs);
@@ -691,7 +873,11 @@ static enum MHD_Result handle_generate(http_req *r) {
     }
     int32_t *ids;
     int n;
-    if (build_prompt(r, &ids, &n, &e)) return send_error(r, &e);
+    if (build_prompt(r, &ids, &n, &e)) {
+        if (atomic_load(&s->stopping)) /* a render cut short by the shutdown */
+            return send_err(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+        return send_error(r, &e);
+    }
     const char *pparam = kind == TK_API_CHAT ? "messages" : "prompt";
     if (n >= s->ctx_len || (long long)n + r->api.max_tokens > s->ctx_len) {
         free(ids);
@@ -728,10 +914,7 @@ static enum MHD_Result handle_generate(http_req *r) {
         free(ids);
         return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
     }
-    for (int i = 0; i < r->n_ch; i++) {
-        r->ch[i].prev = ids[n - 1];
-        if (r->api.logprobs >= 0 && !r->api.stream) r->ch[i].lp = new_logprobs(kind);
-    }
+    for (int i = 0; i < r->n_ch; i++) r->ch[i].prev = ids[n - 1];
     snprintf(r->id, sizeof r->id, "%s-%016llx%08llx", kind == TK_API_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)(s->id_salt ^ seq), (unsigned long long)(seq & 0xffffffffu));
     r->created = time(NULL);
@@ -740,6 +923,9 @@ static enum MHD_Result handle_generate(http_req *r) {
     tk_event_queue_ref(r->events); /* the engine's reference, dropped after the last final event */
     int rc = tk_engine_submit(s->engine, &p, tk_event_queue_on_event, r->events, &r->req_id, &err);
     free(ids);
+    /* The engine copied what it needs: the parsed body (~20x its size, unknown
+     * fields included) must not live as long as the answer. */
+    tk_api_req_drop_inputs(&r->api);
     if (rc) {
         tk_event_queue_unref(r->events);
         tk_event_queue_unref(r->events);
@@ -774,6 +960,14 @@ static enum MHD_Result handle_generate(http_req *r) {
         bool all_done = false;
         size_t got = tk_event_queue_take(r->events, 100, &r->batch, &all_done, &lost);
         if (got) consume_events(r);
+        if (r->held > s->cfg.max_response_bytes) {
+            req_cancel(r);
+            tk_api_error_set(&e, 400, "invalid_request_error", "response_too_large", NULL,
+                             "the response would exceed the server's limit of %zu bytes (--max-response-size); "
+                             "ask for fewer choices (n), tokens (max_tokens) or top_logprobs, or use \"stream\": true",
+                             s->cfg.max_response_bytes);
+            return send_error(r, &e);
+        }
         if (all_done) {
             r->finished = true;
             break;
@@ -789,9 +983,10 @@ static enum MHD_Result handle_generate(http_req *r) {
         }
     }
     if (lost || r->failed) return send_err(r, 500, "server_error", NULL, NULL, "generation failed inside the engine");
-    json_t *o = final_response(r);
-    if (!o) return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
-    return send_json(r, 200, o);
+    size_t len;
+    char *text = final_response(r, &len);
+    if (!text) return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+    return send_body(r, 200, "application/json", text, len);
 }
 
 /* ---- simple endpoints ---- */
@@ -811,16 +1006,12 @@ static enum MHD_Result handle_get(http_req *r, const char *url) {
     case R_METRICS: {
         char *t = tk_server_metrics_text(s);
         if (!t) return MHD_NO;
-        enum MHD_Result rc = send_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t));
-        free(t);
-        return rc;
+        return send_body(r, 200, "text/plain; version=0.0.4; charset=utf-8", t, strlen(t));
     }
     case R_STATS: {
         char *t = tk_server_stats_json(s);
         if (!t) return MHD_NO;
-        enum MHD_Result rc = send_body(r, 200, "application/json", t, strlen(t));
-        free(t);
-        return rc;
+        return send_body(r, 200, "application/json", t, strlen(t));
     }
     case R_WEB:
         r->responded = true;
@@ -848,6 +1039,41 @@ static int match_route(const char *url) {
     if (!strcmp(url, "/stats")) return R_STATS;
     if (tk_web_find(url)) return R_WEB;
     return R_NONE;
+}
+
+/* ---- DNS rebinding guard ---- */
+
+static bool is_loopback_addr(const char *host) {
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (inet_pton(AF_INET, host, &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
+/* Is a Host header ("name", "name:port", "[v6]", "[v6]:port") one this
+ * server answers?  A web page that rebinds its own name to 127.0.0.1 still
+ * sends that name: refusing it keeps key-less local servers private. */
+static bool host_allowed(const tk_server *s, const char *h) {
+    if (!s->check_host || !h) return true; /* no Host: not a browser (HTTP/1.0) */
+    char name[256];
+    size_t n;
+    const char *end;
+    if (h[0] == '[') {
+        h++;
+        end = strchr(h, ']');
+        if (!end || (end[1] && end[1] != ':')) return false;
+    } else {
+        end = strrchr(h, ':');
+        if (!end) end = h + strlen(h);
+    }
+    n = (size_t)(end - h);
+    if (n == 0 || n >= sizeof name) return false;
+    memcpy(name, h, n);
+    name[n] = 0;
+    if (!strcasecmp(name, "localhost") || is_loopback_addr(name)) return true;
+    for (int i = 0; i < s->cfg.n_allowed_hosts; i++)
+        if (!strcmp(s->cfg.allowed_hosts[i], "*") || !strcasecmp(s->cfg.allowed_hosts[i], name)) return true;
+    return false;
 }
 
 /* Constant-time comparison of the bearer token against the key. */
@@ -913,6 +1139,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         atomic_fetch_add(&s->http_requests, 1);
         bool post_route = r->route == R_COMPLETIONS || r->route == R_CHAT;
         bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        if (!host_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))) {
+            tk_api_error e;
+            tk_api_error_set(&e, 403, "invalid_request_error", "host_not_allowed", NULL,
+                             "Host '%.200s' is not allowed: a server without --api-key on a loopback address answers "
+                             "only requests for localhost, 127.x.x.x or [::1] (a guard against DNS rebinding); "
+                             "start it with --allowed-host NAME or --api-key",
+                             MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST));
+            return send_error(r, &e);
+        }
         if (r->route == R_NONE) return send_err(r, 404, "invalid_request_error", "not_found", NULL, "not found");
         if (post_route ? !is_post : !is_get)
             return send_err(r, 405, "invalid_request_error", "method_not_allowed", NULL, "method not allowed");
@@ -933,6 +1168,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             if (r->too_large && (errno || end == cl || v > DISCARD_LIMIT)) return send_413(r, true);
         }
         if (!post_route) return handle_get(r, url);
+        track_set_deadline(s, c, s->cfg.body_timeout_s);
         return MHD_YES;
     }
     if (*upload_size) {
@@ -961,6 +1197,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *upload_size = 0;
         return MHD_YES;
     }
+    track_set_deadline(s, c, 0); /* the whole request arrived */
     if (r->responded) return MHD_YES;
     if (r->too_large) return send_413(r, false);
     return handle_generate(r);
@@ -971,7 +1208,11 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     http_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
-    if (r->early_413 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) drain_request(s, c);
+    if (r->early_413 && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        track_set_deadline(s, c, 0); /* the drain has limits of its own */
+        drain_request(s, c);
+    }
+    track_set_deadline(s, c, s->cfg.header_timeout_s); /* a kept-alive connection's next request */
     /* A failed write, a closed connection or shutdown: stop generating now. */
     if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && r->events && !r->finished)
         atomic_fetch_add(&s->cancelled_disconnect, 1);
@@ -1035,6 +1276,7 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     s->n_vocab = tk_engine_n_vocab(e);
     s->created = time(NULL);
     s->listen_fd = -1;
+    s->check_host = !cfg->api_key && is_loopback_addr(cfg->host);
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
     s->kv_blocks_total = ms.kv_blocks;
@@ -1059,7 +1301,8 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
 
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC;
+    /* poll(), not select(): select cannot watch descriptors past 1023. */
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_POLL_INTERNAL_THREAD | MHD_USE_ITC;
     socklen_t sl;
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
@@ -1076,15 +1319,24 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
         return tk_err_set(err, "--host must be a numeric IPv4 or IPv6 address, got '%s'", cfg->host);
     }
     (void)sl;
+    pthread_mutex_init(&s->track_mu, NULL);
     s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
-                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+                              on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
                               (unsigned)(cfg->max_connections > 0 ? cfg->max_connections : 256),
-                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600, MHD_OPTION_LISTENING_ADDRESS_REUSE,
-                              (unsigned)1, MHD_OPTION_END);
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)cfg->max_connections_per_ip,
+                              MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)cfg->idle_timeout_s,
+                              MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1, MHD_OPTION_END);
     if (!s->mhd) {
         free_special_texts(s);
+        pthread_mutex_destroy(&s->track_mu);
         return tk_err_set(err, "cannot listen on %s port %d", cfg->host, cfg->port);
     }
+    if (pthread_create(&s->reaper, NULL, reaper_main, s)) {
+        tk_server_stop(s);
+        return tk_err_set(err, "cannot start the connection reaper thread");
+    }
+    s->reaper_running = true;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->mhd, MHD_DAEMON_INFO_BIND_PORT);
     if (di) s->cfg.port = di->port;
     return 0;
@@ -1098,7 +1350,15 @@ void tk_server_begin_stop(tk_server *s) {
 }
 
 void tk_server_stop(tk_server *s) {
-    if (s->mhd) MHD_stop_daemon(s->mhd);
+    if (s->reaper_running) {
+        atomic_store(&s->reaper_quit, true);
+        pthread_join(s->reaper, NULL);
+        s->reaper_running = false;
+    }
+    if (s->mhd) {
+        MHD_stop_daemon(s->mhd);
+        pthread_mutex_destroy(&s->track_mu);
+    }
     s->mhd = NULL;
     if (s->listen_fd >= 0) close(s->listen_fd);
     s->listen_fd = -1;

@@ -80,6 +80,12 @@ char *tk_server_metrics_text(tk_server *s) {
             (unsigned long long)atomic_load(&s->http_errors));
     counter(&b, "tokamak_requests_rejected_queue_full_total", "Requests refused because the queue was full.",
             (unsigned long long)atomic_load(&s->rejected_queue_full));
+    counter(&b, "tokamak_http_connections_timed_out_total",
+            "Connections closed because their headers or body did not arrive in time.",
+            (unsigned long long)atomic_load(&s->timed_out));
+    counter(&b, "tokamak_chat_renders_cancelled_total",
+            "Chat template renders stopped because the client left or the server stopped.",
+            (unsigned long long)atomic_load(&s->renders_cancelled));
     counter(&b, "tokamak_requests_cancelled_disconnect_total", "Requests cancelled because the client went away.",
             (unsigned long long)atomic_load(&s->cancelled_disconnect));
     int n = m.n_buckets;

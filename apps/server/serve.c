@@ -33,7 +33,11 @@ static void usage(FILE *f) {
             "  --tokenizer PATH         tokenizer override\n"
             "  --host ADDR              numeric address to listen on (default 127.0.0.1)\n"
             "  --port N                 port (default 8000; 0: any free port, printed at startup)\n"
-            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/*\n"
+            "  --api-key KEY            require 'Authorization: Bearer KEY' on /v1/* (visible to other local\n"
+            "                           users in ps: prefer --api-key-file or TOKAMAK_API_KEY)\n"
+            "  --api-key-file FILE      the API key is the file's first line (trimmed)\n"
+            "  --allowed-host NAME      without an API key on a loopback address, also answer requests whose\n"
+            "                           Host is NAME (repeatable; '*': any); others get 403\n"
             "  --model-name NAME        name served in /v1/models and checked in 'model' (default: file name)\n"
             "  --chat-template FILE|NAME  Jinja chat template overriding the model's, or a built-in preset:\n"
             "                           gemma, llama3, chatml, phi3, mistral, llama2 (without either, the\n"
@@ -50,6 +54,13 @@ static void usage(FILE *f) {
             "                           slide release them by default)\n"
             "  --max-queue N            waiting requests before 429 (default 256)\n"
             "  --max-connections N      concurrent HTTP connections (default 256)\n"
+            "  --max-connections-per-ip N  concurrent connections from one client address (default 64; 0: no cap)\n"
+            "  --header-timeout S       seconds a request's headers may take to arrive (default 10)\n"
+            "  --body-timeout S         seconds a request's body may take after its headers (default 30)\n"
+            "  --idle-timeout S         seconds without traffic before a connection is closed (default 60;\n"
+            "                           time spent generating does not count)\n"
+            "  --max-response-size SIZE  largest non-streaming answer kept, e.g. 32M (default 32M; larger: 400,\n"
+            "                           streaming has no such limit)\n"
             "  --parse-special-in-content  parse control-token text (e.g. <|im_start|>) in chat message content\n"
             "                           as control tokens (default: plain text, only the template's are parsed)\n"
             "speculative decoding (server-wide defaults; a request may override them with\n"
@@ -96,6 +107,53 @@ static char *default_model_name(const char *path) {
     return name;
 }
 
+/* The first line of a file, trimmed, into key[cap]; -1 after printing why. */
+static int read_key_file(const char *path, char *key, size_t cap) {
+    char *text;
+    tk_err err;
+    if (tk_read_file(path, &text, NULL, &err)) {
+        fprintf(stderr, "tokamak serve: --api-key-file: %s\n", err.msg);
+        return -1;
+    }
+    char *b = text, *e;
+    while (*b == ' ' || *b == '\t') b++;
+    e = b + strcspn(b, "\r\n");
+    while (e > b && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    size_t n = (size_t)(e - b);
+    int rc = -1;
+    if (n == 0) fprintf(stderr, "tokamak serve: --api-key-file %s: the first line is empty\n", path);
+    else if (n >= cap) fprintf(stderr, "tokamak serve: --api-key-file %s: the key is over %zu bytes\n", path, cap - 1);
+    else {
+        memcpy(key, b, n);
+        key[n] = 0;
+        rc = 0;
+    }
+    free(text);
+    return rc;
+}
+
+/* Moves every "--allowed-host NAME" (repeatable, so not in the option
+ * table) from argv to hosts; returns the argc left, -1 on error. */
+static int take_allowed_hosts(int argc, char **argv, char **rest, const char **hosts, int *n_hosts) {
+    int n = 0;
+    *n_hosts = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], "--allowed-host")) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "tokamak serve: --allowed-host needs a host name\n");
+                return -1;
+            }
+            hosts[(*n_hosts)++] = argv[++i];
+        } else if (i > 0 && !strncmp(argv[i], "--allowed-host=", 15)) {
+            hosts[(*n_hosts)++] = argv[i] + 15;
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    rest[n] = NULL;
+    return n;
+}
+
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     const unsigned char *c = p;
     for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
@@ -113,10 +171,28 @@ static int step_once(tk_engine *e) {
     return live;
 }
 
+static int serve(int argc, char **argv, const char *const *hosts, int n_hosts);
+
 int tk_cmd_serve(int argc, char **argv) {
+    char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
+    const char **hosts = malloc(((size_t)argc + 1) * sizeof *hosts);
+    int n_hosts = 0, n = rest && hosts ? take_allowed_hosts(argc, argv, rest, hosts, &n_hosts) : -1;
+    if (!rest || !hosts) fprintf(stderr, "tokamak serve: out of memory\n");
+    int status = n < 0 ? 2 : serve(n, rest, hosts, n_hosts);
+    free(rest);
+    free(hosts);
+    return status;
+}
+
+static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
     tk_engine_config cfg = {.max_seqs = 16};
-    tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256};
-    const char *tmpl_file = NULL, *kv_mem = NULL;
+    tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256,
+                             .max_connections_per_ip = 64, .header_timeout_s = 10, .body_timeout_s = 30,
+                             .idle_timeout_s = 60, .max_response_bytes = (size_t)32 << 20};
+    const char *tmpl_file = NULL, *kv_mem = NULL, *max_resp = NULL, *key_file = NULL;
+    char key[4096];
+    scfg.allowed_hosts = hosts;
+    scfg.n_allowed_hosts = n_hosts;
     tk_spec_args spec = {0};
     const tk_opt opts[] = {
         TK_OPT_S("-m|--model", &cfg.model_path),
@@ -124,6 +200,7 @@ int tk_cmd_serve(int argc, char **argv) {
         TK_OPT_S("--host", &scfg.host),
         TK_OPT_I("--port", &scfg.port, 0, 65535),
         TK_OPT_S("--api-key", &scfg.api_key),
+        TK_OPT_S("--api-key-file", &key_file),
         TK_OPT_S("--model-name", &scfg.model_name),
         TK_OPT_S("--chat-template", &tmpl_file),
         TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
@@ -137,6 +214,11 @@ int tk_cmd_serve(int argc, char **argv) {
         TK_OPT_ON("--no-window-release", &cfg.no_window_release),
         TK_OPT_I("--max-queue", &cfg.max_waiting, 1, 1 << 20),
         TK_OPT_I("--max-connections", &scfg.max_connections, 1, 65536),
+        TK_OPT_I("--max-connections-per-ip", &scfg.max_connections_per_ip, 0, 65536),
+        TK_OPT_I("--header-timeout", &scfg.header_timeout_s, 1, 3600),
+        TK_OPT_I("--body-timeout", &scfg.body_timeout_s, 1, 3600),
+        TK_OPT_I("--idle-timeout", &scfg.idle_timeout_s, 1, 86400),
+        TK_OPT_S("--max-response-size", &max_resp),
         TK_OPT_ON("--parse-special-in-content", &scfg.parse_special_in_content),
     };
     const tk_cli cli = {.cmd = "serve", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
@@ -151,6 +233,24 @@ int tk_cmd_serve(int argc, char **argv) {
     if (kv_mem && parse_size(kv_mem, &cfg.kv_memory)) {
         fprintf(stderr, "tokamak serve: --kv-memory expects a size like 512M or 2G, got '%s'\n", kv_mem);
         return 2;
+    }
+    if (max_resp && parse_size(max_resp, &scfg.max_response_bytes)) {
+        fprintf(stderr, "tokamak serve: --max-response-size expects a size like 32M, got '%s'\n", max_resp);
+        return 2;
+    }
+    if (key_file && scfg.api_key) {
+        fprintf(stderr, "tokamak serve: give --api-key or --api-key-file, not both\n");
+        return 2;
+    }
+    if (key_file) {
+        if (read_key_file(key_file, key, sizeof key)) return 2;
+        scfg.api_key = key;
+    } else if (!scfg.api_key && getenv("TOKAMAK_API_KEY")) {
+        scfg.api_key = getenv("TOKAMAK_API_KEY");
+        if (!scfg.api_key[0]) {
+            fprintf(stderr, "tokamak serve: TOKAMAK_API_KEY is set but empty\n");
+            return 2;
+        }
     }
     if (scfg.api_key && !scfg.api_key[0]) {
         fprintf(stderr, "tokamak serve: --api-key must not be empty\n");
@@ -267,15 +367,18 @@ int tk_cmd_serve(int argc, char **argv) {
         }
         fprintf(stderr, "tokamak serve: shutting down\n");
         tk_server_begin_stop(srv);
-        /* Request threads see `stopping` within ~100 ms and cancel; keep
-         * stepping meanwhile so cancellations are processed. */
+        /* Request threads see `stopping` within ~100 ms and cancel (streams
+         * end with an error event, waiting requests are answered 503, chat
+         * template renders stop); keep stepping meanwhile so cancellations
+         * are processed.  5 s for clients to read their last bytes, 3 s to
+         * drain the engine: the exit comes within 10 s of the signal. */
         double t0 = tk_clock_seconds(TK_CLOCK_WALL);
         while (atomic_load(&srv->active) > 0 && tk_clock_seconds(TK_CLOCK_WALL) - t0 < 5.0)
             if (step_once(e) <= 0) usleep(5000);
         tk_server_stop(srv);
         /* Deliver the final events of cancelled requests (frees them). */
         t0 = tk_clock_seconds(TK_CLOCK_WALL);
-        while (step_once(e) > 0 && tk_clock_seconds(TK_CLOCK_WALL) - t0 < 10.0) {
+        while (step_once(e) > 0 && tk_clock_seconds(TK_CLOCK_WALL) - t0 < 3.0) {
         }
     }
     tk_engine_close(e);

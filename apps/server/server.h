@@ -8,10 +8,14 @@
  * the engine.  Blocking per connection keeps each request's code
  * sequential; the timeouts let a blocked thread notice shutdown and a
  * client that hung up (a peek at its socket) even when no tokens flow, so
- * the request is cancelled at once and its KV blocks return to the pool. */
+ * the request is cancelled at once and its KV blocks return to the pool.
+ * A reaper thread enforces the header and body deadlines (a socket past
+ * its deadline is shut down) and stops chat template renders whose client
+ * left or when the server stops (docs/serving.md, "Connection limits"). */
 #ifndef TK_SERVER_H
 #define TK_SERVER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,8 +27,17 @@ typedef struct tk_server_config {
     const char *host;          /* numeric IPv4/IPv6 address */
     int port;
     const char *api_key;       /* NULL: no authentication */
+    /* Without an API key on a loopback address, only requests whose Host is
+     * a loopback name or address or one of these ("*": any) are answered. */
+    const char *const *allowed_hosts;
+    int n_allowed_hosts;
     const char *model_name;
     int max_connections;
+    int max_connections_per_ip; /* 0: no per-address cap */
+    int header_timeout_s;      /* a request's headers must arrive within this (from connect or the previous answer) */
+    int body_timeout_s;        /* ... and its body within this after the headers */
+    size_t max_response_bytes; /* a non-streaming answer's text and logprobs kept past this: 400 */
+    int idle_timeout_s;        /* a connection with no traffic either way is closed (generation time excepted) */
     bool parse_special_in_content; /* control-token text in chat message content stays a control token */
 } tk_server_config;
 
@@ -37,6 +50,7 @@ typedef struct tk_server {
     int ctx_len, n_vocab;
     bool has_draft_model;      /* requests may ask for speculative mode "draft" */
     int kv_blocks_total;       /* the pool size, for /metrics before the first step */
+    bool check_host;           /* see cfg.allowed_hosts */
     size_t max_text_bytes;     /* longer prompt text cannot fit the context: refuse it untokenized */
     /* Texts that become a control token only with special-token parsing
      * (longest first), defused in chat message content; none with
@@ -55,6 +69,14 @@ typedef struct tk_server {
     atomic_bool stopping;
     atomic_int active;         /* HTTP requests between first call and completion */
     atomic_uint_fast64_t http_requests, http_errors, rejected_queue_full, cancelled_disconnect;
+    atomic_uint_fast64_t timed_out, renders_cancelled;
+    /* Connections whose headers or body are due (see conn_track in http.c),
+     * watched by the reaper thread. */
+    pthread_mutex_t track_mu;
+    struct conn_track *tracked;
+    pthread_t reaper;
+    bool reaper_running;
+    atomic_bool reaper_quit;
     struct MHD_Daemon *mhd;
     int listen_fd;             /* after quiescing: ours to close */
 } tk_server;

@@ -89,6 +89,13 @@ static int build_messages(cj_ctx *c, const tk_chat_msg *msgs, int n, cj_val *out
 int tk_chat_template_render(const tk_chat_template *t, const tk_chat_msg *msgs, int n_msgs,
                             bool add_generation_prompt, const char *bos_token, const char *eos_token,
                             char **out, tk_err *err) {
+    return tk_chat_template_render_cancellable(t, msgs, n_msgs, add_generation_prompt, bos_token, eos_token, NULL,
+                                               out, err);
+}
+
+int tk_chat_template_render_cancellable(const tk_chat_template *t, const tk_chat_msg *msgs, int n_msgs,
+                                        bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                                        const atomic_bool *cancel, char **out, tk_err *err) {
     *out = NULL;
     if (!t) return tk_err_set(err, "chat template: not parsed");
     if (n_msgs < 0 || (n_msgs > 0 && !msgs)) return tk_err_set(err, "chat template: bad message list");
@@ -98,6 +105,7 @@ int tk_chat_template_render(const tk_chat_template *t, const tk_chat_msg *msgs, 
     c.work_limit = CJ_MAX_WORK;
     c.step_limit = CJ_MAX_STEPS;
     c.depth_limit = CJ_MAX_EVAL_DEPTH;
+    c.cancel = cancel;
     c.out_limit = CJ_MAX_OUTPUT;
     cj_buf buf;
     cj_tmpbuf(&c, &buf);

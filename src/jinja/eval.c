@@ -90,7 +90,7 @@ static int enter(cj_ctx *c, const cj_node *n) {
 static int step(cj_ctx *c) {
     if (++c->steps > c->step_limit)
         return cj_fail(c, "template exceeded its limit of %llu loop iterations and calls", (unsigned long long)c->step_limit);
-    return 0;
+    return cj_check_cancel(c);
 }
 
 static void free_args(cj_ctx *c, cj_val *v, int n) {

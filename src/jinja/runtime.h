@@ -9,6 +9,7 @@
 #ifndef TK_CHAT_RUNTIME_H
 #define TK_CHAT_RUNTIME_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -96,6 +97,7 @@ typedef struct cj_ctx {
     size_t mem, mem_limit;
     uint64_t work, work_limit; /* bytes allocated or scanned over the whole render */
     uint64_t steps, step_limit; /* loop iterations and macro calls */
+    const atomic_bool *cancel;  /* NULL, or set by another thread to stop the render (checked with the budget) */
     int depth, depth_limit;     /* evaluator recursion */
     cj_buf *out;
     size_t out_limit;
@@ -137,6 +139,8 @@ void cj_unref(cj_ctx *c, cj_val v);
 /* Charges n bytes of transient work (a scan, a temporary buffer) to the
  * budget; cj_fail_work reports the budget spent. */
 int cj_charge_work(cj_ctx *c, size_t n);
+/* Fails the render once c->cancel is set. */
+int cj_check_cancel(cj_ctx *c);
 int cj_fail_work(cj_ctx *c);
 
 /* s may be NULL: a zeroed string of n bytes that the caller fills before sharing it. */

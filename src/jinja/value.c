@@ -17,9 +17,15 @@ int cj_fail_work(cj_ctx *c) {
                    (unsigned long long)c->work_limit);
 }
 
+int cj_check_cancel(cj_ctx *c) {
+    if (c->cancel && atomic_load_explicit(c->cancel, memory_order_relaxed))
+        return cj_fail(c, "chat template rendering cancelled");
+    return 0;
+}
+
 int cj_charge_work(cj_ctx *c, size_t n) {
     c->work += n;
-    return c->work > c->work_limit ? cj_fail_work(c) : 0;
+    return c->work > c->work_limit ? cj_fail_work(c) : cj_check_cancel(c);
 }
 
 static int charge(cj_ctx *c, size_t n) {
