@@ -30,6 +30,7 @@ WORDS = ("def class return import from self value list dict item range len print
 # Shared prompt starts (> one 64-token KV block) so the prefix cache is hit and evicted.
 PREFIXES = [" ".join(random.Random(k).choice(WORDS) for _ in range(90)) for k in range(4)]
 
+SLOW_BODY_S = 20.0  # longest trickle of a slow body
 WELL_FORMED = ("cmpl", "cmpl_stream", "chat", "chat_stream", "half_close", "slow_headers", "slow_body", "get")
 DISRUPTIVE = ("disconnect", "abort", "slow_abandon")
 MALFORMED = ("malformed", "oversized", "unknown_path")
@@ -452,7 +453,12 @@ class Soak:
                 c.send(body)
             elif kind == "slow_body":       # headers at once, the body in small pieces
                 c.send(head)
-                c.trickle(body, rng.randint(1, 16), rng.uniform(0.005, 0.05))
+                # slow, but within the server's body deadline (--body-timeout,
+                # 30 s): a body that misses it is cut off, which
+                # test_server_hostile.py checks on its own
+                step = rng.randint(1, 16)
+                pause = min(rng.uniform(0.005, 0.05), SLOW_BODY_S * step / max(len(body), 1))
+                c.trickle(body, step, pause)
             else:
                 c.send(head + body)
             self.count("gen_sent")
