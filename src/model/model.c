@@ -155,13 +155,24 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
     m->src = *src; /* take ownership */
     const tk_arch *a = m->arch;
 
-    /* Count vector floats to allocate them in one block. */
+    /* Count vector floats to allocate them in one block (the sources bound
+     * the hyper-parameters; the sum is checked all the same). */
     size_t n_vec = 0;
+    bool overflow = false;
     for (int i = 0; i < a->n_global_roles; i++)
-        if (a->global_roles[i].is_vector) n_vec += (size_t)resolve_dim(&m->hp, a->global_roles[i].ne0);
-    for (int i = 0; i < a->n_layer_roles; i++)
+        if (a->global_roles[i].is_vector)
+            overflow |= __builtin_add_overflow(n_vec, (size_t)resolve_dim(&m->hp, a->global_roles[i].ne0), &n_vec);
+    for (int i = 0; i < a->n_layer_roles; i++) {
+        size_t per_layer;
         if (a->layer_roles[i].is_vector)
-            n_vec += (size_t)resolve_dim(&m->hp, a->layer_roles[i].ne0) * (size_t)m->hp.n_layers;
+            overflow |= __builtin_mul_overflow((size_t)resolve_dim(&m->hp, a->layer_roles[i].ne0),
+                                               (size_t)m->hp.n_layers, &per_layer) ||
+                        __builtin_add_overflow(n_vec, per_layer, &n_vec);
+    }
+    if (overflow || n_vec > SIZE_MAX / sizeof(float)) {
+        tk_err_set(err, "the model's norm vectors (dim %d, %d layers) are too large", m->hp.dim, m->hp.n_layers);
+        goto fail;
+    }
     m->vectors = malloc((n_vec ? n_vec : 1) * sizeof(float));
     m->layers = calloc((size_t)m->hp.n_layers, sizeof(tk_layer));
     m->rope_inv_freq = malloc((size_t)m->hp.head_dim / 2 * sizeof(float));
