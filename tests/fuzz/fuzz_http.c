@@ -11,6 +11,7 @@
  * which is part of what is fuzzed. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -93,18 +94,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        fprintf(stderr, "fuzz_http: connect: %s\n", strerror(errno));
-        abort();
+        /* interrupted (libFuzzer's timer signal): the connection completes
+         * on its own */
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        int so_err = errno;
+        socklen_t len = sizeof so_err;
+        if (errno != EINTR || poll(&p, 1, 10000) != 1 || getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_err, &len) ||
+            so_err) {
+            fprintf(stderr, "fuzz_http: connect: %s\n", strerror(so_err));
+            abort();
+        }
     }
     for (size_t off = 0; off < size;) {
         const ssize_t n = send(fd, data + off, size - off, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break; /* the server may answer and close before reading everything */
         off += (size_t)n;
     }
     shutdown(fd, SHUT_WR);
     char buf[16384];
     ssize_t n;
-    while ((n = recv(fd, buf, sizeof buf, 0)) > 0) {
+    while ((n = recv(fd, buf, sizeof buf, 0)) > 0 || (n < 0 && errno == EINTR)) {
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
         /* the server kept the connection open for 10 s after the request ended */
