@@ -4,6 +4,7 @@
  * may crash or read out of bounds (run under ASan/UBSan to check the latter;
  * ASan also aborts on any absurdly large malloc). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -676,8 +677,9 @@ typedef struct src_case {
     const char *want;     /* expected error substring, NULL = must open */
 } src_case;
 
-static int write_model(const char *path, const char *skip, const char *scaling, bool output, uint32_t key_length,
-                       tk_err *err) {
+/* The small model below, with key `set` (if any) set to `value`. */
+static int write_model_with(const char *path, const char *skip, const char *scaling, bool output,
+                            uint32_t key_length, const char *set, uint32_t value, tk_err *err) {
     tk_gguf_writer *w = tk_gguf_writer_new();
     static const float emb[8 * 10];
     const int64_t ne[] = {8, 10};
@@ -695,11 +697,62 @@ static int write_model(const char *path, const char *skip, const char *scaling, 
         tk_gguf_set_str(w, "llama.rope.scaling.type", scaling);
         tk_gguf_set_f32(w, "llama.rope.scaling.factor", 4.0f);
     }
+    if (set) tk_gguf_set_u32(w, set, value);
     tk_gguf_add_tensor(w, "token_embd.weight", TK_F32, 2, ne, emb, sizeof emb);
     if (output) tk_gguf_add_tensor(w, "output.weight", TK_F32, 2, ne, emb, sizeof emb);
     int rc = tk_gguf_write(w, path, err);
     tk_gguf_writer_free(w);
     return rc;
+}
+
+static int write_model(const char *path, const char *skip, const char *scaling, bool output, uint32_t key_length,
+                       tk_err *err) {
+    return write_model_with(path, skip, scaling, output, key_length, NULL, 0, err);
+}
+
+/* Every hyper-parameter has the Hugging Face loader's upper bound, so the
+ * sizes derived from them cannot overflow; the KV pool checks its own
+ * products too. */
+static void test_hparam_bounds(void) {
+    static const struct { const char *key; uint32_t value; const char *want; } cases[] = {
+        {"llama.embedding_length", 1u << 21, "'llama.embedding_length' has invalid value 2097152 (must be in [1, 1048576])"},
+        {"llama.block_count", 1u << 17, "'llama.block_count' has invalid value 131072 (must be in [1, 65536])"},
+        {"llama.attention.head_count", 1u << 17, "'llama.attention.head_count' has invalid value 131072"},
+        {"llama.attention.head_count_kv", 4, "'llama.attention.head_count_kv' has invalid value 4 (must be in [1, 2])"},
+        {"llama.feed_forward_length", 1u << 25, "'llama.feed_forward_length' has invalid value 33554432"},
+        {"llama.context_length", 1u << 27, "'llama.context_length' has invalid value 134217728"},
+        {"llama.attention.key_length", 1u << 17, "'llama.attention.key_length' has invalid value 131072"},
+        {"llama.vocab_size", 1u << 27, "'llama.vocab_size' has invalid value 134217728"},
+        {"llama.vocab_size", 0xFFFFFFFFu, "'llama.vocab_size' has invalid value 4294967295"},
+    };
+    tk_err err = {{0}};
+    char path[512];
+    snprintf(path, sizeof path, "%s", tmp_path("model.gguf"));
+    tk_source src;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        CHECK(write_model_with(path, NULL, NULL, true, 0, cases[i].key, cases[i].value, &err) == 0 &&
+                  tk_gguf_source_open(path, &src, &err) == -1 && strstr(err.msg, cases[i].want) &&
+                  strstr(err.msg, path),
+              "%s = %u: '%s'", cases[i].key, cases[i].value, err.msg);
+    }
+    /* each factor within bounds, their product not */
+    CHECK(write_model_with(path, NULL, NULL, true, 512, "llama.attention.head_count", 1u << 16, &err) == 0 &&
+              tk_gguf_source_open(path, &src, &err) == -1 &&
+              strstr(err.msg, "head_count x key_length = 33554432 is above 16777216"),
+          "heads x head_dim: '%s'", err.msg);
+    /* the largest values still open */
+    const bool opened = write_model_with(path, NULL, NULL, true, 0, "llama.context_length", 1u << 26, &err) == 0 &&
+                        tk_gguf_source_open(path, &src, &err) == 0;
+    CHECK(opened && src.hp.ctx_len == 1 << 26, "context 2^26: '%s'", err.msg);
+    if (opened) tk_source_close(&src);
+    unlink(path);
+
+    CHECK(tk_kv_block_bytes(INT_MAX, INT_MAX, 1024, INT_MAX, TK_KV_F32) == 0, "block bytes overflow");
+    CHECK(tk_kv_block_bytes(2, 4, 64, 16, TK_KV_F32) == 2 * 256 * 2 * 4 * 16, "block bytes");
+    tk_kv_pool kv;
+    CHECK(tk_kv_pool_init(&kv, 1 << 16, 1 << 16, 1024, 1024, INT_MAX, TK_KV_F32, false, &err) == -1 &&
+              strstr(err.msg, "is too large"),
+          "KV pool overflow: '%s'", err.msg);
 }
 
 static void test_source(void) {
@@ -772,6 +825,7 @@ int main(void) {
     test_writer(getenv("TK_GGUF_ROUNDTRIP_OUT"));
     test_fixture_truncations();
     test_source();
+    test_hparam_bounds();
 
     static const char *const names[] = {"bad.gguf", "ok.gguf", "trunc.gguf", "fuzz.gguf",
                                         "roundtrip.gguf", "never.gguf", "vocab.gguf"};

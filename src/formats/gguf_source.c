@@ -62,9 +62,21 @@ static const char *akey(const keyctx *k, const char *suffix, char *buf, size_t n
     return buf;
 }
 
-/* Reads `{arch}.suffix` as a positive int.  Missing: *out = dflt, or an
+/* Upper bounds of the hyper-parameters, the same as the Hugging Face
+ * loader's (hf.c): generous for real models, and small enough that the
+ * sizes the model and the KV cache derive from them cannot overflow. */
+#define GGUF_MAX_DIM (1 << 20)      /* embedding_length */
+#define GGUF_MAX_LAYERS (1 << 16)   /* block_count */
+#define GGUF_MAX_HEADS (1 << 16)    /* head_count */
+#define GGUF_MAX_FFN (1 << 24)      /* feed_forward_length */
+#define GGUF_MAX_VOCAB (1 << 26)    /* vocab_size, token list, token_embd rows */
+#define GGUF_MAX_CTX (1 << 26)      /* context_length, original_context_length */
+#define GGUF_MAX_HEAD_DIM (1 << 16) /* key_length, value_length, rope.dimension_count */
+#define GGUF_MAX_Q_DIM (1 << 24)    /* head_count x key_length */
+
+/* Reads `{arch}.suffix` as an int in [1, max].  Missing: *out = dflt, or an
  * error naming the key when dflt < 0 (required). */
-static int get_pos_int(const keyctx *k, const char *suffix, int dflt, int *out) {
+static int get_pos_int(const keyctx *k, const char *suffix, int dflt, int max, int *out) {
     char key[160];
     akey(k, suffix, key, sizeof key);
     const tk_gguf_kv *kv = tk_gguf_find(k->g, key);
@@ -79,8 +91,9 @@ static int get_pos_int(const keyctx *k, const char *suffix, int dflt, int *out) 
     int64_t v;
     if (tk_gguf_get_int(k->g, key, &v))
         return tk_err_set(k->err, "%s: key '%s' must be an integer", k->path, key);
-    if (v <= 0 || v > INT_MAX)
-        return tk_err_set(k->err, "%s: key '%s' has invalid value %lld", k->path, key, (long long)v);
+    if (v <= 0 || v > max)
+        return tk_err_set(k->err, "%s: key '%s' has invalid value %lld (must be in [1, %d])", k->path, key,
+                          (long long)v, max);
     *out = (int)v;
     return 0;
 }
@@ -129,7 +142,8 @@ static int read_rope_scaling(const keyctx *k, tk_hparams *hp) {
             return tk_err_set(k->err, "%s: rope scaling factor %g must be positive", k->path, v);
         hp->rope_factor = (float)v;
     }
-    if (get_pos_int(k, "rope.scaling.original_context_length", hp->ctx_len, &hp->rope_orig_ctx))
+    if (get_pos_int(k, "rope.scaling.original_context_length", hp->ctx_len, GGUF_MAX_CTX,
+                    &hp->rope_orig_ctx))
         return -1;
     /* Llama 3 style frequency scaling is stored by llama.cpp as a per-dim
      * factor tensor (rope_freqs.weight), not as metadata; the model module
@@ -187,12 +201,12 @@ static int read_gemma_style(const keyctx *k, tk_hparams *hp) {
 
 static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
     memset(hp, 0, sizeof *hp);
-    if (get_pos_int(k, "embedding_length", -1, &hp->dim) ||
-        get_pos_int(k, "block_count", -1, &hp->n_layers) ||
-        get_pos_int(k, "attention.head_count", -1, &hp->n_heads) ||
-        get_pos_int(k, "attention.head_count_kv", hp->n_heads, &hp->n_kv_heads) ||
-        get_pos_int(k, "feed_forward_length", -1, &hp->ffn_dim) ||
-        get_pos_int(k, "context_length", -1, &hp->ctx_len))
+    if (get_pos_int(k, "embedding_length", -1, GGUF_MAX_DIM, &hp->dim) ||
+        get_pos_int(k, "block_count", -1, GGUF_MAX_LAYERS, &hp->n_layers) ||
+        get_pos_int(k, "attention.head_count", -1, GGUF_MAX_HEADS, &hp->n_heads) ||
+        get_pos_int(k, "attention.head_count_kv", hp->n_heads, hp->n_heads, &hp->n_kv_heads) ||
+        get_pos_int(k, "feed_forward_length", -1, GGUF_MAX_FFN, &hp->ffn_dim) ||
+        get_pos_int(k, "context_length", -1, GGUF_MAX_CTX, &hp->ctx_len))
         return -1;
     if (hp->n_heads % hp->n_kv_heads)
         return tk_err_set(k->err, "%s: head_count %d is not a multiple of head_count_kv %d", k->path,
@@ -202,10 +216,10 @@ static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
      * head size for llama), else dim / heads. */
     int dflt = hp->dim % hp->n_heads == 0 ? hp->dim / hp->n_heads : -1;
     int rot;
-    if (get_pos_int(k, "rope.dimension_count", dflt > 0 ? dflt : 0, &rot)) return -1;
-    if (get_pos_int(k, "attention.key_length", rot, &hp->head_dim)) return -1;
+    if (get_pos_int(k, "rope.dimension_count", dflt > 0 ? dflt : 0, GGUF_MAX_HEAD_DIM, &rot)) return -1;
+    if (get_pos_int(k, "attention.key_length", rot, GGUF_MAX_HEAD_DIM, &hp->head_dim)) return -1;
     int v_len;
-    if (get_pos_int(k, "attention.value_length", hp->head_dim, &v_len)) return -1;
+    if (get_pos_int(k, "attention.value_length", hp->head_dim, GGUF_MAX_HEAD_DIM, &v_len)) return -1;
     if (hp->head_dim > 0 && v_len != hp->head_dim)
         return tk_err_set(k->err, "%s: value_length %d differs from key_length %d (not supported)", k->path,
                           v_len, hp->head_dim);
@@ -214,6 +228,9 @@ static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
                           "%s: cannot derive head size: embedding_length %d is not a multiple of "
                           "head_count %d and no key_length is given",
                           k->path, hp->dim, hp->n_heads);
+    if ((long long)hp->n_heads * hp->head_dim > GGUF_MAX_Q_DIM)
+        return tk_err_set(k->err, "%s: head_count x key_length = %lld is above %d", k->path,
+                          (long long)hp->n_heads * hp->head_dim, GGUF_MAX_Q_DIM);
 
     double v;
     if (get_num(k, "attention.layer_norm_rms_epsilon", true, 0, &v)) return -1;
@@ -232,11 +249,11 @@ static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
     const tk_tensor *embd = tk_gguf_find_tensor(g, "token_embd.weight");
     char key[160];
     if (tk_gguf_find(g, akey(k, "vocab_size", key, sizeof key))) {
-        if (get_pos_int(k, "vocab_size", -1, &hp->n_vocab)) return -1;
+        if (get_pos_int(k, "vocab_size", -1, GGUF_MAX_VOCAB, &hp->n_vocab)) return -1;
     } else if (tokens && tokens->type == TK_GGUF_ARRAY && tokens->arr_n > 0 &&
-               tokens->arr_n <= INT_MAX) {
+               tokens->arr_n <= GGUF_MAX_VOCAB) {
         hp->n_vocab = (int)tokens->arr_n;
-    } else if (embd && embd->ndim >= 2 && embd->ne[1] <= INT_MAX) {
+    } else if (embd && embd->ndim >= 2 && embd->ne[1] <= GGUF_MAX_VOCAB) {
         hp->n_vocab = (int)embd->ne[1];
     } else {
         return tk_err_set(k->err,

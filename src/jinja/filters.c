@@ -543,7 +543,7 @@ static int f_attr(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
 static cj_args rest_args(const cj_args *a, int k) {
     cj_args r = *a;
     r.npos = a->npos > k ? a->npos - k : 0;
-    r.pos = a->pos + (a->npos > k ? k : a->npos);
+    r.pos = a->npos > k ? a->pos + k : NULL; /* no positional arguments: pos may be NULL */
     return r;
 }
 

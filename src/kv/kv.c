@@ -1,5 +1,6 @@
 #include "kv.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #if defined(__linux__)
@@ -17,8 +18,19 @@ static size_t row_bytes_for(int head_dim, tk_kv_type type) {
     return 0;
 }
 
+/* a * b * c * d, or 0 when the product does not fit in size_t (or a factor
+ * is negative). */
+static size_t checked_product(size_t a, long long b, long long c, long long d) {
+    size_t r;
+    if (b < 0 || c < 0 || d < 0 || __builtin_mul_overflow(a, (size_t)b, &r) || __builtin_mul_overflow(r, (size_t)c, &r) ||
+        __builtin_mul_overflow(r, (size_t)d, &r))
+        return 0;
+    return r;
+}
+
 size_t tk_kv_block_bytes(int n_layers, int n_kv_heads, int head_dim, int block_size, tk_kv_type type) {
-    return 2 * row_bytes_for(head_dim, type) * (size_t)n_layers * n_kv_heads * block_size;
+    size_t one = checked_product(row_bytes_for(head_dim, type), n_layers, n_kv_heads, block_size);
+    return one <= SIZE_MAX / 2 ? 2 * one : 0;
 }
 
 int tk_kv_type_from_name(const char *name) {
@@ -83,8 +95,13 @@ int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, i
     p->row_bytes = row_bytes_for(head_dim, type);
     if (!p->row_bytes) return tk_err_set(err, "KV type %s needs a head dimension multiple of 32 (have %d)",
                                          tk_kv_type_name(type), head_dim);
-    p->block_bytes = p->row_bytes * (size_t)n_layers * n_kv_heads * block_size;
-    size_t total = p->block_bytes * (size_t)n_blocks;
+    p->block_bytes = checked_product(p->row_bytes, n_layers, n_kv_heads, block_size);
+    const size_t total = checked_product(p->block_bytes, n_blocks, 1, 1);
+    if (!total || total > SIZE_MAX / 2 || !checked_product(sizeof(int32_t), n_blocks, block_size, 1)) {
+        memset(p, 0, sizeof *p);
+        return tk_err_set(err, "a KV pool of %d blocks x %d tokens, %d layers x %d heads x %d dims is too large",
+                          n_blocks, block_size, n_layers, n_kv_heads, head_dim);
+    }
     uint32_t buckets = 1;
     while (buckets < (uint32_t)n_blocks) buckets <<= 1;
     p->bucket_mask = buckets - 1;

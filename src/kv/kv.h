@@ -71,7 +71,8 @@ typedef struct tk_kv_seq {
 int tk_kv_pool_init(tk_kv_pool *p, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks,
                     tk_kv_type type, bool prefix_cache, tk_err *err);
 /* Bytes of one block (K and V, all layers) for a shape and type; 0 if the
- * type cannot store head_dim (Q8_0 needs a multiple of 32). */
+ * type cannot store head_dim (Q8_0 needs a multiple of 32) or the size does
+ * not fit in size_t. */
 size_t tk_kv_block_bytes(int n_layers, int n_kv_heads, int head_dim, int block_size, tk_kv_type type);
 /* "f32", "f16", "q8_0" -> type; -1 if unknown. */
 int tk_kv_type_from_name(const char *name);

@@ -41,21 +41,42 @@ static int check_hparams(const tk_hparams *hp, tk_err *err) {
     return 0;
 }
 
+/* The tensor of a role (of layer `layer`; -1: a global role), NULL if the
+ * source has none; its name goes to name[128]. */
+static const tk_tensor *role_tensor(const tk_model *m, const tk_tensor_role *role, int layer, char *name) {
+    if (layer >= 0)
+        snprintf(name, 128, role->name, layer);
+    else
+        snprintf(name, 128, "%s", role->name);
+    return tk_source_find(&m->src, name);
+}
+
+static bool has_role_shape(const tk_model *m, const tk_tensor_role *role, const tk_tensor *t) {
+    return t->ne[0] == resolve_dim(&m->hp, role->ne0) && t->ne[1] == resolve_dim(&m->hp, role->ne1) &&
+           t->ne[2] == 1 && t->ne[3] == 1;
+}
+
+/* Floats of the float32 copy of a vector role's tensor: its length when the
+ * source has the tensor in the role's shape (bind_role copies no other), so
+ * the sum over a model is bounded by the file's contents, not by what its
+ * header claims. */
+static size_t vector_floats(const tk_model *m, const tk_tensor_role *role, int layer) {
+    char name[128];
+    const tk_tensor *t = role->is_vector ? role_tensor(m, role, layer, name) : NULL;
+    return t && has_role_shape(m, role, t) ? (size_t)t->ne[0] : 0;
+}
+
 /* Binds one role; vectors are converted to float32 into *vec_cursor. */
 static int bind_role(tk_model *m, const tk_tensor_role *role, int layer, void *base, float **vec_cursor,
                      tk_err *err) {
     char name[128];
-    if (layer >= 0)
-        snprintf(name, sizeof name, role->name, layer);
-    else
-        snprintf(name, sizeof name, "%s", role->name);
-    const tk_tensor *t = tk_source_find(&m->src, name);
+    const tk_tensor *t = role_tensor(m, role, layer, name);
     if (!t) {
         if (role->required) return tk_err_set(err, "missing tensor '%s'", name);
         return 0;
     }
     int64_t ne0 = resolve_dim(&m->hp, role->ne0), ne1 = resolve_dim(&m->hp, role->ne1);
-    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+    if (!has_role_shape(m, role, t))
         return tk_err_set(err, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
                           (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
                           (long long)ne0, (long long)ne1);
@@ -155,13 +176,13 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
     m->src = *src; /* take ownership */
     const tk_arch *a = m->arch;
 
-    /* Count vector floats to allocate them in one block. */
+    /* Count vector floats to allocate them in one block: those of the
+     * vector tensors present (a header may claim far larger dimensions
+     * than the file holds; binding fails at the first one missing). */
     size_t n_vec = 0;
-    for (int i = 0; i < a->n_global_roles; i++)
-        if (a->global_roles[i].is_vector) n_vec += (size_t)resolve_dim(&m->hp, a->global_roles[i].ne0);
-    for (int i = 0; i < a->n_layer_roles; i++)
-        if (a->layer_roles[i].is_vector)
-            n_vec += (size_t)resolve_dim(&m->hp, a->layer_roles[i].ne0) * (size_t)m->hp.n_layers;
+    for (int i = 0; i < a->n_global_roles; i++) n_vec += vector_floats(m, &a->global_roles[i], -1);
+    for (int l = 0; l < m->hp.n_layers; l++)
+        for (int i = 0; i < a->n_layer_roles; i++) n_vec += vector_floats(m, &a->layer_roles[i], l);
     m->vectors = malloc((n_vec ? n_vec : 1) * sizeof(float));
     m->layers = calloc((size_t)m->hp.n_layers, sizeof(tk_layer));
     m->rope_inv_freq = malloc((size_t)m->hp.head_dim / 2 * sizeof(float));
