@@ -94,8 +94,12 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     }
     size_t block_bytes = tk_kv_block_bytes(hp->n_layers, hp->n_kv_heads, hp->head_dim, block, (tk_kv_type)kv_type);
     if (!block_bytes) {
-        tk_err_set(err, "KV type %s needs a head dimension multiple of 32 (the model has %d)", cfg->kv_type,
-                   hp->head_dim);
+        if (kv_type == TK_KV_Q8_0 && hp->head_dim % 32)
+            tk_err_set(err, "KV type %s needs a head dimension multiple of 32 (the model has %d)", cfg->kv_type,
+                       hp->head_dim);
+        else
+            tk_err_set(err, "a KV block of %d tokens x %d layers x %d KV heads x %d dimensions is too large", block,
+                       hp->n_layers, hp->n_kv_heads, hp->head_dim);
         goto fail;
     }
     size_t n_blocks = cfg->kv_memory ? cfg->kv_memory / block_bytes : (size_t)blocks_per_seq * e->max_seqs;
