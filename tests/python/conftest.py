@@ -20,3 +20,12 @@ def shared():
     if not os.path.isdir(SHARED):
         pytest.skip(f"shared assets not found at {SHARED}")
     return SHARED
+
+
+@pytest.fixture(scope="session")
+def model_dir(shared):
+    """code-target: the HF Llama model (with a chat template) the server tests run on."""
+    path = os.path.join(shared, "models", "code-target")
+    if not os.path.isdir(path):
+        pytest.skip(f"{path} not found")
+    return path

@@ -111,14 +111,6 @@ class Server:
 
 
 @pytest.fixture(scope="module")
-def model_dir(shared):
-    path = os.path.join(shared, "models", "code-target")
-    if not os.path.isdir(path):
-        pytest.skip(f"{path} not found")
-    return path
-
-
-@pytest.fixture(scope="module")
 def server(tokamak_bin, model_dir):
     s = Server(tokamak_bin, model_dir, "--max-seqs", "16", api_key=API_KEY)
     yield s

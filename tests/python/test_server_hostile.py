@@ -16,14 +16,6 @@ from test_server import API_KEY, Server, assert_error
 requests = pytest.importorskip("requests", reason="requests is not installed")
 
 
-@pytest.fixture(scope="module")
-def model_dir(shared):
-    path = os.path.join(shared, "models", "code-target")
-    if not os.path.isdir(path):
-        pytest.skip(f"{path} not found")
-    return path
-
-
 def completion_from(port, source, body, headers=None, timeout=30):
     """POST /v1/completions from a chosen loopback source address."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout, source_address=(source, 0))

@@ -29,14 +29,6 @@ PAGES = {"/": "text/html; charset=utf-8", "/dashboard": "text/html; charset=utf-
 
 
 @pytest.fixture(scope="module")
-def model_dir(shared):
-    path = os.path.join(shared, "models", "code-target")
-    if not os.path.isdir(path):
-        pytest.skip(f"{path} not found")
-    return path
-
-
-@pytest.fixture(scope="module")
 def server(tokamak_bin, model_dir):
     s = Server(tokamak_bin, model_dir, "--max-seqs", "8", api_key=API_KEY)
     yield s
