@@ -68,10 +68,10 @@ def request_bytes(method, path, body=None, headers=(), chunked=False):
 class Conn:
     """One connection with a deadline over everything done on it."""
 
-    def __init__(self, port, deadline, on_answer):
+    def __init__(self, port, deadline, on_answer, source):
         self.deadline = deadline
         self.on_answer = on_answer  # called with each final status and its headers
-        self.sock = socket.create_connection((HOST, port), timeout=self._left())
+        self.sock = socket.create_connection((HOST, port), timeout=self._left(), source_address=(source, 0))
         self.buf = b""
 
     def _left(self):
@@ -336,6 +336,7 @@ class Soak:
     def __init__(self, args):
         self.a = args
         self.lock = threading.Lock()
+        self.tls = threading.local()               # per client thread: its source address
         self.outcomes = collections.Counter()      # (kind, outcome) -> count
         self.latency = collections.defaultdict(list)  # kind -> seconds, well-formed answered 200
         self.failures = collections.Counter()      # kind: what went wrong -> count
@@ -369,7 +370,7 @@ class Soak:
 
     def conn(self, deadline):
         self.count("connections")
-        return Conn(self.a.port, deadline, self.on_answer)
+        return Conn(self.a.port, deadline, self.on_answer, getattr(self.tls, "source", HOST))
 
     def on_answer(self, status, headers):
         with self.lock:
@@ -616,6 +617,11 @@ class Soak:
             time.sleep(rng.uniform(0.1, 0.5))  # back off, as a client should
 
     def worker(self, i, end):
+        # Each client from an address of its own in 127/8, as separate
+        # clients would be: the server caps connections per address
+        # (--max-connections-per-ip), and 64 clients behind one address
+        # would be one client over that cap.
+        self.tls.source = "127.0.%d.%d" % (1 + i // 250, 2 + i % 250)
         rng = random.Random(self.a.seed * 1000003 + i)
         kinds, weights = zip(*KIND_WEIGHTS.items())
         while not self.stop.is_set() and time.monotonic() < end:
