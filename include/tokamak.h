@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #include <tokamak_err.h> /* tk_err */
 
@@ -437,6 +438,9 @@ void tk_mapfile_close(tk_mapfile *m);
  * the calling thread's CPU time, or the process's CPU time. */
 typedef enum tk_clock_kind { TK_CLOCK_WALL = 0, TK_CLOCK_THREAD_CPU = 1, TK_CLOCK_PROCESS_CPU = 2 } tk_clock_kind;
 double tk_clock_seconds(tk_clock_kind kind);
+/* The CLOCK_MONOTONIC time timeout_ms from now: the deadline for
+ * pthread_cond_timedwait on a condition variable set to that clock. */
+struct timespec tk_clock_deadline(int timeout_ms);
 
 /* ==================================================================
  * Limits of request parameters (tk_request_params, tk_engine_config)

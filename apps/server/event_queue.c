@@ -120,14 +120,7 @@ size_t tk_event_queue_take(tk_event_queue *l, int timeout_ms, tk_event_batch *b,
     b->n = 0;
     pthread_mutex_lock(&l->mu);
     if (l->len == 0 && l->n_done < l->n_samples && timeout_ms > 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = tk_clock_deadline(timeout_ms);
         while (l->len == 0 && l->n_done < l->n_samples)
             if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT) break;
     }

@@ -278,14 +278,7 @@ void tk_engine_wait_for_work(tk_engine *e, int timeout_ms) {
     tk_batcher *b = &e->batcher;
     pthread_mutex_lock(&b->mu);
     if (b->n_live == 0 && b->n_cancel == 0) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = tk_clock_deadline(timeout_ms);
         pthread_cond_timedwait(&b->work, &b->mu, &ts);
     }
     pthread_mutex_unlock(&b->mu);
