@@ -364,6 +364,20 @@ static json_t *usage_json(http_req *r) {
                      "total_tokens", r->n_prompt + gen, "prompt_tokens_details", "cached_tokens", r->n_cached);
 }
 
+/* Appends one SSE event, "data: {o}\n\n" (o is consumed); false (and the
+ * buffer marked failed) if it cannot be serialized. */
+static bool sse_event(http_req *r, json_t *o) {
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    json_decref(o);
+    if (!s) {
+        r->out.failed = true;
+        return false;
+    }
+    tk_strbuf_printf(&r->out, "data: %s\n\n", s);
+    free(s);
+    return true;
+}
+
 /* Appends "data: {chunk}\n\n" for one choice: text and/or logprobs, or
  * the final chunk when finish is set. */
 static void emit_chunk(http_req *r, int index, const char *text, size_t len, json_t *lp, const char *finish) {
@@ -382,16 +396,7 @@ static void emit_chunk(http_req *r, int index, const char *text, size_t len, jso
     json_object_set_new(choice, "finish_reason", finish ? json_string(finish) : json_null());
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     if (r->api.include_usage) json_object_set_new(o, "usage", json_null());
-    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
-    json_decref(o);
-    if (!s) {
-        r->out.failed = true;
-        return;
-    }
-    tk_strbuf_adds(&r->out, "data: ");
-    tk_strbuf_adds(&r->out, s);
-    tk_strbuf_adds(&r->out, "\n\n");
-    free(s);
+    sse_event(r, o);
 }
 
 static void emit_role_chunks(http_req *r) {
@@ -401,14 +406,7 @@ static void emit_role_chunks(http_req *r) {
                                    "", "logprobs", "finish_reason");
         json_object_set_new(o, "choices", json_pack("[o]", choice));
         if (r->api.include_usage) json_object_set_new(o, "usage", json_null());
-        char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
-        json_decref(o);
-        if (!s) {
-            r->out.failed = true;
-            return;
-        }
-        tk_strbuf_printf(&r->out, "data: %s\n\n", s);
-        free(s);
+        if (!sse_event(r, o)) return;
     }
 }
 
@@ -424,11 +422,7 @@ static void emit_end(http_req *r) {
         json_t *o = response_head(r, r->api.kind == TK_API_CHAT ? "chat.completion.chunk" : "text_completion");
         json_object_set_new(o, "choices", json_array());
         json_object_set_new(o, "usage", usage_json(r));
-        char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
-        json_decref(o);
-        if (s) tk_strbuf_printf(&r->out, "data: %s\n\n", s);
-        else r->out.failed = true;
-        free(s);
+        sse_event(r, o);
     }
     tk_strbuf_adds(&r->out, "data: [DONE]\n\n");
     r->stream_end = true;
