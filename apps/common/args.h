@@ -32,6 +32,14 @@ typedef struct tk_opt {
 #define TK_OPT_I(NAMES, DST, LO, HI) {NAMES, TK_OPT_INT, (DST), (LO), (HI)}
 #define TK_OPT_U(NAMES, DST) {NAMES, TK_OPT_U64, (DST), 0, 0}
 #define TK_OPT_F(NAMES, DST, LO, HI) {NAMES, TK_OPT_FLOAT, (DST), (LO), (HI)}
+/* The sampling options the generating commands share, into a tk_sampling. */
+#define TK_OPTS_SAMPLING(SP)                                           \
+    TK_OPT_F("--temp", &(SP)->temperature, 0, 100),                    \
+    TK_OPT_I("--top-k", &(SP)->top_k, 0, 1 << 30),                     \
+    TK_OPT_F("--top-p", &(SP)->top_p, 1e-6, 1),                        \
+    TK_OPT_F("--min-p", &(SP)->min_p, 0, 1),                           \
+    TK_OPT_F("--repeat-penalty", &(SP)->repeat_penalty, 1e-3, 100),    \
+    TK_OPT_I("--repeat-last-n", &(SP)->penalty_last_n, -1, 1 << 30)
 #define TK_OPT_ON(NAMES, DST) {NAMES, TK_OPT_SET, (DST), 0, 0}
 #define TK_OPT_OFF(NAMES, DST) {NAMES, TK_OPT_CLEAR, (DST), 0, 0}
 
