@@ -191,3 +191,25 @@ void tk_print_spec_stats(FILE *f, struct tk_engine *e, long drafted, long accept
             si.verify_slope, si.verify_measured ? "measured" : "prior", k, tok,
             tok / (k * c + 1 + si.verify_slope * k));
 }
+
+int tk_args_take_repeated(const char *cmd, const char *name, int argc, char **argv, char **rest, const char **vals,
+                          int *n_vals) {
+    size_t nl = strlen(name);
+    int n = 0;
+    *n_vals = 0;
+    for (int i = 0; i < argc; i++) {
+        if (i > 0 && !strcmp(argv[i], name)) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "tokamak %s: %s needs a value\n", cmd, name);
+                return -1;
+            }
+            vals[(*n_vals)++] = argv[++i];
+        } else if (i > 0 && !strncmp(argv[i], name, nl) && argv[i][nl] == '=') {
+            vals[(*n_vals)++] = argv[i] + nl + 1;
+        } else {
+            rest[n++] = argv[i];
+        }
+    }
+    rest[n] = NULL;
+    return n;
+}

@@ -69,6 +69,13 @@ int tk_args_parse(const tk_cli *cli, int argc, char **argv);
  * NULL; returns whether it was. */
 bool tk_args_missing(const tk_cli *cli, const void *value, const char *what);
 
+/* Moves every "NAME VALUE" / "NAME=VALUE" of a repeatable option (not in
+ * the option table) from argv[1..argc) to vals; argv[0] and the rest go to
+ * rest (NULL-terminated; both arrays hold argc + 1).  Returns the argc
+ * left, -1 (after saying so on stderr) when the last NAME has no value. */
+int tk_args_take_repeated(const char *cmd, const char *name, int argc, char **argv, char **rest, const char **vals,
+                          int *n_vals);
+
 /* The speculative decoding options shared by run, bench and serve:
  * --draft-model PATH, --draft-tokenizer PATH, --spec ngram|draft|off,
  * --draft-max N, --draft-min N. */

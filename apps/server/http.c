@@ -1274,6 +1274,7 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
     s->kv_blocks_total = ms.kv_blocks;
+    s->kv_block_size = ms.kv_block_size;
     tk_spec_info si;
     tk_engine_spec_info(e, &si);
     s->has_draft_model = si.has_draft_model;

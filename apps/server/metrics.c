@@ -40,17 +40,44 @@ static void snapshot(tk_server *s, tk_engine_metrics *m) {
     if (m->n_buckets > 24) m->n_buckets = 24;
 }
 
+/* The model-server metrics an inference gateway's endpoint picker scrapes
+ * (Gateway API Inference Extension, "model server protocol"), under vLLM's
+ * names, which the reference picker reads by default: queue length, running
+ * requests, KV-cache use as a fraction in [0, 1], the LoRA info gauge (no
+ * adapters here: empty lists, value the scrape time as the protocol asks),
+ * and the cache configuration whose block_size lets a picker predict
+ * prefix-cache hits from the prompt's token blocks. */
+static void gateway_metrics(tk_strbuf *b, const tk_server *s, const tk_engine_metrics *m, double kv_usage) {
+    gauge(b, "vllm:num_requests_waiting", "Requests waiting to be scheduled (as tokamak_requests_waiting).",
+          m->requests_waiting);
+    gauge(b, "vllm:num_requests_running", "Requests being generated (as tokamak_requests_running).",
+          m->requests_running);
+    gauge(b, "vllm:kv_cache_usage_perc", "KV cache usage, 1 = full (as tokamak_kv_usage_ratio).", kv_usage);
+    gauge(b, "vllm:gpu_cache_usage_perc", "The older name of vllm:kv_cache_usage_perc.", kv_usage);
+    tk_strbuf_printf(b,
+                     "# HELP vllm:lora_requests_info LoRA adapters loaded and waiting (none: tokamak serves no "
+                     "adapters); the value is the time of this report.\n# TYPE vllm:lora_requests_info gauge\n"
+                     "vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} "
+                     "%.17g\n",
+                     tk_clock_seconds(TK_CLOCK_WALL));
+    tk_strbuf_printf(b,
+                     "# HELP vllm:cache_config_info The KV cache's configuration: block_size tokens per block, the "
+                     "prefix cache's unit.\n# TYPE vllm:cache_config_info gauge\n"
+                     "vllm:cache_config_info{block_size=\"%d\",num_gpu_blocks=\"%d\"} 1\n",
+                     s->kv_block_size, m->kv_blocks_total);
+}
+
 char *tk_server_metrics_text(tk_server *s) {
     tk_engine_metrics m;
     snapshot(s, &m);
     tk_strbuf b = {0};
+    double kv_usage = m.kv_blocks_total > 0 ? (double)m.kv_blocks_used / m.kv_blocks_total : 0.0;
     gauge(&b, "tokamak_requests_running", "Requests currently being generated.", m.requests_running);
     gauge(&b, "tokamak_requests_waiting", "Requests waiting to be scheduled.", m.requests_waiting);
     gauge(&b, "tokamak_kv_blocks_total", "KV cache blocks in the pool.", m.kv_blocks_total);
     gauge(&b, "tokamak_kv_blocks_used", "KV cache blocks held by live sequences.", m.kv_blocks_used);
     gauge(&b, "tokamak_kv_blocks_cached", "Free KV blocks kept for prefix reuse.", m.kv_blocks_cached);
-    gauge(&b, "tokamak_kv_usage_ratio", "Fraction of KV blocks held by live sequences.",
-          m.kv_blocks_total > 0 ? (double)m.kv_blocks_used / m.kv_blocks_total : 0.0);
+    gauge(&b, "tokamak_kv_usage_ratio", "Fraction of KV blocks held by live sequences.", kv_usage);
     counter(&b, "tokamak_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
             (unsigned long long)m.prefix_query_tokens);
     counter(&b, "tokamak_prefix_cache_hits_total", "Prompt tokens served from the prefix cache.",
@@ -88,6 +115,7 @@ char *tk_server_metrics_text(tk_server *s) {
             (unsigned long long)atomic_load(&s->renders_cancelled));
     counter(&b, "tokamak_requests_cancelled_disconnect_total", "Requests cancelled because the client went away.",
             (unsigned long long)atomic_load(&s->cancelled_disconnect));
+    gateway_metrics(&b, s, &m, kv_usage);
     int n = m.n_buckets;
     if (n > 0) {
         histogram(&b, "tokamak_time_to_first_token_seconds", "Time from submission to the first token.", n,

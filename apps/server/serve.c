@@ -132,28 +132,6 @@ static int read_key_file(const char *path, char *key, size_t cap) {
     return rc;
 }
 
-/* Moves every "--allowed-host NAME" (repeatable, so not in the option
- * table) from argv to hosts; returns the argc left, -1 on error. */
-static int take_allowed_hosts(int argc, char **argv, char **rest, const char **hosts, int *n_hosts) {
-    int n = 0;
-    *n_hosts = 0;
-    for (int i = 0; i < argc; i++) {
-        if (i > 0 && !strcmp(argv[i], "--allowed-host")) {
-            if (i + 1 == argc) {
-                fprintf(stderr, "tokamak serve: --allowed-host needs a host name\n");
-                return -1;
-            }
-            hosts[(*n_hosts)++] = argv[++i];
-        } else if (i > 0 && !strncmp(argv[i], "--allowed-host=", 15)) {
-            hosts[(*n_hosts)++] = argv[i] + 15;
-        } else {
-            rest[n++] = argv[i];
-        }
-    }
-    rest[n] = NULL;
-    return n;
-}
-
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n) {
     const unsigned char *c = p;
     for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL;
@@ -176,7 +154,7 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts);
 int tk_cmd_serve(int argc, char **argv) {
     char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
     const char **hosts = malloc(((size_t)argc + 1) * sizeof *hosts);
-    int n_hosts = 0, n = rest && hosts ? take_allowed_hosts(argc, argv, rest, hosts, &n_hosts) : -1;
+    int n_hosts = 0, n = rest && hosts ? tk_args_take_repeated("serve", "--allowed-host", argc, argv, rest, hosts, &n_hosts) : -1;
     if (!rest || !hosts) fprintf(stderr, "tokamak serve: out of memory\n");
     int status = n < 0 ? 2 : serve(n, rest, hosts, n_hosts);
     free(rest);

@@ -50,6 +50,7 @@ typedef struct tk_server {
     int ctx_len, n_vocab;
     bool has_draft_model;      /* requests may ask for speculative mode "draft" */
     int kv_blocks_total;       /* the pool size, for /metrics before the first step */
+    int kv_block_size;         /* tokens per KV block (the prefix cache's unit), for /metrics */
     bool check_host;           /* see cfg.allowed_hosts */
     size_t max_text_bytes;     /* longer prompt text cannot fit the context: refuse it untokenized */
     /* Texts that become a control token only with special-token parsing
