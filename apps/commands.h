@@ -12,6 +12,7 @@ int tk_cmd_bench(int argc, char **argv);
 int tk_cmd_synth(int argc, char **argv);
 int tk_cmd_serve(int argc, char **argv);
 int tk_cmd_loadtest(int argc, char **argv);
+int tk_cmd_router(int argc, char **argv);
 int tk_cmd_quantize(int argc, char **argv);
 int tk_cmd_perplexity(int argc, char **argv);
 

@@ -19,6 +19,7 @@ static const command commands[] = {
     {"synth", tk_cmd_synth, "write a GGUF with a real model's shapes and random weights"},
     {"convert", tk_cmd_convert, "convert a llama2.c or Hugging Face model to GGUF"},
     {"serve", tk_cmd_serve, "run an OpenAI-compatible HTTP server"},
+    {"router", tk_cmd_router, "route OpenAI requests over serve replicas by prompt-prefix affinity"},
     {"loadtest", tk_cmd_loadtest, "benchmark an OpenAI-compatible server (streaming completions)"},
     {"quantize", tk_cmd_quantize, "quantize a model to a GGUF (round to nearest, GPTQ, AWQ, NF4)"},
     {"perplexity", tk_cmd_perplexity, "perplexity and KL divergence of a model on a text"},

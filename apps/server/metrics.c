@@ -2,6 +2,7 @@
  * /metrics and as JSON for /stats (the dashboard). */
 #include <math.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -59,7 +60,7 @@ static void gateway_metrics(tk_strbuf *b, const tk_server *s, const tk_engine_me
                      "adapters); the value is the time of this report.\n# TYPE vllm:lora_requests_info gauge\n"
                      "vllm:lora_requests_info{max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"} "
                      "%.17g\n",
-                     tk_clock_seconds(TK_CLOCK_WALL));
+                     (double)time(NULL));
     tk_strbuf_printf(b,
                      "# HELP vllm:cache_config_info The KV cache's configuration: block_size tokens per block, the "
                      "prefix cache's unit.\n# TYPE vllm:cache_config_info gauge\n"
