@@ -27,6 +27,7 @@
 #define LT_MAX_REQUESTS 100000
 #define LT_MAX_INFLIGHT 1024
 #define LT_MAX_LEN 1000000
+#define LT_MAX_PREFIX_GROUPS 1024
 #define LT_MAX_EVENT_BYTES (1 << 20)
 
 static const char *const WORDS[] = {
@@ -120,10 +121,11 @@ typedef struct lt_bench {
     int concurrency;        /* 0: unbounded (rate mode) */
     lt_dist prompt_len, output_len;
     int shared_prefix;
+    int prefix_groups;      /* request i starts with prefix i % prefix_groups */
     uint64_t seed;
     double timeout, duration;
     double t0, deadline;    /* monotonic */
-    char *prefix;           /* the shared prefix text */
+    char **prefixes;        /* the shared prefix texts, one per group */
     lt_result *res;
     atomic_int next;        /* concurrency mode: next request index */
     pthread_mutex_t mu;
@@ -234,7 +236,7 @@ static char *make_prompt(lt_bench *b, int idx, int *n_words) {
     uint64_t x = b->seed * 0x9e3779b97f4a7c15ULL + (uint64_t)idx * 0xd1b54a32d192ed03ULL + 1;
     int n = dist_sample(&b->prompt_len, &x);
     tk_strbuf s = {0};
-    if (b->prefix) tk_strbuf_adds(&s, b->prefix);
+    if (b->prefixes) tk_strbuf_adds(&s, b->prefixes[idx % b->prefix_groups]);
     for (int i = 0; i < n; i++) {
         if (s.len) tk_strbuf_adds(&s, " ");
         tk_strbuf_adds(&s, WORDS[rng_next(&x) % N_WORDS]);
@@ -453,6 +455,7 @@ static void usage(FILE *f) {
             "  --output-len DIST      max_tokens with ignore_eos (default 128)\n"
             "                         DIST: N | LO:HI (uniform) | normal:MEAN:STDDEV\n"
             "  --shared-prefix LEN    every prompt starts with the same LEN words\n"
+            "  --prefix-groups N      N different shared prefixes, request i taking prefix i mod N (default 1)\n"
             "  --model NAME           model name (default: the first of GET /v1/models)\n"
             "  --api-key KEY          sent as 'Authorization: Bearer KEY'\n"
             "  --seed S               prompt/length randomness (default 0)\n"
@@ -468,6 +471,7 @@ int tk_cmd_loadtest(int argc, char **argv) {
     lt_bench b;
     memset(&b, 0, sizeof b);
     b.n_requests = 100;
+    b.prefix_groups = 1;
     b.timeout = 300;
     b.duration = 1800;
     bool json_out = false, per_request = false;
@@ -480,6 +484,7 @@ int tk_cmd_loadtest(int argc, char **argv) {
         TK_OPT_S("--prompt-len", &pl),
         TK_OPT_S("--output-len", &ol),
         TK_OPT_I("--shared-prefix", &b.shared_prefix, 0, LT_MAX_LEN),
+        TK_OPT_I("--prefix-groups", &b.prefix_groups, 1, LT_MAX_PREFIX_GROUPS),
         TK_OPT_S("--model", &b.model),
         TK_OPT_S("--api-key", &b.api_key),
         TK_OPT_U("--seed", &b.seed),
@@ -535,14 +540,18 @@ int tk_cmd_loadtest(int argc, char **argv) {
     if (!b.res) goto out;
     for (int i = 0; i < b.n_requests; i++) b.res[i].cached_tokens = -1;
     if (b.shared_prefix > 0) {
-        tk_strbuf s = {0};
-        uint64_t x = b.seed ^ 0x5eedULL;
-        for (int i = 0; i < b.shared_prefix; i++) {
-            if (s.len) tk_strbuf_adds(&s, " ");
-            tk_strbuf_adds(&s, WORDS[rng_next(&x) % N_WORDS]);
+        b.prefixes = calloc((size_t)b.prefix_groups, sizeof *b.prefixes);
+        if (!b.prefixes) goto out;
+        for (int g = 0; g < b.prefix_groups; g++) {
+            tk_strbuf s = {0};
+            uint64_t x = (b.seed ^ 0x5eedULL) + (uint64_t)g * 0x9e3779b97f4a7c15ULL; /* group 0: as before */
+            for (int i = 0; i < b.shared_prefix; i++) {
+                if (s.len) tk_strbuf_adds(&s, " ");
+                tk_strbuf_adds(&s, WORDS[rng_next(&x) % N_WORDS]);
+            }
+            if (s.failed) goto out;
+            b.prefixes[g] = s.data;
         }
-        if (s.failed) goto out;
-        b.prefix = s.data;
     }
     pthread_mutex_init(&b.mu, NULL);
     pthread_cond_init(&b.cv, NULL);
@@ -658,6 +667,7 @@ int tk_cmd_loadtest(int argc, char **argv) {
             if (b.rate) json_object_set_new(o, "rate", json_real(b.rate));
             json_object_set_new(o, "concurrency", b.concurrency ? json_integer(b.concurrency) : json_null());
             json_object_set_new(o, "shared_prefix", json_integer(b.shared_prefix));
+            json_object_set_new(o, "prefix_groups", json_integer(b.prefix_groups));
             json_object_set_new(o, "first_error", first_err ? json_string(first_err) : json_null());
             json_object_set_new(o, "total_cached_tokens", cached_known ? json_integer(cached_tok) : json_null());
             json_t *list = per_request ? json_array() : NULL;
@@ -720,7 +730,8 @@ out:
     if (b.res)
         for (int i = 0; i < b.n_requests; i++) free(b.res[i].itl);
     free(b.res);
-    free(b.prefix);
+    for (int g = 0; b.prefixes && g < b.prefix_groups; g++) free(b.prefixes[g]);
+    free(b.prefixes);
     free(threads);
     free(jobs);
     free(model_owned);
