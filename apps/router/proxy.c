@@ -450,8 +450,11 @@ int tk_router_serve(tk_router *r, const char *host, int port, int max_connection
         (unsigned)60, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)256 * 1024, MHD_OPTION_LISTENING_ADDRESS_REUSE,
         (unsigned)1, MHD_OPTION_END);
     if (!d) return tk_err_set(err, "cannot listen on %s:%d", host, port);
-    fprintf(stderr, "tokamak router: listening on http://%s:%d/ over %d replicas (%s)\n", host, port, r->n_backends,
-            r->policy == TK_POLICY_ROUND_ROBIN ? "round-robin" : "prefix affinity");
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
+    if (di && di->port) port = di->port; /* --port 0: the one the system chose */
+    printf("tokamak router: listening on http://%s:%d over %d replicas (%s)\n", host, port, r->n_backends,
+           r->policy == TK_POLICY_ROUND_ROBIN ? "round-robin" : "prefix affinity");
+    fflush(stdout);
     int sig;
     sigwait(stop_signals, &sig); /* the caller blocked them in every thread */
     MHD_stop_daemon(d);
