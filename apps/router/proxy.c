@@ -16,6 +16,8 @@
 #include "common/strbuf.h"
 #include "router.h"
 
+#define MAX_PATH 1024
+
 typedef struct rreq {
     tk_router *r;
     tk_strbuf body;
@@ -107,7 +109,7 @@ static uint64_t request_key(const tk_router *r, json_t *req, bool chat) {
 
 typedef struct forward {
     tk_router *r;
-    char path[1024];
+    char path[MAX_PATH];
     char *body;
     size_t body_len;
     char *api_key;
@@ -118,6 +120,7 @@ typedef struct forward {
     tk_strbuf out;
     size_t out_off;
     bool started, done, client_gone;
+    int backend_status; /* written by tk_http_request before the first body byte */
     int status, refs;
 } forward;
 
@@ -177,6 +180,7 @@ static int take_stream(void *user, const char *data, size_t n) {
     if (f->out_off == f->out.len) f->out.len = f->out_off = 0;
     tk_strbuf_add(&f->out, data, n);
     f->started = true;
+    f->status = f->backend_status;
     bool stop = f->client_gone || f->out.failed;
     pthread_cond_broadcast(&f->cv);
     pthread_mutex_unlock(&f->mu);
@@ -194,11 +198,12 @@ static void *stream_thread(void *arg) {
         char path[sizeof b->u.path + sizeof f->path];
         snprintf(path, sizeof path, "%s%s", b->u.path, f->path);
         tk_err err;
-        rc = tk_http_request(&b->u, "POST", path, f->api_key, f->body, f->body_len, r->backend_timeout_s, &status,
-                             take_stream, f, &err);
+        rc = tk_http_request(&b->u, "POST", path, f->api_key, f->body, f->body_len, r->backend_timeout_s,
+                             &f->backend_status, take_stream, f, &err);
         pthread_mutex_lock(&f->mu);
         bool started = f->started, gone = f->client_gone;
-        if (rc == 0 || started) f->status = status;
+        status = f->backend_status;
+        if (rc == 0 && !started) f->status = status; /* an answer without a body */
         pthread_mutex_unlock(&f->mu);
         if (rc == 0 && status == 503 && !started) rc = -1;
         if (rc == 0 || gone) break;
@@ -404,7 +409,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return gen || models ? reply_error(c, 405, "method_not_allowed", "method not allowed")
                              : reply_error(c, 404, "not_found", "not found");
     }
-    if (strlen(url) >= sizeof ((forward *)0)->path) return reply_error(c, 414, "uri_too_long", "URL too long");
+    if (strlen(url) >= MAX_PATH) return reply_error(c, 414, "uri_too_long", "URL too long");
     uint64_t key = 0;
     bool stream = false;
     if (gen) {

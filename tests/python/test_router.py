@@ -223,3 +223,19 @@ def test_stream_cut_ends_with_error_event(tokamak_bin, model_dir):
         for r in replicas:
             if r.proc.poll() is None:
                 r.stop()
+
+
+def test_hostile_requests(cluster):
+    router, _ = cluster
+    url = router.url + "/v1/completions"
+    assert requests.post(url, data=b"{not json", timeout=10).status_code == 400
+    assert requests.post(url, data=b"[1,2]", timeout=10).status_code == 400
+    assert requests.get(url, timeout=10).status_code == 405
+    r = requests.post(url, data=b"x" * (9 << 20), timeout=60)
+    assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+    r = requests.get(router.url + "/v1/models", headers={"X-Big": "a" * (300 << 10)}, timeout=10)
+    assert r.status_code >= 400  # headers over the router's per-connection memory limit
+    # a prompt of token ids (any size) is keyed and forwarded
+    r = requests.post(url, json={"model": "code-target", "prompt": [1, 822, 1667, 7295], "max_tokens": 2}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert router.metrics()["tokamak_router_rejected_total"] >= 4
