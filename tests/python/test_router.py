@@ -239,3 +239,24 @@ def test_hostile_requests(cluster):
     r = requests.post(url, json={"model": "code-target", "prompt": [1, 822, 1667, 7295], "max_tokens": 2}, timeout=60)
     assert r.status_code == 200, r.text
     assert router.metrics()["tokamak_router_rejected_total"] >= 4
+
+
+def test_kubernetes_manifests_are_consistent():
+    """The manifests were not applied to a cluster; this checks they parse and agree with each other."""
+    yaml = pytest.importorskip("yaml", reason="PyYAML is not installed")
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "kubernetes",
+                        "tokamak-inference-gateway.yaml")
+    docs = {d["kind"]: d for d in yaml.safe_load_all(open(path))}
+    assert set(docs) == {"Deployment", "Service", "InferencePool", "InferenceObjective", "HTTPRoute"}
+    pod = docs["Deployment"]["spec"]["template"]
+    pool = docs["InferencePool"]
+    assert pool["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    port = pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+    assert pool["spec"]["targetPorts"][0]["number"] == port
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[0] == "serve" and args[args.index("--port") + 1] == str(port)
+    assert docs["InferenceObjective"]["spec"]["poolRef"]["name"] == pool["metadata"]["name"]
+    ref = docs["HTTPRoute"]["spec"]["rules"][0]["backendRefs"][0]
+    assert (ref["kind"], ref["name"]) == ("InferencePool", pool["metadata"]["name"])
+    assert ref["group"] == pool["apiVersion"].split("/")[0]
