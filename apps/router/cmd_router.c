@@ -51,6 +51,13 @@ static int load_template(tk_router *r, const char *tmpl_file, tk_err *err) {
     return rc;
 }
 
+/* A URL becomes a /metrics label value and part of a request line. */
+static bool plain_url(const char *u) {
+    for (const unsigned char *p = (const unsigned char *)u; *p; p++)
+        if (*p <= ' ' || *p == 0x7f || *p == '"' || *p == '\\') return false;
+    return true;
+}
+
 static int run_router(tk_router *r, int argc, char **argv, const char **urls, int n_urls) {
     const char *model = NULL, *tokenizer = NULL, *tmpl_file = NULL, *host = "127.0.0.1", *policy = "affinity";
     int port = 8080, block_size = 0, max_conn = 256, max_body = 8 << 20;
@@ -104,10 +111,13 @@ static int run_router(tk_router *r, int argc, char **argv, const char **urls, in
                 fprintf(stderr, "tokamak router: --backend %s given twice\n", urls[i]);
                 return 2;
             }
+        if (!plain_url(urls[i])) {
+            fprintf(stderr, "tokamak router: --backend %s: quotes, backslashes, spaces and control characters are "
+                            "not allowed\n", urls[i]);
+            return 2;
+        }
         b->url = urls[i];
-        uint64_t h = 0xcbf29ce484222325ULL;
-        for (const char *p = urls[i]; *p; p++) h = (h ^ (unsigned char)*p) * 0x100000001b3ULL;
-        b->id_hash = h;
+        b->id_hash = tk_router_hash(TK_ROUTER_HASH_SEED, urls[i], strlen(urls[i]));
     }
     r->n_backends = n_urls;
     atomic_store(&r->block_size, block_size);

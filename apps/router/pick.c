@@ -15,6 +15,12 @@ static uint64_t mix64(uint64_t x) { /* splitmix64's finalizer */
     return x ^ (x >> 31);
 }
 
+uint64_t tk_router_hash(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ULL; /* FNV-1a */
+    return h;
+}
+
 uint64_t tk_router_prefix_key(const int *ids, int n, int block_size, int affinity_blocks) {
     if (block_size < 1) block_size = 1;
     int take = n;
@@ -23,10 +29,11 @@ uint64_t tk_router_prefix_key(const int *ids, int n, int block_size, int affinit
         if (blocks > affinity_blocks) blocks = affinity_blocks;
         take = blocks * block_size;
     }
-    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a over the ids' bytes */
+    uint64_t h = TK_ROUTER_HASH_SEED;
     for (int i = 0; i < take; i++) {
-        uint32_t v = (uint32_t)ids[i];
-        for (int k = 0; k < 4; k++) h = (h ^ ((v >> (8 * k)) & 0xff)) * 0x100000001b3ULL;
+        unsigned char b[4] = {(unsigned char)ids[i], (unsigned char)(ids[i] >> 8), (unsigned char)(ids[i] >> 16),
+                              (unsigned char)(ids[i] >> 24)}; /* little-endian, whatever the host */
+        h = tk_router_hash(h, b, 4);
     }
     return h;
 }

@@ -120,6 +120,7 @@ typedef struct forward {
     tk_strbuf out;
     size_t out_off;
     bool started, done, client_gone;
+    bool overflow; /* a buffered response over max_response_bytes */
     int backend_status; /* written by tk_http_request before the first body byte */
     int status, refs;
 } forward;
@@ -139,15 +140,20 @@ static void forward_unref(forward *f) {
 
 static int take_buffered(void *user, const char *data, size_t n) {
     forward *f = user;
-    if (f->out.len + n > f->r->max_response_bytes) return 1;
+    if (f->out.len + n > f->r->max_response_bytes) {
+        f->overflow = true;
+        return 1;
+    }
     tk_strbuf_add(&f->out, data, n);
     return f->out.failed;
 }
 
 /* Non-streaming: each replica in turn until one answers (a 503 counts as
- * not answering: that replica is full or stopping). */
+ * not answering: that replica is full or stopping; the last one's 503 is
+ * passed on when no replica answered). */
 static enum MHD_Result forward_buffered(struct MHD_Connection *c, forward *f, const char *method) {
     tk_router *r = f->r;
+    int status = 0, rc = -1;
     for (int k = 0; k < f->n_order; k++) {
         tk_backend *b = &r->backends[f->order[k]];
         if (k > 0) atomic_fetch_add(&r->retries, 1);
@@ -156,16 +162,21 @@ static enum MHD_Result forward_buffered(struct MHD_Connection *c, forward *f, co
         snprintf(path, sizeof path, "%s%s", b->u.path, f->path);
         tk_err err;
         f->out.len = 0;
-        int status = 0;
-        int rc = tk_http_request(&b->u, method, path, f->api_key, f->body, f->body ? f->body_len : 0,
-                                 r->backend_timeout_s, &status, take_buffered, f, &err);
-        if (rc == 0 && f->out.len > r->max_response_bytes - 1) rc = -1;
+        f->overflow = false;
+        rc = tk_http_request(&b->u, method, path, f->api_key, f->body, f->body ? f->body_len : 0,
+                             r->backend_timeout_s, &status, take_buffered, f, &err);
+        if (rc == 0 && f->overflow) {
+            atomic_fetch_add(&r->failures, 1);
+            return reply_error(c, 502, "response_too_large", "the replica's response is over the router's limit");
+        }
         if (rc == 0 && status != 503 && !f->out.failed)
             return reply(c, (unsigned)status, "application/json", f->out.data ? f->out.data : "", f->out.len);
         atomic_fetch_add(&b->failures, 1);
         if (rc) atomic_store(&b->healthy, false); /* until its next health check says otherwise */
     }
     atomic_fetch_add(&r->failures, 1);
+    if (rc == 0 && status == 503 && !f->out.failed)
+        return reply(c, 503, "application/json", f->out.data ? f->out.data : "", f->out.len);
     return reply_error(c, 502, "no_backend", "no replica answered the request");
 }
 

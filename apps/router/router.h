@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include <tokamak.h>
@@ -49,6 +50,10 @@ typedef struct tk_router {
 } tk_router;
 
 /* ---- pick.c: which replica serves a request ---- */
+
+#define TK_ROUTER_HASH_SEED 0xcbf29ce484222325ULL
+/* FNV-1a of n bytes continuing from h (TK_ROUTER_HASH_SEED to start). */
+uint64_t tk_router_hash(uint64_t h, const void *p, size_t n);
 
 /* The affinity key of a tokenized prompt: a hash of its first
  * affinity_blocks full blocks (all of it when shorter than one block). */

@@ -156,7 +156,7 @@ def test_round_robin_spreads(tokamak_bin, model_dir, cluster):
 
 
 def test_bad_backend_url_is_startup_error(tokamak_bin, model_dir):
-    for bad in ("localhost:8000", "http://", "http://host:99999", "ftp://x"):
+    for bad in ("localhost:8000", "http://", "http://host:99999", "ftp://x", 'http://h:1/a"b', "http://h:1/a\x01"):
         p = subprocess.run([tokamak_bin, "router", "-m", model_dir, "--backend", bad], capture_output=True,
                            text=True, timeout=30)
         assert p.returncode == 2 and "--backend" in p.stderr, (bad, p.stderr)
