@@ -22,19 +22,27 @@ static int take_capped(void *user, const char *data, size_t n) {
     return c->b.failed;
 }
 
-/* The value of an unlabelled sample "NAME VALUE" at a line start; -1 if absent. */
-static double sample(const char *text, const char *name) {
+/* The first line starting with name followed by ' ' or '{'; NULL if none. */
+static const char *sample_line(const char *text, const char *name) {
     size_t nl = strlen(name);
-    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
-        if (!strncmp(p, name, nl) && (p[nl] == ' ' || p[nl] == '{')) {
-            const char *v = p[nl] == '{' ? strchr(p + nl, '}') : p + nl;
-            if (!v) return -1;
-            char *end;
-            double d = strtod(v + (*v == '}'), &end);
-            return end == v + (*v == '}') || d < 0 ? -1 : d;
-        }
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, name, nl) && (p[nl] == ' ' || p[nl] == '{')) return p;
+    return NULL;
+}
+
+/* The value of a sample "NAME[{labels}] VALUE"; -1 if absent or negative. */
+static double sample(const char *text, const char *name) {
+    const char *p = sample_line(text, name);
+    if (!p) return -1;
+    p += strlen(name);
+    if (*p == '{') {
+        const char *close = strpbrk(p, "}\n");
+        if (!close || *close != '}') return -1;
+        p = close + 1;
     }
-    return -1;
+    char *end;
+    double d = strtod(p, &end);
+    return end == p || d < 0 ? -1 : d;
 }
 
 void tk_router_parse_metrics(const char *text, int *load, int *kv_permille, int *block_size) {
@@ -43,9 +51,9 @@ void tk_router_parse_metrics(const char *text, int *load, int *kv_permille, int 
     *load = w >= 0 && r >= 0 && w + r < 1e9 ? (int)(w + r) : -1;
     *kv_permille = kv >= 0 && kv <= 1 ? (int)(kv * 1000 + 0.5) : -1;
     *block_size = -1;
-    const char *c = strstr(text, "\nvllm:cache_config_info{");
+    const char *c = sample_line(text, "vllm:cache_config_info");
     const char *bs = c ? strstr(c, "block_size=\"") : NULL;
-    const char *eol = c ? strchr(c + 1, '\n') : NULL;
+    const char *eol = c ? strchr(c, '\n') : NULL;
     if (bs && (!eol || bs < eol)) {
         long v = strtol(bs + 12, NULL, 10);
         if (v >= 1 && v <= 1 << 20) *block_size = (int)v;
