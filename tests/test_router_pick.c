@@ -86,6 +86,9 @@ static void test_load_rule(void) {
     tk_router_order(&r, key, order, &d);
     CHECK(order[1] == first && order[2] == second, "retry order is not the rank order");
     atomic_store(&r.backends[first].load, 0);
+    atomic_store(&r.backends[first].inflight, 7); /* the router's own requests since the scrape */
+    CHECK(top(&r, key, &d) != first && d, "in-flight requests ignored");
+    atomic_store(&r.backends[first].inflight, 0);
     atomic_store(&r.backends[first].kv_permille, 960);
     CHECK(top(&r, key, &d) != first, "a nearly full KV cache kept its requests");
     r.policy = TK_POLICY_ROUND_ROBIN;

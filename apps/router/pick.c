@@ -38,6 +38,13 @@ uint64_t tk_router_prefix_key(const int *ids, int n, int block_size, int affinit
     return h;
 }
 
+/* The scraped load, or this router's own requests on the replica when more
+ * (a burst since the last scrape). */
+static int load_of(const tk_backend *b) {
+    int scraped = atomic_load(&b->load), mine = atomic_load(&b->inflight);
+    return scraped > mine ? scraped : mine;
+}
+
 int tk_router_order(tk_router *r, uint64_t key, int *order, bool *diverted) {
     int n = 0;
     *diverted = false;
@@ -73,13 +80,13 @@ int tk_router_order(tk_router *r, uint64_t key, int *order, bool *diverted) {
     bool any_kv_room = false;
     for (int i = 0; i < n; i++) {
         const tk_backend *b = &r->backends[order[i]];
-        int l = atomic_load(&b->load);
+        int l = load_of(b);
         if (min_load < 0 || l < min_load) min_load = l;
         if (atomic_load(&b->kv_permille) < 950) any_kv_room = true;
     }
     for (int i = 0; i < n; i++) {
         const tk_backend *b = &r->backends[order[i]];
-        if (atomic_load(&b->load) > min_load + r->load_threshold) continue;
+        if (load_of(b) > min_load + r->load_threshold) continue;
         if (any_kv_room && atomic_load(&b->kv_permille) >= 950) continue;
         if (i > 0) {
             int chosen = order[i];

@@ -163,8 +163,10 @@ static enum MHD_Result forward_buffered(struct MHD_Connection *c, forward *f, co
         tk_err err;
         f->out.len = 0;
         f->overflow = false;
+        atomic_fetch_add(&b->inflight, 1);
         rc = tk_http_request(&b->u, method, path, f->api_key, f->body, f->body ? f->body_len : 0,
                              r->backend_timeout_s, &status, take_buffered, f, &err);
+        atomic_fetch_sub(&b->inflight, 1);
         if (rc == 0 && f->overflow) {
             atomic_fetch_add(&r->failures, 1);
             return reply_error(c, 502, "response_too_large", "the replica's response is over the router's limit");
@@ -209,8 +211,10 @@ static void *stream_thread(void *arg) {
         char path[sizeof b->u.path + sizeof f->path];
         snprintf(path, sizeof path, "%s%s", b->u.path, f->path);
         tk_err err;
+        atomic_fetch_add(&b->inflight, 1);
         rc = tk_http_request(&b->u, "POST", path, f->api_key, f->body, f->body_len, r->backend_timeout_s,
                              &f->backend_status, take_stream, f, &err);
+        atomic_fetch_sub(&b->inflight, 1);
         pthread_mutex_lock(&f->mu);
         bool started = f->started, gone = f->client_gone;
         status = f->backend_status;

@@ -26,6 +26,7 @@ typedef struct tk_backend {
     uint64_t id_hash; /* the replica's rendezvous identity (hash of its URL) */
     atomic_bool healthy;
     atomic_int load;        /* waiting + running requests, from its /metrics */
+    atomic_int inflight;    /* this router's requests on it now (fresher than the last scrape) */
     atomic_int kv_permille; /* KV cache use, 0..1000 */
     atomic_ullong requests, failures;
 } tk_backend;
