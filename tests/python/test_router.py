@@ -177,9 +177,13 @@ def test_replica_killed_under_load(tokamak_bin, model_dir):
 
         with cf.ThreadPoolExecutor(12) as pool:
             futs = [pool.submit(one, i) for i in range(12)]
-            time.sleep(0.5)
             # the busiest replica dies with requests in flight
-            running = [r.metrics()["tokamak_requests_running"] for r in replicas]
+            deadline = time.time() + 60
+            while True:
+                running = [r.metrics()["tokamak_requests_running"] for r in replicas]
+                if max(running) >= 1 or time.time() > deadline:
+                    break
+                time.sleep(0.05)
             victim = replicas[running.index(max(running))]
             assert max(running) >= 1
             victim.proc.kill()
