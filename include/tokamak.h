@@ -399,6 +399,14 @@ int tk_chat_template_render_cancellable(const tk_chat_template *t, const tk_chat
                                         bool add_generation_prompt, const char *bos_token, const char *eos_token,
                                         const atomic_bool *cancel, char **out, tk_err *err);
 
+/* A model's chat template without opening an engine (its weights are not
+ * read): the template and origin ("file", a preset's name, "none")
+ * tk_engine_chat_template / _origin give for an engine on model_path whose
+ * tokenizer is tok (it chooses the preset when the file has none; NULL: no
+ * preset).  *out is malloc'd, NULL for "none"; *origin is static. */
+int tk_model_chat_template(const char *model_path, const tk_tokenizer *tok, char **out, const char **origin,
+                           tk_err *err);
+
 /* Chat presets: built-in templates for models whose file has none
  * (src/chat/presets.c).  Names: gemma (<start_of_turn>/<end_of_turn>),
  * llama3 (<|start_header_id|>, <|eot_id|>), chatml (<|im_start|>/<|im_end|>),

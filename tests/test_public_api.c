@@ -137,12 +137,47 @@ static void test_tokenizer_and_chat(void) {
     tk_tokenizer_free(t);
 }
 
+/* tk_model_chat_template, without an engine, equals what an engine on the
+ * same model says: a file's template (code-target's tokenizer_config.json),
+ * and a GGUF with none whose vocabulary fits no preset. */
+static void test_model_chat_template(void) {
+    const char *models[] = {tk_shared("models/code-target"), tk_shared("models/aidreams260K.gguf")};
+    for (int i = 0; i < 2; i++) {
+        tk_err err;
+        tk_engine_config cfg = {.model_path = models[i], .n_threads = 1, .ctx_len = 64};
+        tk_engine *e = NULL;
+        tk_tokenizer *t = NULL;
+        if (tk_engine_open(&cfg, &e, &err) || tk_tokenizer_open(models[i], NULL, &t, &err)) {
+            CHECK(0, "%s: %s", models[i], err.msg);
+            tk_engine_close(e);
+            continue;
+        }
+        char *text = NULL;
+        const char *origin = NULL;
+        CHECK(tk_model_chat_template(models[i], t, &text, &origin, &err) == 0, "%s", err.msg);
+        const char *want = tk_engine_chat_template(e);
+        CHECK(origin && !strcmp(origin, tk_engine_chat_template_origin(e)), "%s: origin %s, engine %s", models[i],
+              origin ? origin : "?", tk_engine_chat_template_origin(e));
+        CHECK(want ? text && !strcmp(text, want) : !text, "%s: a different template", models[i]);
+        CHECK(i == 0 ? origin && !strcmp(origin, "file") : 1, "code-target's template is its file's");
+        free(text);
+        tk_tokenizer_free(t);
+        tk_engine_close(e);
+    }
+    tk_err err;
+    char *text = NULL;
+    const char *origin;
+    CHECK(tk_model_chat_template(tk_shared("models/no-such-model.gguf"), NULL, &text, &origin, &err) != 0 && !text,
+          "a missing model");
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "/tmp/tk_test_public_api_%d", (int)getpid());
     mkdir(tmpdir, 0755);
     test_checks();
     test_synth_and_convert();
     test_tokenizer_and_chat();
+    test_model_chat_template();
     rmdir(tmpdir);
     TK_TEST_END();
 }

@@ -32,22 +32,24 @@ static void usage(FILE *f) {
 }
 
 /* The template serve would use: --chat-template (a preset name or a file),
- * else the preset the vocabulary calls for; NULL (message texts key the
- * prompt) when neither applies. */
-static int load_template(tk_router *r, const char *tmpl_file, tk_err *err) {
-    const char *src = tmpl_file ? tk_chat_preset_source(tmpl_file) : NULL;
-    char *file = NULL;
+ * else the model's (its file's, else the preset its vocabulary calls for);
+ * NULL (message texts key the prompt) when there is none or only
+ * --tokenizer was given. */
+static int load_template(tk_router *r, const char *model, const char *tmpl_file, tk_err *err) {
+    const char *src = tmpl_file ? tk_chat_preset_source(tmpl_file) : NULL, *origin;
+    char *text = NULL;
     size_t len;
     if (tmpl_file && !src) {
-        if (tk_read_file(tmpl_file, &file, &len, err)) return -1;
-        src = file;
-    }
-    if (!src) {
+        if (tk_read_file(tmpl_file, &text, &len, err)) return -1;
+    } else if (!src && model) {
+        if (tk_model_chat_template(model, r->tok, &text, &origin, err)) return -1;
+    } else if (!src) {
         const char *preset = tk_chat_preset_detect(r->tok);
         src = preset ? tk_chat_preset_source(preset) : NULL;
     }
+    if (text) src = text;
     int rc = src ? tk_chat_template_parse(src, &r->tmpl, err) : 0;
-    free(file);
+    free(text);
     return rc;
 }
 
@@ -126,7 +128,7 @@ static int run_router(tk_router *r, int argc, char **argv, const char **urls, in
     r->max_body_bytes = (size_t)max_body;
     r->max_response_bytes = (size_t)32 << 20;
     if (tk_tokenizer_open(model ? model : tokenizer, model ? tokenizer : NULL, &r->tok, &err) ||
-        load_template(r, tmpl_file, &err)) {
+        load_template(r, model, tmpl_file, &err)) {
         fprintf(stderr, "tokamak router: %s\n", err.msg);
         return 1;
     }

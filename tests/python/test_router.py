@@ -264,3 +264,21 @@ def test_kubernetes_manifests_are_consistent():
     ref = docs["HTTPRoute"]["spec"]["rules"][0]["backendRefs"][0]
     assert (ref["kind"], ref["name"]) == ("InferencePool", pool["metadata"]["name"])
     assert ref["group"] == pool["apiVersion"].split("/")[0]
+
+
+def test_chat_affinity(cluster):
+    """Chat requests are keyed by the prompt the model's template renders: conversations sharing a
+    long system message land on one replica and reuse its blocks."""
+    router, replicas = cluster
+    client = router.client()
+    for g in range(2):
+        before = [finished(r) for r in replicas]
+        hits_before = sum(r.metrics()["tokamak_prefix_cache_hits_total"] for r in replicas)
+        for i in range(3):
+            msgs = [{"role": "system", "content": prefix_text(g + 10)},
+                    {"role": "user", "content": f"question {i}: {WORDS[i]}"}]
+            client.chat.completions.create(model="code-target", messages=msgs, max_tokens=2, temperature=0)
+        delta = [finished(r) - b for r, b in zip(replicas, before)]
+        assert sorted(delta) == [0, 0, 3], f"chat group {g} spread over replicas: {delta}"
+        hits = sum(r.metrics()["tokamak_prefix_cache_hits_total"] for r in replicas) - hits_before
+        assert hits >= 2 * 4 * BLOCK, f"chat group {g}: only {hits} prompt tokens from the prefix cache"
