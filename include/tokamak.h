@@ -433,6 +433,42 @@ const char *tk_chat_preset_end_of_turn(const char *name);
 /* The i-th preset's name, NULL past the end (for listing them). */
 const char *tk_chat_preset_name(int i);
 
+/* Tool calls (src/chat/toolcall.c; docs/serving.md, "Tool calling"): the
+ * format a model writes calls in, and the parse of its output.
+ *   hermes  (Qwen2.5, Qwen3, Hermes): <tool_call>\n{"name", "arguments"}\n</tool_call>, any number;
+ *   llama3  (Llama 3.1-3.3): {"name", "parameters"} objects, maybe after <|python_tag|>, ';'-separated;
+ *   mistral: [TOOL_CALLS][{"name", "arguments"}, ...] (the tag may be absent: a control token);
+ *   gemma   (Gemma 3's function-calling prompt): a {"name", "parameters"} object, maybe in a ``` fence.
+ * Output that does not parse as a whole stays content. */
+typedef enum tk_tool_format {
+    TK_TOOL_FORMAT_NONE = 0, TK_TOOL_FORMAT_HERMES, TK_TOOL_FORMAT_LLAMA3, TK_TOOL_FORMAT_MISTRAL,
+    TK_TOOL_FORMAT_GEMMA
+} tk_tool_format;
+
+typedef struct tk_tool_call {
+    char *name;
+    char *arguments;   /* a JSON object as compact text */
+} tk_tool_call;
+
+typedef struct tk_tool_parse {
+    size_t content_off, content_len; /* the content: text[content_off..+content_len) (trimmed when calls were found) */
+    tk_tool_call *calls;
+    int n_calls;
+} tk_tool_parse;
+
+/* The format a chat template's source teaches (its call markers); NONE if none. */
+tk_tool_format tk_tool_format_detect(const char *template_source);
+/* "none", "hermes", "llama3", "mistral", "gemma"; NULL / -1 for others. */
+const char *tk_tool_format_name(tk_tool_format f);
+int tk_tool_format_from_name(const char *name);
+/* Parses a whole output; no calls found: n_calls 0 and all of it content.
+ * Fails only when out of memory.  Free with tk_tool_parse_free. */
+int tk_tool_calls_parse(tk_tool_format f, const char *text, size_t len, tk_tool_parse *out, tk_err *err);
+void tk_tool_parse_free(tk_tool_parse *p);
+/* Streaming: how many bytes of the output so far are content whatever
+ * follows (the rest may be the start of a call). */
+size_t tk_tool_stream_safe(tk_tool_format f, const char *text, size_t len);
+
 /* ==================================================================
  * Files and clocks
  * ================================================================== */
