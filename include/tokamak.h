@@ -416,6 +416,17 @@ int tk_chat_template_render_cancellable(const tk_chat_template *t, const tk_chat
                                         bool add_generation_prompt, const char *bos_token, const char *eos_token,
                                         const atomic_bool *cancel, char **out, tk_err *err);
 
+/* The same with the conversation as JSON text, for what tk_chat_msg cannot
+ * say (tool calls, tool results): messages_json is an array of message
+ * objects given to the template as they are, except that a tool call's
+ * function.arguments sent as JSON text becomes the object it spells (as
+ * vLLM does; templates expect the object); tools_json, an array of tool
+ * definitions, becomes the variable "tools" (NULL: undefined), as
+ * apply_chat_template(tools=...) does. */
+int tk_chat_template_render_json(const tk_chat_template *t, const char *messages_json, const char *tools_json,
+                                 bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                                 const atomic_bool *cancel, char **out, tk_err *err);
+
 /* Chat presets: built-in templates for models whose file has none
  * (src/chat/presets.c).  Names: gemma (<start_of_turn>/<end_of_turn>),
  * llama3 (<|start_header_id|>, <|eot_id|>), chatml (<|im_start|>/<|im_end|>),

@@ -39,6 +39,7 @@ typedef struct tk_server_config {
     size_t max_response_bytes; /* a non-streaming answer's text and logprobs kept past this: 400 */
     int idle_timeout_s;        /* a connection with no traffic either way is closed (generation time excepted) */
     bool parse_special_in_content; /* control-token text in chat message content stays a control token */
+    tk_tool_format tool_format; /* how the model writes tool calls (--tool-format, else from the template) */
 } tk_server_config;
 
 typedef struct tk_server {
