@@ -169,6 +169,18 @@ int tk_engine_decode(tk_engine *e, const tk_batch *b, float *logits, tk_err *err
 /* Logits of every position of one token sequence (a fresh sequence). */
 int tk_engine_logits(tk_engine *e, const int32_t *tokens, int n, float *out, tk_err *err);
 
+/* Embeddings: the final hidden state (after the model's final norm, before
+ * the output projection) of each of n_inputs token sequences, pooled over
+ * the sequence: mean of all positions, the last position, or the first
+ * ("cls"); L2-normalized when normalize.  out receives n_inputs * dim
+ * floats.  The inputs go through the batched, paged forward, several
+ * sequences per pass (as many as free sequence slots allow), each on a
+ * fresh sequence freed afterwards.  Not while another thread steps the
+ * engine (the server runs it on its stepping thread). */
+typedef enum tk_pooling { TK_POOLING_MEAN = 0, TK_POOLING_LAST = 1, TK_POOLING_CLS = 2 } tk_pooling;
+int tk_engine_embed(tk_engine *e, const int32_t *const *tokens, const int *n_tokens, int n_inputs, tk_pooling pooling,
+                    bool normalize, float *out, tk_err *err);
+
 typedef struct tk_gen_params {
     int max_tokens;     /* < 0: until end of generation or context */
     tk_sampling sampling;

@@ -23,10 +23,11 @@
 #include "web.h"
 
 enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_STATS, R_WEB, R_TOKENIZE,
-             R_DETOKENIZE };
+             R_DETOKENIZE, R_EMBEDDINGS };
 
 static bool is_post_route(int route) {
-    return route == R_COMPLETIONS || route == R_CHAT || route == R_TOKENIZE || route == R_DETOKENIZE;
+    return route == R_COMPLETIONS || route == R_CHAT || route == R_TOKENIZE || route == R_DETOKENIZE ||
+           route == R_EMBEDDINGS;
 }
 
 /* Non-streaming logprobs are kept serialized, as the comma-separated
@@ -1341,6 +1342,206 @@ static enum MHD_Result handle_detokenize(http_req *r) {
     return send_json(r, 200, o);
 }
 
+/* ---- /v1/embeddings ---- */
+
+#define EMBED_MAX_INPUTS 256
+#define EMBED_MAX_TOKENS (1 << 18) /* over all inputs of a request */
+
+typedef struct embed_req {
+    tk_engine *engine;
+    int32_t **ids;
+    int *n;
+    int n_inputs;
+    tk_pooling pooling;
+    bool normalize;
+    float *out;
+    int rc;
+    tk_err err;
+} embed_req;
+
+static void embed_run(void *arg) {
+    embed_req *q = arg;
+    q->rc = tk_engine_embed(q->engine, (const int32_t *const *)q->ids, q->n, q->n_inputs, q->pooling, q->normalize,
+                            q->out, &q->err);
+}
+
+static void embed_req_free(embed_req *q) {
+    for (int i = 0; q->ids && i < q->n_inputs; i++) free(q->ids[i]);
+    free(q->ids);
+    free(q->n);
+    free(q->out);
+}
+
+/* "input": a string, an array of strings, an array of token ids or an
+ * array of such arrays -> q->ids (strings tokenized with the model's BOS
+ * rule, as vLLM's add_special_tokens); -1 with *e filled. */
+static int embed_inputs(http_req *r, json_t *in, embed_req *q, tk_api_error *e) {
+    tk_server *s = r->srv;
+    const char *bad_form = "'input' must be a string, an array of strings, an array of token ids or an array of "
+                           "arrays of token ids";
+    if (!in) return tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "'input' is required"), -1;
+    json_t *one = json_is_string(in) || (json_is_array(in) && json_is_integer(json_array_get(in, 0))) ? in : NULL;
+    size_t n = one ? 1 : json_is_array(in) ? json_array_size(in) : 0;
+    if (n == 0) return tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "%s (and not empty)", bad_form), -1;
+    if (n > EMBED_MAX_INPUTS)
+        return tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "at most %d inputs", EMBED_MAX_INPUTS), -1;
+    q->ids = calloc(n, sizeof *q->ids);
+    q->n = calloc(n, sizeof *q->n);
+    if (!q->ids || !q->n) return tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory"), -1;
+    q->n_inputs = (int)n;
+    long long total = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = one ? one : json_array_get(in, i);
+        tk_err err;
+        if (json_is_string(v)) {
+            if (json_string_length(v) > s->max_text_bytes || json_string_length(v) == 0) {
+                tk_api_error_set(e, 400, "invalid_request_error", json_string_length(v) ? "context_length_exceeded" : NULL,
+                                 "input", "input %zu is %s", i, json_string_length(v) ? "far longer than the context"
+                                                                                      : "empty");
+                return -1;
+            }
+            if (tokenize_all(s->tok, json_string_value(v), json_string_length(v), tk_tokenizer_add_bos(s->tok),
+                             &q->ids[i], &q->n[i], &err)) {
+                tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "input %zu: %s", i, err.msg);
+                return -1;
+            }
+        } else if (json_is_array(v) && json_array_size(v) > 0 && json_array_size(v) <= (size_t)s->ctx_len) {
+            q->ids[i] = malloc(json_array_size(v) * sizeof **q->ids);
+            if (!q->ids[i]) return tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory"), -1;
+            for (size_t k = 0; k < json_array_size(v); k++) {
+                json_t *t = json_array_get(v, k);
+                json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
+                if (id < 0 || id >= s->n_vocab) {
+                    tk_api_error_set(e, 400, "invalid_request_error", NULL, "input",
+                                     "input %zu token %zu is not an id in the vocabulary [0, %d)", i, k, s->n_vocab);
+                    return -1;
+                }
+                q->ids[i][k] = (int32_t)id;
+            }
+            q->n[i] = (int)json_array_size(v);
+        } else if (json_is_array(v) && json_array_size(v) > (size_t)s->ctx_len) {
+            q->n[i] = (int)json_array_size(v);
+        } else {
+            tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "%s (and not empty)", bad_form);
+            return -1;
+        }
+        if (q->n[i] == 0 || q->n[i] > s->ctx_len) {
+            tk_api_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "input",
+                             "input %zu has %d tokens; this model's maximum context length is %d tokens", i, q->n[i],
+                             s->ctx_len);
+            return -1;
+        }
+        total += q->n[i];
+        if (total > EMBED_MAX_TOKENS) {
+            tk_api_error_set(e, 400, "invalid_request_error", NULL, "input",
+                             "the inputs hold more than %d tokens together", EMBED_MAX_TOKENS);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* base64 of the float32 values, little-endian (what the OpenAI client
+ * decodes with numpy.frombuffer(..., dtype=float32)). */
+static json_t *base64_floats(const float *v, size_t n) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t nb = n * 4;
+    unsigned char *b = malloc(nb ? nb : 1);
+    char *o = malloc((nb + 2) / 3 * 4 + 1);
+    json_t *j = NULL;
+    if (b && o) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &v[i], 4);
+            for (int k = 0; k < 4; k++) b[i * 4 + (size_t)k] = (unsigned char)(u >> (8 * k));
+        }
+        size_t w = 0;
+        for (size_t i = 0; i < nb; i += 3) {
+            uint32_t x = (uint32_t)b[i] << 16 | (i + 1 < nb ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < nb ? b[i + 2] : 0);
+            o[w++] = tab[x >> 18 & 63];
+            o[w++] = tab[x >> 12 & 63];
+            o[w++] = i + 1 < nb ? tab[x >> 6 & 63] : '=';
+            o[w++] = i + 2 < nb ? tab[x & 63] : '=';
+        }
+        j = json_stringn(o, w);
+    }
+    free(b);
+    free(o);
+    return j;
+}
+
+/* {"input", "model"?, "encoding_format": "float" | "base64", "dimensions"
+ * (only the model's), extensions "pooling": "mean" | "last" | "cls"
+ * (default last: a causal model's only state that saw the whole input) and
+ * "normalize" (default true)} -> the OpenAI list of embeddings. */
+static enum MHD_Result handle_embeddings(http_req *r) {
+    tk_server *s = r->srv;
+    enum MHD_Result q;
+    json_t *root = load_body(r, &q);
+    if (!root) return q;
+    embed_req job = {.engine = s->engine, .pooling = TK_POOLING_LAST, .normalize = true};
+    tk_api_error e;
+    e.status = 0;
+    bool b64 = false;
+    json_t *v;
+    if ((v = json_object_get(root, "encoding_format")) && !json_is_null(v)) {
+        const char *f = json_is_string(v) ? json_string_value(v) : "";
+        if (!strcmp(f, "base64")) b64 = true;
+        else if (strcmp(f, "float"))
+            tk_api_error_set(&e, 400, "invalid_request_error", NULL, "encoding_format",
+                             "'encoding_format' must be \"float\" or \"base64\"");
+    }
+    if (!e.status && (v = json_object_get(root, "dimensions")) && !json_is_null(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == s->embed_dim))
+        tk_api_error_set(&e, 400, "invalid_request_error", NULL, "dimensions",
+                         "'dimensions' can only be this model's embedding size, %d", s->embed_dim);
+    if (!e.status && (v = json_object_get(root, "pooling")) && !json_is_null(v)) {
+        const char *p = json_is_string(v) ? json_string_value(v) : "";
+        if (!strcmp(p, "mean")) job.pooling = TK_POOLING_MEAN;
+        else if (!strcmp(p, "last")) job.pooling = TK_POOLING_LAST;
+        else if (!strcmp(p, "cls")) job.pooling = TK_POOLING_CLS;
+        else tk_api_error_set(&e, 400, "invalid_request_error", NULL, "pooling", "'pooling' must be \"mean\", \"last\" or \"cls\"");
+    }
+    if (!e.status && (v = json_object_get(root, "normalize")) && !json_is_null(v)) {
+        if (!json_is_boolean(v)) tk_api_error_set(&e, 400, "invalid_request_error", NULL, "normalize", "'normalize' must be a boolean");
+        else job.normalize = json_is_true(v);
+    }
+    if (!e.status) embed_inputs(r, json_object_get(root, "input"), &job, &e);
+    json_decref(root);
+    if (e.status) {
+        embed_req_free(&job);
+        return send_error(r, &e);
+    }
+    size_t D = (size_t)s->embed_dim;
+    job.out = malloc((size_t)job.n_inputs * D * sizeof *job.out);
+    if (!job.out) {
+        embed_req_free(&job);
+        return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    tk_step_job sj = {.run = embed_run, .arg = &job};
+    if (tk_step_jobs_run(&s->step_jobs, &sj, &s->stopping)) {
+        embed_req_free(&job);
+        return send_err(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    }
+    if (job.rc) {
+        embed_req_free(&job);
+        return send_err(r, 503, "server_error", NULL, NULL, job.err.msg); /* no free sequence or KV: try again */
+    }
+    json_t *data = json_array();
+    long long total = 0;
+    for (int i = 0; data && i < job.n_inputs; i++) {
+        total += job.n[i];
+        const float *x = job.out + (size_t)i * D;
+        json_t *emb = b64 ? base64_floats(x, D) : json_array();
+        for (size_t d = 0; !b64 && emb && d < D; d++) json_array_append_new(emb, json_real(x[d]));
+        json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding", emb));
+    }
+    embed_req_free(&job);
+    return send_json(r, 200, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model",
+                                       s->cfg.model_name, "usage", "prompt_tokens", (json_int_t)total, "total_tokens",
+                                       (json_int_t)total));
+}
+
 /* ---- simple endpoints ---- */
 
 static json_t *model_json(tk_server *s) {
@@ -1389,6 +1590,7 @@ static int match_route(const char *url) {
     if (!strcmp(url, "/health")) return R_HEALTH;
     if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
     if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/v1/embeddings")) return R_EMBEDDINGS;
     if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/stats")) return R_STATS;
     if (tk_web_find(url)) return R_WEB;
@@ -1556,6 +1758,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     if (r->too_large) return send_413(r, false);
     if (r->route == R_TOKENIZE) return handle_tokenize(r);
     if (r->route == R_DETOKENIZE) return handle_detokenize(r);
+    if (r->route == R_EMBEDDINGS) return handle_embeddings(r);
     return handle_generate(r);
 }
 
@@ -1675,6 +1878,11 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
         return tk_err_set(err, "--host must be a numeric IPv4 or IPv6 address, got '%s'", cfg->host);
     }
     (void)sl;
+    if (tk_step_jobs_init(&s->step_jobs)) {
+        free_special_texts(s);
+        return tk_err_set(err, "cannot set up the step-job queue");
+    }
+    s->embed_dim = ms.dim;
     pthread_mutex_init(&s->track_mu, NULL);
     s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
@@ -1686,6 +1894,7 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     if (!s->mhd) {
         free_special_texts(s);
         pthread_mutex_destroy(&s->track_mu);
+        tk_step_jobs_destroy(&s->step_jobs);
         return tk_err_set(err, "cannot listen on %s port %d", cfg->host, cfg->port);
     }
     if (pthread_create(&s->reaper, NULL, reaper_main, s)) {
@@ -1714,6 +1923,7 @@ void tk_server_stop(tk_server *s) {
     if (s->mhd) {
         MHD_stop_daemon(s->mhd);
         pthread_mutex_destroy(&s->track_mu);
+        tk_step_jobs_destroy(&s->step_jobs);
     }
     s->mhd = NULL;
     if (s->listen_fd >= 0) close(s->listen_fd);

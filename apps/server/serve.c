@@ -376,7 +376,9 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
         fflush(stdout);
         while (!g_stop) {
             tk_engine_wait_for_work(e, 100);
+            tk_step_jobs_drain(&srv->step_jobs);
             while (!g_stop && step_once(e) > 0) {
+                tk_step_jobs_drain(&srv->step_jobs); /* embeddings between steps of a busy engine */
             }
         }
         fprintf(stderr, "tokamak serve: shutting down\n");

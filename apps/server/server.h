@@ -23,6 +23,8 @@
 
 #include <tokamak.h>
 
+#include "step_jobs.h"
+
 typedef struct tk_server_config {
     const char *host;          /* numeric IPv4/IPv6 address */
     int port;
@@ -78,6 +80,8 @@ typedef struct tk_server {
     pthread_t reaper;
     bool reaper_running;
     atomic_bool reaper_quit;
+    tk_step_jobs step_jobs;    /* embeddings, run by the serve loop between steps */
+    int embed_dim;
     struct MHD_Daemon *mhd;
     int listen_fd;             /* after quiescing: ours to close */
 } tk_server;
