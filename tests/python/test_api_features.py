@@ -289,3 +289,123 @@ def test_tokenize_auth_and_model(server):
     assert_error(raw_post(server, "/tokenize", {"model": "other", "prompt": "x"}), 404, "model")
     r = requests.get(server.url + "/tokenize", headers=server.headers(), timeout=30)
     assert r.status_code == 405
+
+
+# ---------------------------------------------------------------- /v1/embeddings
+
+DIM = 288  # code-target's hidden size (config.json)
+EMB_TEXTS = ["hello world", "def f(x):\n    return x + 1", "import numpy as np"]
+
+
+def embed(client, inp, **extra):
+    return client.embeddings.create(model=MODEL_NAME, input=inp, extra_body=extra or None)
+
+
+@pytest.fixture(scope="module")
+def hf_model(model_dir):
+    torch = pytest.importorskip("torch", reason="torch is not installed (the hidden-state oracle)")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    m = transformers.AutoModel.from_pretrained(model_dir, torch_dtype=torch.float32)
+    m.eval()
+
+    def hidden(ids):
+        with torch.no_grad():
+            return m(torch.tensor([ids])).last_hidden_state[0].numpy().astype("float64")
+    return hidden
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last", "cls"])
+def test_embeddings_match_transformers(server, client, hf_tok, hf_model, pooling):
+    """The final-norm hidden states pooled, against transformers' LlamaModel
+    last_hidden_state (after the final norm) on the same token ids."""
+    np = pytest.importorskip("numpy")
+    r = embed(client, EMB_TEXTS, pooling=pooling)
+    assert [d.index for d in r.data] == [0, 1, 2]
+    n_tok = 0
+    for text, d in zip(EMB_TEXTS, r.data):
+        ids = hf_tok.encode(text).ids  # BOS + text, as the server tokenizes
+        n_tok += len(ids)
+        h = hf_model(ids)
+        ref = {"mean": h.mean(0), "last": h[-1], "cls": h[0]}[pooling]
+        ref /= np.linalg.norm(ref)
+        got = np.array(d.embedding)
+        assert got.shape == (DIM,)
+        assert abs(np.linalg.norm(got) - 1) < 1e-5
+        assert np.abs(got - ref).max() < 2e-4, np.abs(got - ref).max()
+    assert r.usage.prompt_tokens == r.usage.total_tokens == n_tok
+
+
+def test_embeddings_default_pooling_is_last_and_normalize_off(client, hf_tok, hf_model):
+    np = pytest.importorskip("numpy")
+    ids = hf_tok.encode(EMB_TEXTS[1]).ids
+    default = np.array(embed(client, ids).data[0].embedding)
+    last = np.array(embed(client, ids, pooling="last").data[0].embedding)
+    assert np.array_equal(default, last)
+    raw = np.array(embed(client, [ids], normalize=False, pooling="last").data[0].embedding)
+    assert np.abs(raw - hf_model(ids)[-1]).max() < 2e-4 * np.abs(raw).max()
+
+
+def test_embeddings_batch_equals_single(client):
+    """Inputs packed together (several sequences per pass) give what each gives alone."""
+    np = pytest.importorskip("numpy")
+    many = [f"line {i}: " + "x = y + 1; " * (i % 7 + 1) for i in range(40)]
+    together = embed(client, many, pooling="mean").data
+    for i in (0, 13, 39):
+        alone = embed(client, many[i], pooling="mean").data[0].embedding
+        assert np.abs(np.array(alone) - np.array(together[i].embedding)).max() < 1e-5
+
+
+def test_embeddings_base64_equals_float(server, client):
+    np = pytest.importorskip("numpy")
+    import base64
+    f = embed(client, EMB_TEXTS)  # the openai client asks for base64 and decodes it itself
+    r = raw_post(server, "/v1/embeddings", {"input": EMB_TEXTS, "encoding_format": "float"})
+    b = raw_post(server, "/v1/embeddings", {"input": EMB_TEXTS, "encoding_format": "base64"})
+    assert r.status_code == 200 and b.status_code == 200
+    for i in range(len(EMB_TEXTS)):
+        floats = np.array(r.json()["data"][i]["embedding"], dtype=np.float32)
+        decoded = np.frombuffer(base64.b64decode(b.json()["data"][i]["embedding"]), dtype="<f4")
+        assert decoded.shape == (DIM,) and np.array_equal(decoded, floats)
+        assert np.allclose(np.array(f.data[i].embedding, dtype=np.float32), floats, atol=0, rtol=0)
+    assert r.json()["object"] == "list" and r.json()["model"] == MODEL_NAME
+    ok = raw_post(server, "/v1/embeddings", {"input": "x", "dimensions": DIM})
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("body, param", [
+    ({}, "input"),
+    ({"input": ""}, "input"),
+    ({"input": []}, "input"),
+    ({"input": [[]]}, "input"),
+    ({"input": 5}, "input"),
+    ({"input": [1, "a"]}, "input"),
+    ({"input": [[1, 2], ["a"]]}, "input"),
+    ({"input": [[1, 32000]]}, "input"),
+    ({"input": [[-1]]}, "input"),
+    ({"input": [[1] * 513]}, "input"),
+    ({"input": "word " * 600}, "input"),
+    ({"input": ["a"] * 257}, "input"),
+    ({"input": "x", "dimensions": 64}, "dimensions"),
+    ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
+    ({"input": "x", "pooling": "max"}, "pooling"),
+    ({"input": "x", "normalize": "yes"}, "normalize"),
+])
+def test_embeddings_errors(server, body, param):
+    assert_error(raw_post(server, "/v1/embeddings", body), 400, param)
+
+
+def test_embeddings_while_generating(server, client):
+    """Embeddings run between the steps of a busy engine; both finish."""
+    import threading
+    done = {}
+
+    def gen():
+        done["chat"] = chat(client, [{"role": "user", "content": "hi"}], max_tokens=48).choices[0].finish_reason
+
+    t = threading.Thread(target=gen)
+    t.start()
+    for _ in range(5):
+        assert len(embed(client, EMB_TEXTS).data) == 3
+    t.join(120)
+    assert done.get("chat") in ("stop", "length")
+    server.wait_idle()
