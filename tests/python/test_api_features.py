@@ -61,24 +61,62 @@ def chat(client, messages, **kw):
     return client.chat.completions.create(model=MODEL_NAME, messages=messages, **kw)
 
 
-def hf_render(messages, tools):
+def hf_render(messages, tools, template=QWEN_TEMPLATE):
     """apply_chat_template's rendering: ImmutableSandboxedEnvironment with
-    trim/lstrip blocks, tools as `tools`, and (as vLLM does before
+    trim/lstrip blocks, HF's tojson, raise_exception and strftime_now (at
+    tokamak's fixed date), tools as `tools`, and (as vLLM does before
     rendering) tool-call arguments given as JSON text parsed into objects."""
     jinja2 = pytest.importorskip("jinja2")
+    import datetime
     import jinja2.sandbox
 
-    def tojson(x, indent=None):
-        return json.dumps(x, ensure_ascii=False, indent=indent)
+    def tojson(x, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    def raise_exception(msg):
+        raise jinja2.exceptions.TemplateError(msg)
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                                       extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime(2024, 7, 26).strftime(fmt)
     msgs = json.loads(json.dumps(messages))
     for m in msgs:
         for c in m.get("tool_calls") or []:
             c["function"]["arguments"] = json.loads(c["function"]["arguments"])
-    return env.from_string(open(QWEN_TEMPLATE).read()).render(messages=msgs, tools=tools, add_generation_prompt=True,
-                                                              bos_token="<s>", eos_token="</s>")
+    return env.from_string(open(template).read()).render(messages=msgs, tools=tools, add_generation_prompt=True,
+                                                         bos_token="<s>", eos_token="</s>")
+
+
+# Mistral's templates want 9-character call ids, and user/assistant turns
+# alternating around the tool turns.
+MISTRAL_CONVERSATION = json.loads(json.dumps(CONVERSATION).replace("call_abc", "abc123def"))
+MISTRAL_CONVERSATION.insert(4, {"role": "assistant", "content": "It is 21 degrees."})
+
+
+@pytest.mark.parametrize("name, conversation", [("llama31", CONVERSATION), ("mistral_nemo", MISTRAL_CONVERSATION)])
+def test_tools_reach_other_family_templates_as_in_hf(tokamak_bin, model_dir, hf_tok, name, conversation):
+    """The same conversation with tools through the Llama 3.1- and Mistral
+    Nemo-style test templates (tools as JSON, [AVAILABLE_TOOLS] /
+    [TOOL_CALLS] / [TOOL_RESULTS] blocks) gives the tokens Jinja2 + HF
+    tokenizers give."""
+    template = os.path.join(REPO, "tests", "data", "chat_templates", name + ".jinja")
+    text = hf_render(conversation, [WEATHER, TIME], template)
+    assert "get_time" in text and "Paris" in text
+    if name == "mistral_nemo":
+        assert "[AVAILABLE_TOOLS]" in text and "[TOOL_CALLS]" in text and "[TOOL_RESULTS]" in text
+    ids = hf_tok.encode(text, add_special_tokens=False).ids
+    if not text.startswith("<s>"):
+        ids = [1] + ids
+    s = Server(tokamak_bin, model_dir, "--chat-template", template)
+    try:
+        assert ("tool calls: llama3" if name == "llama31" else "tool calls: mistral") in s.stderr()
+        r = raw_post(s, "/tokenize", {"messages": conversation, "tools": [WEATHER, TIME]})
+        assert r.status_code == 200, r.text
+        assert r.json()["tokens"] == ids
+    finally:
+        s.stop()
 
 
 # ---------------------------------------------------------------- the template sees tools as HF passes them
