@@ -447,3 +447,27 @@ def test_embeddings_while_generating(server, client):
     t.join(120)
     assert done.get("chat") in ("stop", "length")
     server.wait_idle()
+
+
+def test_embeddings_without_a_free_slot_is_503(tokamak_bin, model_dir):
+    """With every sequence slot generating, an embedding request is answered
+    503 (try again), and works once the slot is free."""
+    import threading
+    import time
+    s = Server(tokamak_bin, model_dir, "--max-seqs", "1")
+    try:
+        c = s.client()
+        t = threading.Thread(target=lambda: c.completions.create(model=MODEL_NAME, prompt="def f():", max_tokens=500,
+                                                                 temperature=0, extra_body={"ignore_eos": True}))
+        t.start()
+        deadline = time.time() + 30
+        while s.metrics()["tokamak_requests_running"] < 1 and time.time() < deadline:
+            time.sleep(0.02)
+        r = raw_post(s, "/v1/embeddings", {"input": "x"})
+        assert_error(r, 503)
+        assert "sequence slots" in r.json()["error"]["message"]
+        t.join(120)
+        s.wait_idle()
+        assert raw_post(s, "/v1/embeddings", {"input": "x"}).status_code == 200
+    finally:
+        s.stop()
