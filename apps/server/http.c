@@ -977,8 +977,7 @@ static int render_chat(http_req *r, char **text, tk_err *err) {
  * (the engine's constrained decoding; an engine without it samples freely
  * and the output is parsed as with "auto").  *schema is malloc'd. */
 static int tool_constraint(http_req *r, tk_constraint *c, char **schema) {
-    *schema = NULL;
-    memset(c, 0, sizeof *c);
+    *schema = NULL; /* c is left alone otherwise (response_format may have set it) */
     if (r->api.tool_choice != TK_TOOL_CHOICE_REQUIRED && r->api.tool_choice != TK_TOOL_CHOICE_NAMED) return 0;
     tk_tool_format f = r->srv->cfg.tool_format;
     const char *args_key = f == TK_TOOL_FORMAT_LLAMA3 || f == TK_TOOL_FORMAT_GEMMA ? "parameters" : "arguments";
