@@ -169,6 +169,18 @@ int tk_engine_decode(tk_engine *e, const tk_batch *b, float *logits, tk_err *err
 /* Logits of every position of one token sequence (a fresh sequence). */
 int tk_engine_logits(tk_engine *e, const int32_t *tokens, int n, float *out, tk_err *err);
 
+/* Embeddings: the final hidden state (after the model's final norm, before
+ * the output projection) of each of n_inputs token sequences, pooled over
+ * the sequence: mean of all positions, the last position, or the first
+ * ("cls"); L2-normalized when normalize.  out receives n_inputs * dim
+ * floats.  The inputs go through the batched, paged forward, several
+ * sequences per pass (as many as free sequence slots allow), each on a
+ * fresh sequence freed afterwards.  Not while another thread steps the
+ * engine (the server runs it on its stepping thread). */
+typedef enum tk_pooling { TK_POOLING_MEAN = 0, TK_POOLING_LAST = 1, TK_POOLING_CLS = 2 } tk_pooling;
+int tk_engine_embed(tk_engine *e, const int32_t *const *tokens, const int *n_tokens, int n_inputs, tk_pooling pooling,
+                    bool normalize, float *out, tk_err *err);
+
 typedef struct tk_gen_params {
     int max_tokens;     /* < 0: until end of generation or context */
     tk_sampling sampling;
@@ -198,6 +210,22 @@ int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p,
  * Each step schedules one batch (decode tokens of running sequences plus
  * prefill chunks of new ones), runs it, samples, and reports events through
  * the request's callback (called on the stepping thread). */
+/* Constrained decoding: the sample's output must match. */
+typedef enum tk_constraint_kind {
+    TK_CONSTRAINT_NONE = 0,
+    TK_CONSTRAINT_JSON,         /* any JSON value of type object (response_format json_object) */
+    TK_CONSTRAINT_JSON_SCHEMA,  /* text: a JSON Schema document */
+    TK_CONSTRAINT_REGEX,        /* text: a regular expression the whole output matches */
+    TK_CONSTRAINT_GRAMMAR       /* text: a GBNF grammar, rule "root" */
+} tk_constraint_kind;
+
+typedef struct tk_constraint {
+    tk_constraint_kind kind;
+    const char *text;   /* schema / regex / grammar (copied at submit); unused for NONE and JSON */
+    const char *begin;  /* literal text the output starts with before the constrained part (e.g. a tool-call tag); NULL: none */
+    const char *end;    /* literal text after it; NULL: none */
+} tk_constraint;
+
 typedef struct tk_request_params {
     const int32_t *prompt;     /* prompt token ids (copied at submit) */
     int n_prompt;
@@ -210,6 +238,7 @@ typedef struct tk_request_params {
     int top_logprobs;          /* < 0: no logprobs; 0..20: chosen token's logprob + that many top alternatives */
     int speculative;           /* tk_spec_mode; 0 (TK_SPEC_DEFAULT): the engine's */
     int draft_max, draft_min;  /* adaptive draft length bounds; 0: the engine's */
+    tk_constraint constraint;
 } tk_request_params;
 
 typedef struct tk_event {
@@ -399,6 +428,17 @@ int tk_chat_template_render_cancellable(const tk_chat_template *t, const tk_chat
                                         bool add_generation_prompt, const char *bos_token, const char *eos_token,
                                         const atomic_bool *cancel, char **out, tk_err *err);
 
+/* The same with the conversation as JSON text, for what tk_chat_msg cannot
+ * say (tool calls, tool results): messages_json is an array of message
+ * objects given to the template as they are, except that a tool call's
+ * function.arguments sent as JSON text becomes the object it spells (as
+ * vLLM does; templates expect the object); tools_json, an array of tool
+ * definitions, becomes the variable "tools" (NULL: undefined), as
+ * apply_chat_template(tools=...) does. */
+int tk_chat_template_render_json(const tk_chat_template *t, const char *messages_json, const char *tools_json,
+                                 bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                                 const atomic_bool *cancel, char **out, tk_err *err);
+
 /* A model's chat template without opening an engine (its weights are not
  * read): the template and origin ("file", a preset's name, "none")
  * tk_engine_chat_template / _origin give for an engine on model_path whose
@@ -423,6 +463,42 @@ const char *tk_chat_preset_source(const char *name);
 const char *tk_chat_preset_end_of_turn(const char *name);
 /* The i-th preset's name, NULL past the end (for listing them). */
 const char *tk_chat_preset_name(int i);
+
+/* Tool calls (src/chat/toolcall.c; docs/serving.md, "Tool calling"): the
+ * format a model writes calls in, and the parse of its output.
+ *   hermes  (Qwen2.5, Qwen3, Hermes): <tool_call>\n{"name", "arguments"}\n</tool_call>, any number;
+ *   llama3  (Llama 3.1-3.3): {"name", "parameters"} objects, maybe after <|python_tag|>, ';'-separated;
+ *   mistral: [TOOL_CALLS][{"name", "arguments"}, ...] (the tag may be absent: a control token);
+ *   gemma   (Gemma 3's function-calling prompt): a {"name", "parameters"} object, maybe in a ``` fence.
+ * Output that does not parse as a whole stays content. */
+typedef enum tk_tool_format {
+    TK_TOOL_FORMAT_NONE = 0, TK_TOOL_FORMAT_HERMES, TK_TOOL_FORMAT_LLAMA3, TK_TOOL_FORMAT_MISTRAL,
+    TK_TOOL_FORMAT_GEMMA
+} tk_tool_format;
+
+typedef struct tk_tool_call {
+    char *name;
+    char *arguments;   /* a JSON object as compact text */
+} tk_tool_call;
+
+typedef struct tk_tool_parse {
+    size_t content_off, content_len; /* the content: text[content_off..+content_len) (trimmed when calls were found) */
+    tk_tool_call *calls;
+    int n_calls;
+} tk_tool_parse;
+
+/* The format a chat template's source teaches (its call markers); NONE if none. */
+tk_tool_format tk_tool_format_detect(const char *template_source);
+/* "none", "hermes", "llama3", "mistral", "gemma"; NULL / -1 for others. */
+const char *tk_tool_format_name(tk_tool_format f);
+int tk_tool_format_from_name(const char *name);
+/* Parses a whole output; no calls found: n_calls 0 and all of it content.
+ * Fails only when out of memory.  Free with tk_tool_parse_free. */
+int tk_tool_calls_parse(tk_tool_format f, const char *text, size_t len, tk_tool_parse *out, tk_err *err);
+void tk_tool_parse_free(tk_tool_parse *p);
+/* Streaming: how many bytes of the output so far are content whatever
+ * follows (the rest may be the start of a call). */
+size_t tk_tool_stream_safe(tk_tool_format f, const char *text, size_t len);
 
 /* ==================================================================
  * Files and clocks

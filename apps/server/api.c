@@ -166,6 +166,96 @@ static int parse_prompt(tk_api_req *r, json_t *root, int n_vocab, tk_api_error *
     return 0;
 }
 
+/* An assistant message's tool_calls (an array of {"id"?, "type":
+ * "function", "function": {"name", "arguments": JSON text or object}}) and
+ * a tool message's tool_call_id: checked here, passed to the template as
+ * they are (chat.c parses arguments text). */
+static int check_tool_fields(tk_api_req *r, json_t *msg, const char *param, tk_api_error *e) {
+    json_t *id = field(msg, "tool_call_id");
+    if (id) {
+        if (!json_is_string(id)) return bad(e, param, "'%s.tool_call_id' must be a string", param);
+        r->messages_have_tools = true;
+    }
+    json_t *calls = field(msg, "tool_calls");
+    if (!calls) return 0;
+    if (!json_is_array(calls) || json_array_size(calls) > TK_API_MAX_TOOL_CALLS)
+        return bad(e, param, "'%s.tool_calls' must be an array of at most %d calls", param, TK_API_MAX_TOOL_CALLS);
+    for (size_t k = 0; k < json_array_size(calls); k++) {
+        json_t *c = json_array_get(calls, k);
+        json_t *type = json_is_object(c) ? field(c, "type") : NULL;
+        json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
+        json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+        json_t *args = json_is_object(fn) ? json_object_get(fn, "arguments") : NULL;
+        if ((type && !(json_is_string(type) && !strcmp(json_string_value(type), "function"))) || !json_is_string(name) ||
+            (args && !json_is_string(args) && !json_is_object(args)))
+            return bad(e, param, "'%s.tool_calls[%zu]' must be {\"type\": \"function\", \"function\": {\"name\": "
+                       "string, \"arguments\": string}}", param, k);
+    }
+    r->messages_have_tools = true;
+    return 0;
+}
+
+/* "tools": function definitions {"type": "function", "function": {"name",
+ * "description"?, "parameters"? (a JSON Schema object)}}; "tool_choice":
+ * "none" | "auto" | "required" | {"type": "function", "function": {"name"}}
+ * naming one of them; "parallel_tool_calls": bool. */
+static int parse_tools(tk_api_req *r, json_t *root, tk_api_error *e) {
+    json_t *t = field(root, "tools");
+    r->parallel_tool_calls = true;
+    if (get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, e) < 0) return -1;
+    if (t && !json_is_array(t)) return bad(e, "tools", "'tools' must be an array");
+    if (t && json_array_size(t) > TK_API_MAX_TOOLS) return bad(e, "tools", "at most %d tools", TK_API_MAX_TOOLS);
+    for (size_t i = 0; t && i < json_array_size(t); i++) {
+        json_t *tool = json_array_get(t, i);
+        json_t *type = json_is_object(tool) ? json_object_get(tool, "type") : NULL;
+        json_t *fn = json_is_object(tool) ? json_object_get(tool, "function") : NULL;
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_object(fn))
+            return bad(e, "tools", "'tools[%zu]' must be {\"type\": \"function\", \"function\": {...}}", i);
+        json_t *name = json_object_get(fn, "name");
+        size_t nl = json_is_string(name) ? json_string_length(name) : 0;
+        if (nl == 0 || nl > TK_API_MAX_TOOL_NAME)
+            return bad(e, "tools", "'tools[%zu].function.name' must be a string of 1 to %d characters", i,
+                       TK_API_MAX_TOOL_NAME);
+        for (const char *c = json_string_value(name); *c; c++)
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '_' ||
+                  *c == '-' || *c == '.'))
+                return bad(e, "tools", "'tools[%zu].function.name' may hold only letters, digits, '_', '-' and '.'", i);
+        json_t *desc = field(fn, "description"), *params = field(fn, "parameters");
+        if (desc && !json_is_string(desc)) return bad(e, "tools", "'tools[%zu].function.description' must be a string", i);
+        if (params && !json_is_object(params))
+            return bad(e, "tools", "'tools[%zu].function.parameters' must be a JSON Schema object", i);
+    }
+    bool have = t && json_array_size(t) > 0;
+    r->tools = have ? t : NULL;
+    r->tool_choice = have ? TK_TOOL_CHOICE_AUTO : TK_TOOL_CHOICE_NONE;
+    json_t *c = field(root, "tool_choice");
+    if (!c) return 0;
+    if (json_is_string(c)) {
+        const char *v = json_string_value(c);
+        if (!strcmp(v, "none")) r->tool_choice = TK_TOOL_CHOICE_NONE;
+        else if (!strcmp(v, "auto")) r->tool_choice = have ? TK_TOOL_CHOICE_AUTO : TK_TOOL_CHOICE_NONE;
+        else if (!strcmp(v, "required")) r->tool_choice = TK_TOOL_CHOICE_REQUIRED;
+        else return bad(e, "tool_choice", "'tool_choice' must be \"none\", \"auto\", \"required\" or a named function");
+    } else {
+        json_t *type = json_is_object(c) ? json_object_get(c, "type") : NULL;
+        json_t *fn = json_is_object(c) ? json_object_get(c, "function") : NULL;
+        json_t *name = json_is_object(fn) ? json_object_get(fn, "name") : NULL;
+        if (!json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_string(name))
+            return bad(e, "tool_choice", "'tool_choice' object must be {\"type\": \"function\", \"function\": "
+                       "{\"name\": string}}");
+        r->tool_choice = TK_TOOL_CHOICE_NAMED;
+        r->tool_name = json_string_value(name);
+    }
+    if (r->tool_choice == TK_TOOL_CHOICE_NONE) return 0;
+    if (!have) return bad(e, "tool_choice", "'tool_choice' needs 'tools'");
+    if (r->tool_choice != TK_TOOL_CHOICE_NAMED) return 0;
+    for (size_t i = 0; i < json_array_size(t); i++)
+        if (!strcmp(json_string_value(json_object_get(json_object_get(json_array_get(t, i), "function"), "name")),
+                    r->tool_name))
+            return 0;
+    return bad(e, "tool_choice", "'tool_choice' names '%.64s', which is not in 'tools'", r->tool_name);
+}
+
 static int parse_messages(tk_api_req *r, json_t *root, tk_api_error *e) {
     json_t *m = field(root, "messages");
     if (!m) return bad(e, "messages", "'messages' is required");
@@ -173,6 +263,7 @@ static int parse_messages(tk_api_req *r, json_t *root, tk_api_error *e) {
     size_t n = json_array_size(m);
     if (n == 0) return bad(e, "messages", "'messages' must not be empty");
     if (n > TK_API_MAX_MESSAGES) return bad(e, "messages", "too many messages (at most %d)", TK_API_MAX_MESSAGES);
+    r->messages = m;
     r->msgs = calloc(n, sizeof *r->msgs);
     r->owned = calloc(n, sizeof *r->owned);
     if (!r->msgs || !r->owned) {
@@ -192,6 +283,7 @@ static int parse_messages(tk_api_req *r, json_t *root, tk_api_error *e) {
             if (!strcmp(json_string_value(role), roles[k])) known = true;
         if (!known) return bad(e, param, "'%s.role' has an unknown role", param);
         r->msgs[i].role = json_string_value(role);
+        if (check_tool_fields(r, msg, param, e)) return -1;
         json_t *c = json_object_get(msg, "content");
         if (!c || json_is_null(c)) {
             r->msgs[i].content = "";
@@ -323,8 +415,8 @@ static int reject_unsupported(tk_api_req *r, json_t *root, tk_api_error *e) {
     if (rc > 0 && best_of != r->n) return bad(e, "best_of", "'best_of' other than 'n' is not supported");
     if ((v = field(root, "logit_bias")) && !(json_is_object(v) && json_object_size(v) == 0))
         return bad(e, "logit_bias", "'logit_bias' is not supported");
-    if ((v = field(root, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
-        return bad(e, "tools", "'tools' is not supported");
+    if (r->kind == TK_API_COMPLETIONS && (v = field(root, "tools")) && !(json_is_array(v) && json_array_size(v) == 0))
+        return bad(e, "tools", "'tools' is only supported in /v1/chat/completions");
     if ((v = field(root, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
         return bad(e, "functions", "'functions' is not supported");
     if ((v = field(root, "response_format"))) {
@@ -423,6 +515,7 @@ static int parse_body(tk_api_req *r, json_t *root, const char *model_name, int n
         if (lp) r->logprobs = rc ? (int)x : 0;
     }
     if (parse_speculative(r, root, e)) return -1;
+    if (r->kind == TK_API_CHAT && parse_tools(r, root, e)) return -1;
     return reject_unsupported(r, root, e);
 }
 
@@ -463,6 +556,8 @@ void tk_api_req_drop_inputs(tk_api_req *r) {
     r->n_prompt_ids = 0;
     r->msgs = NULL;
     r->n_msgs = 0;
+    r->messages = r->tools = NULL;
+    r->tool_name = NULL;
     r->owned = NULL;
     r->n_owned = 0;
     r->n_stop = 0;

@@ -18,6 +18,13 @@
 #define TK_API_MAX_N 16
 #define TK_API_MAX_TOP_LOGPROBS TK_REQUEST_MAX_TOP_LOGPROBS
 #define TK_API_MAX_MESSAGES 1024
+#define TK_API_MAX_TOOLS 128
+#define TK_API_MAX_TOOL_CALLS 64        /* in one assistant message */
+#define TK_API_MAX_TOOL_NAME 64
+
+typedef enum tk_api_tool_choice {
+    TK_TOOL_CHOICE_NONE = 0, TK_TOOL_CHOICE_AUTO, TK_TOOL_CHOICE_REQUIRED, TK_TOOL_CHOICE_NAMED
+} tk_api_tool_choice;
 
 typedef enum tk_api_kind { TK_API_COMPLETIONS = 0, TK_API_CHAT = 1 } tk_api_kind;
 
@@ -42,6 +49,14 @@ typedef struct tk_api_req {
     int n_msgs;
     char **owned;               /* contents joined from content-part arrays */
     int n_owned;
+    /* tools: "tools" (checked function definitions; points into root), the
+     * choice (no tools: NONE; default AUTO) and the named function */
+    json_t *messages;           /* the raw array, for templates that read tool_calls etc. */
+    bool messages_have_tools;   /* some message carries tool_calls / tool_call_id */
+    json_t *tools;
+    tk_api_tool_choice tool_choice;
+    const char *tool_name;
+    bool parallel_tool_calls;
 
     int max_tokens;             /* 0: not given */
     int n;

@@ -22,7 +22,13 @@
 #include "server.h"
 #include "web.h"
 
-enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_STATS, R_WEB };
+enum route { R_NONE, R_COMPLETIONS, R_CHAT, R_MODELS, R_MODEL, R_HEALTH, R_METRICS, R_STATS, R_WEB, R_TOKENIZE,
+             R_DETOKENIZE, R_EMBEDDINGS };
+
+static bool is_post_route(int route) {
+    return route == R_COMPLETIONS || route == R_CHAT || route == R_TOKENIZE || route == R_DETOKENIZE ||
+           route == R_EMBEDDINGS;
+}
 
 /* Non-streaming logprobs are kept serialized, as the comma-separated
  * elements of each array of the logprobs object (chat: content;
@@ -38,6 +44,8 @@ typedef struct choice_st {
     int n_generated;
     char finish[16];
     bool done;
+    tk_strbuf acc;       /* streaming with tools: the whole text, of which `sent` bytes went out as content */
+    size_t sent;
 } choice_st;
 
 typedef struct http_req {
@@ -76,6 +84,7 @@ static void req_free(http_req *r) {
     if (r->have_api) tk_api_req_free(&r->api);
     for (int i = 0; i < r->n_ch; i++) {
         tk_strbuf_free(&r->ch[i].text);
+        tk_strbuf_free(&r->ch[i].acc);
         for (int k = 0; k < LP_ARRAYS; k++) tk_strbuf_free(&r->ch[i].lp[k]);
     }
     free(r->ch);
@@ -235,7 +244,7 @@ static enum MHD_Result send_body(http_req *r, unsigned status, const char *ctype
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
     if (status == 405) {
-        const char *allow = (r->route == R_COMPLETIONS || r->route == R_CHAT) ? "POST" : "GET, HEAD";
+        const char *allow = is_post_route(r->route) ? "POST" : "GET, HEAD";
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
     }
     if (status == 401) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
@@ -378,6 +387,47 @@ static bool sse_event(http_req *r, json_t *o) {
     return true;
 }
 
+/* ---- tool calls ---- */
+
+/* Whether the output is parsed for tool calls: tools given and not
+ * tool_choice "none". */
+static bool tools_active(const http_req *r) {
+    return r->api.kind == TK_API_CHAT && r->api.tool_choice != TK_TOOL_CHOICE_NONE;
+}
+
+/* "call_" and 24 hex digits, distinct per request and call. */
+static void tool_call_id(const http_req *r, int choice, int k, char *out, size_t cap) {
+    uint64_t x = r->srv->id_salt ^ (r->req_id * 0x9e3779b97f4a7c15ULL) ^ ((uint64_t)choice << 40) ^ (uint64_t)k;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 29;
+    snprintf(out, cap, "call_%016llx%08x", (unsigned long long)x, (unsigned)(r->req_id * 2654435761u + (unsigned)k));
+}
+
+/* The calls found in a choice's text; *n_calls 0: none (or out of memory:
+ * then the text stays content). parallel_tool_calls false keeps the first. */
+static void parse_calls(const http_req *r, const char *text, size_t len, tk_tool_parse *p) {
+    tk_err err;
+    if (tk_tool_calls_parse(r->srv->cfg.tool_format, text, len, p, &err)) memset(p, 0, sizeof *p);
+    if (!p->calls) p->content_len = len;
+    for (; p->n_calls > 1 && !r->api.parallel_tool_calls; p->n_calls--) {
+        free(p->calls[p->n_calls - 1].name);
+        free(p->calls[p->n_calls - 1].arguments);
+    }
+}
+
+/* message.tool_calls (full arguments), or one streamed call's first delta
+ * (arguments "") / argument delta. */
+static json_t *tool_call_json(const http_req *r, int choice, int k, const tk_tool_call *c, int part) {
+    char id[48];
+    tool_call_id(r, choice, k, id, sizeof id);
+    if (part == 2) return json_pack("{s:i,s:{s:s}}", "index", k, "function", "arguments", c->arguments);
+    json_t *o = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name", c->name,
+                          "arguments", part == 1 ? "" : c->arguments);
+    if (o && part == 1) json_object_set_new(o, "index", json_integer(k));
+    return o;
+}
+
 /* Appends "data: {chunk}\n\n" for one choice: text and/or logprobs, or
  * the final chunk when finish is set. */
 static void emit_chunk(http_req *r, int index, const char *text, size_t len, json_t *lp, const char *finish) {
@@ -397,6 +447,48 @@ static void emit_chunk(http_req *r, int index, const char *text, size_t len, jso
     json_object_set_new(o, "choices", json_pack("[o]", choice));
     if (r->api.include_usage) json_object_set_new(o, "usage", json_null());
     sse_event(r, o);
+}
+
+static void emit_delta(http_req *r, int index, json_t *delta) {
+    json_t *o = response_head(r, "chat.completion.chunk");
+    json_object_set_new(o, "choices", json_pack("[{s:i,s:o,s:n,s:n}]", "index", index, "delta", delta, "logprobs",
+                                                "finish_reason"));
+    if (r->api.include_usage) json_object_set_new(o, "usage", json_null());
+    sse_event(r, o);
+}
+
+/* Streaming with tools: content goes out as soon as it cannot be the start
+ * of a call; at the end, the held text is parsed: calls go out as OpenAI
+ * sends them (a first delta with index, id, type, name and arguments "",
+ * then the arguments), anything else as content.  Returns the finish
+ * reason to send. */
+static const char *stream_tool_text(http_req *r, int index, choice_st *c, const char *text, size_t len, bool done) {
+    tk_strbuf_add(&c->acc, text, len);
+    if (!done) {
+        size_t safe = tk_tool_stream_safe(r->srv->cfg.tool_format, c->acc.data, c->acc.len);
+        if (safe > c->sent) emit_chunk(r, index, c->acc.data + c->sent, safe - c->sent, NULL, NULL);
+        if (safe > c->sent) c->sent = safe;
+        return NULL;
+    }
+    tk_tool_parse p;
+    parse_calls(r, c->acc.data ? c->acc.data : "", c->acc.len, &p);
+    const char *finish = c->finish;
+    if (p.n_calls == 0) {
+        if (c->acc.len > c->sent) emit_chunk(r, index, c->acc.data + c->sent, c->acc.len - c->sent, NULL, NULL);
+    } else {
+        size_t end = p.content_off + p.content_len; /* content before the calls not yet sent */
+        if (end > c->sent) emit_chunk(r, index, c->acc.data + c->sent, end - c->sent, NULL, NULL);
+        for (int k = 0; k < p.n_calls; k++) {
+            for (int part = 1; part <= 2; part++) {
+                json_t *tc = tool_call_json(r, index, k, &p.calls[k], part);
+                emit_delta(r, index, json_pack("{s:[o]}", "tool_calls", tc));
+            }
+        }
+        if (!strcmp(finish, "stop")) finish = "tool_calls";
+    }
+    tk_tool_parse_free(&p);
+    c->sent = c->acc.len;
+    return finish;
 }
 
 static void emit_role_chunks(http_req *r) {
@@ -467,7 +559,10 @@ static void consume_events(http_req *r) {
                     lp = new_logprobs(r->api.kind);
                     if (lp) add_logprobs(r, lp, c, ev, c->text_off);
                 }
-                emit_chunk(r, ev->index, ev->text, (size_t)ev->text_len, lp, NULL);
+                if (tools_active(r) && !lp)
+                    stream_tool_text(r, ev->index, c, ev->text, (size_t)ev->text_len, false);
+                else
+                    emit_chunk(r, ev->index, ev->text, (size_t)ev->text_len, lp, NULL);
             } else {
                 if (want_lp) keep_logprobs(r, c, ev);
                 tk_strbuf_add(&c->text, ev->text, (size_t)ev->text_len);
@@ -480,7 +575,10 @@ static void consume_events(http_req *r) {
             c->done = true;
             memcpy(c->finish, ev->finish, sizeof c->finish);
             if (!strcmp(c->finish, "error")) r->failed = true;
-            if (r->api.stream) emit_chunk(r, ev->index, "", 0, NULL, c->finish);
+            if (r->api.stream) {
+                const char *finish = tools_active(r) ? stream_tool_text(r, ev->index, c, "", 0, true) : c->finish;
+                emit_chunk(r, ev->index, "", 0, NULL, finish);
+            }
         }
     }
 }
@@ -507,16 +605,29 @@ static char *final_response(http_req *r, size_t *len) {
     for (int i = 0; i < r->n_ch; i++) {
         choice_st *c = &r->ch[i];
         if (c->text.failed) b.failed = true;
-        json_t *text = tk_json_lossy_string(c->text.data, c->text.len);
+        tk_tool_parse p = {.content_len = c->text.len};
+        if (tools_active(r)) parse_calls(r, c->text.data ? c->text.data : "", c->text.len, &p);
+        json_t *text = p.n_calls && !p.content_len ? json_null()
+                                                   : tk_json_lossy_string(c->text.data ? c->text.data + p.content_off : "",
+                                                                          p.content_len);
         tk_strbuf_free(&c->text); /* no second copy of the text */
         json_t *ch = json_object();
         json_object_set_new(ch, "index", json_integer(i));
-        if (chat)
-            json_object_set_new(ch, "message", json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", text,
-                                                         "refusal"));
-        else
+        const char *finish = c->finish[0] ? c->finish : "stop";
+        if (chat) {
+            json_t *msg = json_pack("{s:s,s:o,s:n}", "role", "assistant", "content", text, "refusal");
+            if (p.n_calls) {
+                json_t *calls = json_array();
+                for (int k = 0; k < p.n_calls; k++) json_array_append_new(calls, tool_call_json(r, i, k, &p.calls[k], 0));
+                json_object_set_new(msg, "tool_calls", calls);
+                if (!strcmp(finish, "stop")) finish = "tool_calls";
+            }
+            json_object_set_new(ch, "message", msg);
+        } else {
             json_object_set_new(ch, "text", text);
-        json_object_set_new(ch, "finish_reason", json_string(c->finish[0] ? c->finish : "stop"));
+        }
+        tk_tool_parse_free(&p);
+        json_object_set_new(ch, "finish_reason", json_string(finish));
         if (i) tk_strbuf_adds(&b, ",");
         add_open_object(&b, ch);
         tk_strbuf_adds(&b, ",\"logprobs\":");
@@ -743,6 +854,79 @@ static int tokenize_chat(const tk_server *s, char *text, int32_t **ids, int *n, 
     }
 }
 
+/* The JSON path's stand-in for DEFUSE_MARK: jansson strings must be UTF-8,
+ * so the mark travels as U+FDD0 (a noncharacter, for internal use) and
+ * becomes the byte again after the render.  A client's own U+FDD0 is then
+ * dropped like a mark: the price of a JSON conversation. */
+static const char JSON_MARK[] = "\xEF\xB7\x90";
+
+static char *json_marked(const char *defused) {
+    size_t n = strlen(defused), marks = 0;
+    for (size_t i = 0; i < n; i++) marks += defused[i] == DEFUSE_MARK;
+    char *o = malloc(n + marks * 2 + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (defused[i] == DEFUSE_MARK) {
+            memcpy(o + k, JSON_MARK, 3);
+            k += 3;
+        } else {
+            o[k++] = defused[i];
+        }
+    }
+    o[k] = 0;
+    return o;
+}
+
+/* Marks back to DEFUSE_MARK in place (the text only shrinks). */
+static void json_unmark(char *text) {
+    size_t w = 0, n = strlen(text);
+    for (size_t i = 0; i < n;) {
+        if (i + 3 <= n && !memcmp(text + i, JSON_MARK, 3)) {
+            text[w++] = DEFUSE_MARK;
+            i += 3;
+        } else {
+            text[w++] = text[i++];
+        }
+    }
+    text[w] = 0;
+}
+
+/* Messages as the template sees them with tools: the request's objects with
+ * each content replaced by its (defused, joined) text, and the tools unless
+ * tool_choice is "none" (then the model is not told of them, as vLLM does by
+ * default).  Tool descriptions are not defused: they come from the
+ * application, not from the conversation. */
+static int render_chat_json(http_req *r, const tk_chat_msg *msgs, const atomic_bool *cancel, char **text,
+                            tk_err *err) {
+    tk_server *s = r->srv;
+    json_t *m = json_array();
+    int rc = m ? 0 : tk_err_set(err, "out of memory");
+    for (int i = 0; !rc && i < r->api.n_msgs; i++) {
+        json_t *orig = json_array_get(r->api.messages, (size_t)i);
+        json_t *copy = json_copy(orig);
+        json_t *c = json_object_get(orig, "content");
+        if (copy && c && !json_is_null(c)) {
+            char *marked = json_marked(msgs[i].content);
+            json_t *str = marked ? json_string(marked) : NULL;
+            free(marked);
+            if (!str || json_object_set_new(copy, "content", str)) rc = tk_err_set(err, "out of memory");
+        }
+        if (!copy || json_array_append_new(m, copy)) rc = tk_err_set(err, "out of memory");
+    }
+    char *mj = rc ? NULL : json_dumps(m, JSON_COMPACT);
+    char *tj = !rc && tools_active(r) ? json_dumps(r->api.tools, JSON_COMPACT) : NULL;
+    json_decref(m);
+    if (!rc && (!mj || (tools_active(r) && !tj))) rc = tk_err_set(err, "out of memory");
+    tk_err terr;
+    if (!rc && tk_chat_template_render_json(s->tmpl, mj, tj, true, s->bos_text, s->eos_text, cancel, text, &terr))
+        rc = tk_err_set(err, "chat template: %s", terr.msg);
+    if (!rc) json_unmark(*text);
+    free(mj);
+    free(tj);
+    return rc;
+}
+
 /* The template's rendering of the request's messages, contents defused
  * unless the server parses special tokens in content. */
 static int render_chat(http_req *r, char **text, tk_err *err) {
@@ -769,6 +953,9 @@ static int render_chat(http_req *r, char **text, tk_err *err) {
     if (!rc && !s->tmpl) {
         rc = tk_err_set(err, "this model has no chat template (none in its file, and its vocabulary fits none of the "
                              "built-in presets): use /v1/completions, or start the server with --chat-template");
+    } else if (!rc && (tools_active(r) || r->api.messages_have_tools)) {
+        rc = render_chat_json(r, msgs, cancel, text, err);
+        if (rc && atomic_load(cancel)) atomic_fetch_add(&s->renders_cancelled, 1);
     } else if (!rc && tk_chat_template_render_cancellable(s->tmpl, msgs, nm, true, s->bos_text, s->eos_text, cancel,
                                                            text, &terr)) {
         rc = tk_err_set(err, "chat template: %s", terr.msg);
@@ -783,6 +970,40 @@ static int render_chat(http_req *r, char **text, tk_err *err) {
     free(own);
     free(msgs);
     return rc;
+}
+
+/* tool_choice "required" or a named function: the output is one call,
+ * enforced by a JSON Schema of the format's call object between its tags
+ * (the engine's constrained decoding; an engine without it samples freely
+ * and the output is parsed as with "auto").  *schema is malloc'd. */
+static int tool_constraint(http_req *r, tk_constraint *c, char **schema) {
+    *schema = NULL; /* c is left alone otherwise (response_format may have set it) */
+    if (r->api.tool_choice != TK_TOOL_CHOICE_REQUIRED && r->api.tool_choice != TK_TOOL_CHOICE_NAMED) return 0;
+    tk_tool_format f = r->srv->cfg.tool_format;
+    const char *args_key = f == TK_TOOL_FORMAT_LLAMA3 || f == TK_TOOL_FORMAT_GEMMA ? "parameters" : "arguments";
+    json_t *any = json_array();
+    size_t i;
+    json_t *tool;
+    json_array_foreach(r->api.tools, i, tool) {
+        json_t *fn = json_object_get(tool, "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        if (r->api.tool_choice == TK_TOOL_CHOICE_NAMED && strcmp(name, r->api.tool_name)) continue;
+        json_t *params = json_object_get(fn, "parameters");
+        params = params ? json_incref(params) : json_pack("{s:s}", "type", "object");
+        json_array_append_new(any, json_pack("{s:s,s:{s:{s:s},s:o},s:[s,s]}", "type", "object", "properties", "name",
+                                             "const", name, args_key, params, "required", "name", args_key));
+    }
+    json_t *one = json_array_size(any) == 1 ? json_incref(json_array_get(any, 0)) : json_pack("{s:O}", "anyOf", any);
+    json_decref(any);
+    if (f == TK_TOOL_FORMAT_MISTRAL) one = json_pack("{s:s,s:o,s:i}", "type", "array", "items", one, "minItems", 1);
+    *schema = one ? json_dumps(one, JSON_COMPACT) : NULL;
+    json_decref(one);
+    if (!*schema) return -1;
+    c->kind = TK_CONSTRAINT_JSON_SCHEMA;
+    c->text = *schema;
+    c->begin = f == TK_TOOL_FORMAT_HERMES ? "<tool_call>\n" : f == TK_TOOL_FORMAT_MISTRAL ? "[TOOL_CALLS]" : NULL;
+    c->end = f == TK_TOOL_FORMAT_HERMES ? "\n</tool_call>" : NULL;
+    return 0;
 }
 
 static int build_prompt(http_req *r, int32_t **ids, int *n, tk_api_error *e) {
@@ -865,6 +1086,12 @@ static enum MHD_Result handle_generate(http_req *r) {
                          "speculative mode \"draft\" needs a draft model: start the server with --draft-model");
         return send_error(r, &e);
     }
+    if (tools_active(r) && s->cfg.tool_format == TK_TOOL_FORMAT_NONE) {
+        tk_api_error_set(&e, 400, "invalid_request_error", NULL, "tools",
+                         "this model's chat template shows no tool-call format: start the server with --tool-format "
+                         "hermes|llama3|mistral|gemma");
+        return send_error(r, &e);
+    }
     int32_t *ids;
     int n;
     if (build_prompt(r, &ids, &n, &e)) {
@@ -893,6 +1120,11 @@ static enum MHD_Result handle_generate(http_req *r) {
                            .n_stop = r->api.n_stop, .top_logprobs = r->api.logprobs,
                            .speculative = r->api.spec_mode, .draft_max = r->api.draft_max,
                            .draft_min = r->api.draft_min};
+    char *schema;
+    if (tool_constraint(r, &p.constraint, &schema)) {
+        free(ids);
+        return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+    }
     uint64_t seq = atomic_fetch_add(&s->id_counter, 1);
     if (!r->api.seed_given) {
         /* Unseeded requests should differ from each other. */
@@ -906,6 +1138,7 @@ static enum MHD_Result handle_generate(http_req *r) {
     r->events = tk_event_queue_new(r->api.n);
     if (!r->ch || !r->events) {
         free(ids);
+        free(schema);
         return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
     }
     for (int i = 0; i < r->n_ch; i++) r->ch[i].prev = ids[n - 1];
@@ -917,6 +1150,7 @@ static enum MHD_Result handle_generate(http_req *r) {
     tk_event_queue_ref(r->events); /* the engine's reference, dropped after the last final event */
     int rc = tk_engine_submit(s->engine, &p, tk_event_queue_on_event, r->events, &r->req_id, &err);
     free(ids);
+    free(schema);
     /* The engine copied what it needs: the parsed body (~20x its size, unknown
      * fields included) must not live as long as the answer. */
     tk_api_req_drop_inputs(&r->api);
@@ -983,6 +1217,330 @@ static enum MHD_Result handle_generate(http_req *r) {
     return send_body(r, 200, "application/json", text, len);
 }
 
+/* ---- /tokenize and /detokenize (as vLLM serves them) ---- */
+
+/* The body as a JSON object and its "model" checked; NULL: answered. */
+static json_t *load_body(http_req *r, enum MHD_Result *answered) {
+    json_error_t je;
+    json_t *root = json_loadb(r->body ? r->body : "", r->body_len, JSON_REJECT_DUPLICATES, &je);
+    if (!root || !json_is_object(root)) {
+        json_decref(root);
+        *answered = send_err(r, 400, "invalid_request_error", NULL, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model) &&
+        (!json_is_string(model) || strcmp(json_string_value(model), r->srv->cfg.model_name))) {
+        json_decref(root);
+        *answered = send_err(r, 404, "invalid_request_error", "model_not_found", "model",
+                             "this server serves only its own model");
+        return NULL;
+    }
+    return root;
+}
+
+/* {"prompt": text, "add_special_tokens": bool (default true)} or
+ * {"messages": [...] (and tools), rendered as a chat request is} ->
+ * {"tokens", "count", "max_model_len"}. */
+static enum MHD_Result handle_tokenize(http_req *r) {
+    tk_server *s = r->srv;
+    enum MHD_Result q;
+    json_t *root = load_body(r, &q);
+    if (!root) return q;
+    int32_t *ids = NULL;
+    int n = 0;
+    tk_api_error e;
+    if (json_object_get(root, "messages")) {
+        json_decref(root);
+        if (tk_api_parse(TK_API_CHAT, r->body, r->body_len, s->cfg.model_name, s->n_vocab, &r->api, &e))
+            return send_error(r, &e);
+        r->have_api = true;
+        if (build_prompt(r, &ids, &n, &e)) return send_error(r, &e);
+    } else {
+        json_t *p = json_object_get(root, "prompt"), *ast = json_object_get(root, "add_special_tokens");
+        if (!json_is_string(p) || (ast && !json_is_boolean(ast))) {
+            json_decref(root);
+            return send_err(r, 400, "invalid_request_error", NULL, "prompt",
+                            "give 'prompt' (a string; 'add_special_tokens' a boolean) or 'messages'");
+        }
+        bool add = !ast || json_is_true(ast);
+        tk_err err;
+        if (json_string_length(p) > s->max_text_bytes) {
+            json_decref(root);
+            return send_err(r, 400, "invalid_request_error", "context_length_exceeded", "prompt",
+                            "the prompt is far longer than the context");
+        }
+        int rc = tokenize_all(s->tok, json_string_value(p), json_string_length(p), add && tk_tokenizer_add_bos(s->tok),
+                              &ids, &n, &err);
+        json_decref(root);
+        if (rc) return send_err(r, 400, "invalid_request_error", NULL, "prompt", err.msg);
+    }
+    json_t *toks = json_array();
+    for (int i = 0; toks && i < n; i++) json_array_append_new(toks, json_integer(ids[i]));
+    free(ids);
+    return send_json(r, 200, json_pack("{s:o,s:i,s:i}", "tokens", toks, "count", n, "max_model_len", s->ctx_len));
+}
+
+/* Token ids from a JSON array, each in the vocabulary; -1: answered. */
+static int ids_of(http_req *r, json_t *a, const char *param, int32_t **ids, int *n, enum MHD_Result *q) {
+    size_t m = json_is_array(a) ? json_array_size(a) : 0;
+    if (!json_is_array(a) || m > TK_API_MAX_BODY / 2) {
+        *q = send_err(r, 400, "invalid_request_error", NULL, param, "'tokens' must be an array of token ids");
+        return -1;
+    }
+    *ids = malloc((m + 1) * sizeof **ids);
+    if (!*ids) {
+        *q = send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < m; i++) {
+        json_t *t = json_array_get(a, i);
+        json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
+        if (id < 0 || id >= r->srv->n_vocab) {
+            free(*ids);
+            tk_api_error e;
+            tk_api_error_set(&e, 400, "invalid_request_error", NULL, param,
+                             "token %zu is not an id in the vocabulary [0, %d)", i, r->srv->n_vocab);
+            *q = send_error(r, &e);
+            return -1;
+        }
+        (*ids)[i] = (int32_t)id;
+    }
+    *n = (int)m;
+    return 0;
+}
+
+/* {"tokens": [...]} -> {"prompt": text} (control tokens render as nothing,
+ * as in generated text). */
+static enum MHD_Result handle_detokenize(http_req *r) {
+    enum MHD_Result q;
+    json_t *root = load_body(r, &q);
+    if (!root) return q;
+    int32_t *ids;
+    int n;
+    int rc = ids_of(r, json_object_get(root, "tokens"), "tokens", &ids, &n, &q);
+    json_decref(root);
+    if (rc) return q;
+    tk_strbuf text = {0};
+    tk_detok d;
+    tk_detok_init(&d, r->srv->tok, -1);
+    char buf[256];
+    for (int i = 0; i <= n; i++) {
+        int got = i < n ? tk_detok_push(&d, ids[i], buf, sizeof buf) : tk_detok_flush(&d, buf, sizeof buf);
+        if (got < 0) { /* a piece longer than buf: cannot happen for real vocabularies, refuse rather than cut */
+            free(ids);
+            tk_strbuf_free(&text);
+            return send_err(r, 400, "invalid_request_error", NULL, "tokens", "a token's text is too long");
+        }
+        tk_strbuf_add(&text, buf, (size_t)got);
+    }
+    free(ids);
+    json_t *o = text.failed ? NULL : json_pack("{s:o}", "prompt", tk_json_lossy_string(text.data ? text.data : "", text.len));
+    tk_strbuf_free(&text);
+    if (!o) return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+    return send_json(r, 200, o);
+}
+
+/* ---- /v1/embeddings ---- */
+
+#define EMBED_MAX_INPUTS 256
+#define EMBED_MAX_TOKENS (1 << 18) /* over all inputs of a request */
+
+typedef struct embed_req {
+    tk_engine *engine;
+    int32_t **ids;
+    int *n;
+    int n_inputs;
+    tk_pooling pooling;
+    bool normalize;
+    float *out;
+    int rc;
+    tk_err err;
+} embed_req;
+
+static void embed_run(void *arg) {
+    embed_req *q = arg;
+    q->rc = tk_engine_embed(q->engine, (const int32_t *const *)q->ids, q->n, q->n_inputs, q->pooling, q->normalize,
+                            q->out, &q->err);
+}
+
+static void embed_req_free(embed_req *q) {
+    for (int i = 0; q->ids && i < q->n_inputs; i++) free(q->ids[i]);
+    free(q->ids);
+    free(q->n);
+    free(q->out);
+}
+
+/* "input": a string, an array of strings, an array of token ids or an
+ * array of such arrays -> q->ids (strings tokenized with the model's BOS
+ * rule, as vLLM's add_special_tokens); -1 with *e filled. */
+static int embed_inputs(http_req *r, json_t *in, embed_req *q, tk_api_error *e) {
+    tk_server *s = r->srv;
+    const char *bad_form = "'input' must be a string, an array of strings, an array of token ids or an array of "
+                           "arrays of token ids";
+    if (!in) return tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "'input' is required"), -1;
+    json_t *one = json_is_string(in) || (json_is_array(in) && json_is_integer(json_array_get(in, 0))) ? in : NULL;
+    size_t n = one ? 1 : json_is_array(in) ? json_array_size(in) : 0;
+    if (n == 0) return tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "%s (and not empty)", bad_form), -1;
+    if (n > EMBED_MAX_INPUTS)
+        return tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "at most %d inputs", EMBED_MAX_INPUTS), -1;
+    q->ids = calloc(n, sizeof *q->ids);
+    q->n = calloc(n, sizeof *q->n);
+    if (!q->ids || !q->n) return tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory"), -1;
+    q->n_inputs = (int)n;
+    long long total = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = one ? one : json_array_get(in, i);
+        tk_err err;
+        if (json_is_string(v)) {
+            if (json_string_length(v) > s->max_text_bytes || json_string_length(v) == 0) {
+                tk_api_error_set(e, 400, "invalid_request_error", json_string_length(v) ? "context_length_exceeded" : NULL,
+                                 "input", "input %zu is %s", i, json_string_length(v) ? "far longer than the context"
+                                                                                      : "empty");
+                return -1;
+            }
+            if (tokenize_all(s->tok, json_string_value(v), json_string_length(v), tk_tokenizer_add_bos(s->tok),
+                             &q->ids[i], &q->n[i], &err)) {
+                tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "input %zu: %s", i, err.msg);
+                return -1;
+            }
+        } else if (json_is_array(v) && json_array_size(v) > 0 && json_array_size(v) <= (size_t)s->ctx_len) {
+            q->ids[i] = malloc(json_array_size(v) * sizeof **q->ids);
+            if (!q->ids[i]) return tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory"), -1;
+            for (size_t k = 0; k < json_array_size(v); k++) {
+                json_t *t = json_array_get(v, k);
+                json_int_t id = json_is_integer(t) ? json_integer_value(t) : -1;
+                if (id < 0 || id >= s->n_vocab) {
+                    tk_api_error_set(e, 400, "invalid_request_error", NULL, "input",
+                                     "input %zu token %zu is not an id in the vocabulary [0, %d)", i, k, s->n_vocab);
+                    return -1;
+                }
+                q->ids[i][k] = (int32_t)id;
+            }
+            q->n[i] = (int)json_array_size(v);
+        } else if (json_is_array(v) && json_array_size(v) > (size_t)s->ctx_len) {
+            q->n[i] = (int)json_array_size(v);
+        } else {
+            tk_api_error_set(e, 400, "invalid_request_error", NULL, "input", "%s (and not empty)", bad_form);
+            return -1;
+        }
+        if (q->n[i] == 0 || q->n[i] > s->ctx_len) {
+            tk_api_error_set(e, 400, "invalid_request_error", "context_length_exceeded", "input",
+                             "input %zu has %d tokens; this model's maximum context length is %d tokens", i, q->n[i],
+                             s->ctx_len);
+            return -1;
+        }
+        total += q->n[i];
+        if (total > EMBED_MAX_TOKENS) {
+            tk_api_error_set(e, 400, "invalid_request_error", NULL, "input",
+                             "the inputs hold more than %d tokens together", EMBED_MAX_TOKENS);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* base64 of the float32 values, little-endian (what the OpenAI client
+ * decodes with numpy.frombuffer(..., dtype=float32)). */
+static json_t *base64_floats(const float *v, size_t n) {
+    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t nb = n * 4;
+    unsigned char *b = malloc(nb ? nb : 1);
+    char *o = malloc((nb + 2) / 3 * 4 + 1);
+    json_t *j = NULL;
+    if (b && o) {
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &v[i], 4);
+            for (int k = 0; k < 4; k++) b[i * 4 + (size_t)k] = (unsigned char)(u >> (8 * k));
+        }
+        size_t w = 0;
+        for (size_t i = 0; i < nb; i += 3) {
+            uint32_t x = (uint32_t)b[i] << 16 | (i + 1 < nb ? (uint32_t)b[i + 1] << 8 : 0) | (i + 2 < nb ? b[i + 2] : 0);
+            o[w++] = tab[x >> 18 & 63];
+            o[w++] = tab[x >> 12 & 63];
+            o[w++] = i + 1 < nb ? tab[x >> 6 & 63] : '=';
+            o[w++] = i + 2 < nb ? tab[x & 63] : '=';
+        }
+        j = json_stringn(o, w);
+    }
+    free(b);
+    free(o);
+    return j;
+}
+
+/* {"input", "model"?, "encoding_format": "float" | "base64", "dimensions"
+ * (only the model's), extensions "pooling": "mean" | "last" | "cls"
+ * (default last: a causal model's only state that saw the whole input) and
+ * "normalize" (default true)} -> the OpenAI list of embeddings. */
+static enum MHD_Result handle_embeddings(http_req *r) {
+    tk_server *s = r->srv;
+    enum MHD_Result q;
+    json_t *root = load_body(r, &q);
+    if (!root) return q;
+    embed_req job = {.engine = s->engine, .pooling = TK_POOLING_LAST, .normalize = true};
+    tk_api_error e;
+    e.status = 0;
+    bool b64 = false;
+    json_t *v;
+    if ((v = json_object_get(root, "encoding_format")) && !json_is_null(v)) {
+        const char *f = json_is_string(v) ? json_string_value(v) : "";
+        if (!strcmp(f, "base64")) b64 = true;
+        else if (strcmp(f, "float"))
+            tk_api_error_set(&e, 400, "invalid_request_error", NULL, "encoding_format",
+                             "'encoding_format' must be \"float\" or \"base64\"");
+    }
+    if (!e.status && (v = json_object_get(root, "dimensions")) && !json_is_null(v) &&
+        !(json_is_integer(v) && json_integer_value(v) == s->embed_dim))
+        tk_api_error_set(&e, 400, "invalid_request_error", NULL, "dimensions",
+                         "'dimensions' can only be this model's embedding size, %d", s->embed_dim);
+    if (!e.status && (v = json_object_get(root, "pooling")) && !json_is_null(v)) {
+        const char *p = json_is_string(v) ? json_string_value(v) : "";
+        if (!strcmp(p, "mean")) job.pooling = TK_POOLING_MEAN;
+        else if (!strcmp(p, "last")) job.pooling = TK_POOLING_LAST;
+        else if (!strcmp(p, "cls")) job.pooling = TK_POOLING_CLS;
+        else tk_api_error_set(&e, 400, "invalid_request_error", NULL, "pooling", "'pooling' must be \"mean\", \"last\" or \"cls\"");
+    }
+    if (!e.status && (v = json_object_get(root, "normalize")) && !json_is_null(v)) {
+        if (!json_is_boolean(v)) tk_api_error_set(&e, 400, "invalid_request_error", NULL, "normalize", "'normalize' must be a boolean");
+        else job.normalize = json_is_true(v);
+    }
+    if (!e.status) embed_inputs(r, json_object_get(root, "input"), &job, &e);
+    json_decref(root);
+    if (e.status) {
+        embed_req_free(&job);
+        return send_error(r, &e);
+    }
+    size_t D = (size_t)s->embed_dim;
+    job.out = malloc((size_t)job.n_inputs * D * sizeof *job.out);
+    if (!job.out) {
+        embed_req_free(&job);
+        return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+    }
+    tk_step_job sj = {.run = embed_run, .arg = &job};
+    if (tk_step_jobs_run(&s->step_jobs, &sj, &s->stopping)) {
+        embed_req_free(&job);
+        return send_err(r, 503, "server_error", "shutting_down", NULL, "the server is shutting down");
+    }
+    if (job.rc) {
+        embed_req_free(&job);
+        return send_err(r, 503, "server_error", NULL, NULL, job.err.msg); /* no free sequence or KV: try again */
+    }
+    json_t *data = json_array();
+    long long total = 0;
+    for (int i = 0; data && i < job.n_inputs; i++) {
+        total += job.n[i];
+        const float *x = job.out + (size_t)i * D;
+        json_t *emb = b64 ? base64_floats(x, D) : json_array();
+        for (size_t d = 0; !b64 && emb && d < D; d++) json_array_append_new(emb, json_real(x[d]));
+        json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding", emb));
+    }
+    embed_req_free(&job);
+    return send_json(r, 200, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model",
+                                       s->cfg.model_name, "usage", "prompt_tokens", (json_int_t)total, "total_tokens",
+                                       (json_int_t)total));
+}
+
 /* ---- simple endpoints ---- */
 
 static json_t *model_json(tk_server *s) {
@@ -1029,6 +1587,9 @@ static int match_route(const char *url) {
     if (!strcmp(url, "/v1/models")) return R_MODELS;
     if (!strncmp(url, "/v1/models/", 11) && url[11]) return R_MODEL;
     if (!strcmp(url, "/health")) return R_HEALTH;
+    if (!strcmp(url, "/tokenize")) return R_TOKENIZE;
+    if (!strcmp(url, "/detokenize")) return R_DETOKENIZE;
+    if (!strcmp(url, "/v1/embeddings")) return R_EMBEDDINGS;
     if (!strcmp(url, "/metrics")) return R_METRICS;
     if (!strcmp(url, "/stats")) return R_STATS;
     if (tk_web_find(url)) return R_WEB;
@@ -1131,7 +1692,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = r;
         atomic_fetch_add(&s->active, 1);
         atomic_fetch_add(&s->http_requests, 1);
-        bool post_route = r->route == R_COMPLETIONS || r->route == R_CHAT;
+        bool post_route = is_post_route(r->route);
         bool is_post = !strcmp(method, "POST"), is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
         if (!host_allowed(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST))) {
             tk_api_error e;
@@ -1145,7 +1706,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (r->route == R_NONE) return send_err(r, 404, "invalid_request_error", "not_found", NULL, "not found");
         if (post_route ? !is_post : !is_get)
             return send_err(r, 405, "invalid_request_error", "method_not_allowed", NULL, "method not allowed");
-        if (!strncmp(url, "/v1/", 4) && !auth_ok(s, c))
+        if ((!strncmp(url, "/v1/", 4) || post_route) && !auth_ok(s, c))
             return send_err(r, 401, "invalid_request_error", "invalid_api_key", NULL,
                             "Incorrect or missing API key (use 'Authorization: Bearer KEY')");
         if (atomic_load(&s->stopping))
@@ -1194,6 +1755,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     track_set_deadline(s, c, 0); /* the whole request arrived */
     if (r->responded) return MHD_YES;
     if (r->too_large) return send_413(r, false);
+    if (r->route == R_TOKENIZE) return handle_tokenize(r);
+    if (r->route == R_DETOKENIZE) return handle_detokenize(r);
+    if (r->route == R_EMBEDDINGS) return handle_embeddings(r);
     return handle_generate(r);
 }
 
@@ -1314,6 +1878,11 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
         return tk_err_set(err, "--host must be a numeric IPv4 or IPv6 address, got '%s'", cfg->host);
     }
     (void)sl;
+    if (tk_step_jobs_init(&s->step_jobs)) {
+        free_special_texts(s);
+        return tk_err_set(err, "cannot set up the step-job queue");
+    }
+    s->embed_dim = ms.dim;
     pthread_mutex_init(&s->track_mu, NULL);
     s->mhd = MHD_start_daemon(flags, (uint16_t)cfg->port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, &ss,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
@@ -1325,6 +1894,7 @@ int tk_server_start(tk_server *s, tk_engine *e, const tk_chat_template *tmpl, co
     if (!s->mhd) {
         free_special_texts(s);
         pthread_mutex_destroy(&s->track_mu);
+        tk_step_jobs_destroy(&s->step_jobs);
         return tk_err_set(err, "cannot listen on %s port %d", cfg->host, cfg->port);
     }
     if (pthread_create(&s->reaper, NULL, reaper_main, s)) {
@@ -1353,6 +1923,7 @@ void tk_server_stop(tk_server *s) {
     if (s->mhd) {
         MHD_stop_daemon(s->mhd);
         pthread_mutex_destroy(&s->track_mu);
+        tk_step_jobs_destroy(&s->step_jobs);
     }
     s->mhd = NULL;
     if (s->listen_fd >= 0) close(s->listen_fd);

@@ -42,6 +42,8 @@ static void usage(FILE *f) {
             "  --chat-template FILE|NAME  Jinja chat template overriding the model's, or a built-in preset:\n"
             "                           gemma, llama3, chatml, phi3, mistral, llama2 (without either, the\n"
             "                           model file's template, else the preset its vocabulary calls for)\n"
+            "  --tool-format FORMAT     how the model writes tool calls: hermes, llama3, mistral, gemma, none\n"
+            "                           (default: from the chat template's markers)\n"
             "  -t, --threads N          compute threads (default: all cores)\n"
             "  -c, --ctx-size N         context length per sequence (default: the model's)\n"
             "  --max-seqs N             sequences decoded together (default 16)\n"
@@ -167,7 +169,7 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
     tk_server_config scfg = {.host = "127.0.0.1", .port = 8000, .max_connections = 256,
                              .max_connections_per_ip = 64, .header_timeout_s = 10, .body_timeout_s = 30,
                              .idle_timeout_s = 60, .max_response_bytes = (size_t)32 << 20};
-    const char *tmpl_file = NULL, *kv_mem = NULL, *max_resp = NULL, *key_file = NULL;
+    const char *tmpl_file = NULL, *kv_mem = NULL, *max_resp = NULL, *key_file = NULL, *tool_format = NULL;
     char key[4096];
     scfg.allowed_hosts = hosts;
     scfg.n_allowed_hosts = n_hosts;
@@ -181,6 +183,7 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
         TK_OPT_S("--api-key-file", &key_file),
         TK_OPT_S("--model-name", &scfg.model_name),
         TK_OPT_S("--chat-template", &tmpl_file),
+        TK_OPT_S("--tool-format", &tool_format),
         TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
         TK_OPT_I("-c|--ctx-size", &cfg.ctx_len, 1, 1 << 24),
         TK_OPT_I("--max-seqs", &cfg.max_seqs, 1, 4096),
@@ -247,6 +250,15 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
                 "phi3, mistral, llama2)\n", err.msg);
         return 1;
     }
+    if (tool_format && tk_tool_format_from_name(tool_format) < 0) {
+        fprintf(stderr, "tokamak serve: --tool-format must be none, hermes, llama3, mistral or gemma, got '%s'\n",
+                tool_format);
+        free(tmpl_src);
+        return 2;
+    }
+    /* The tool-call format: --tool-format, else the markers of the template. */
+    scfg.tool_format = tool_format ? (tk_tool_format)tk_tool_format_from_name(tool_format)
+                                   : tk_tool_format_detect(preset ? preset : tmpl_src);
     tk_chat_template *tmpl = NULL;
     if (tmpl_file && tk_chat_template_parse(preset ? preset : tmpl_src, &tmpl, &err)) {
         fprintf(stderr, "tokamak serve: chat template %s: %s\n", tmpl_file, err.msg);
@@ -274,6 +286,7 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
         else if (model_tmpl)
             snprintf(origin_buf, sizeof origin_buf, "preset %s (the model file has none; chosen from its vocabulary)",
                      from);
+        if (!tool_format) scfg.tool_format = tk_tool_format_detect(model_tmpl);
         if (model_tmpl && tk_chat_template_parse(model_tmpl, &tmpl, &err)) {
             fprintf(stderr, "tokamak serve: warning: the model's chat template does not parse (%s)\n", err.msg);
             tmpl = NULL;
@@ -328,8 +341,9 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
         status = 1;
     } else {
         pthread_sigmask(SIG_SETMASK, &old, NULL);
-        fprintf(stderr, "tokamak serve: model '%s' (%s), context %d, %d KV blocks of %d tokens, chat template: %s\n",
-                name, ms.format, srv->ctx_len, ms.kv_blocks, ms.kv_block_size, tmpl_origin);
+        fprintf(stderr, "tokamak serve: model '%s' (%s), context %d, %d KV blocks of %d tokens, chat template: %s, tool calls: %s\n",
+                name, ms.format, srv->ctx_len, ms.kv_blocks, ms.kv_block_size, tmpl_origin,
+                tk_tool_format_name(scfg.tool_format));
         tk_spec_info si;
         tk_engine_spec_info(e, &si);
         if (si.spec_mode == TK_SPEC_NGRAM || si.spec_mode == TK_SPEC_DRAFT || si.has_draft_model)
@@ -340,7 +354,9 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
         fflush(stdout);
         while (!g_stop) {
             tk_engine_wait_for_work(e, 100);
+            tk_step_jobs_drain(&srv->step_jobs);
             while (!g_stop && step_once(e) > 0) {
+                tk_step_jobs_drain(&srv->step_jobs); /* embeddings between steps of a busy engine */
             }
         }
         fprintf(stderr, "tokamak serve: shutting down\n");

@@ -23,6 +23,8 @@
 
 #include <tokamak.h>
 
+#include "step_jobs.h"
+
 typedef struct tk_server_config {
     const char *host;          /* numeric IPv4/IPv6 address */
     int port;
@@ -39,6 +41,7 @@ typedef struct tk_server_config {
     size_t max_response_bytes; /* a non-streaming answer's text and logprobs kept past this: 400 */
     int idle_timeout_s;        /* a connection with no traffic either way is closed (generation time excepted) */
     bool parse_special_in_content; /* control-token text in chat message content stays a control token */
+    tk_tool_format tool_format; /* how the model writes tool calls (--tool-format, else from the template) */
 } tk_server_config;
 
 typedef struct tk_server {
@@ -78,6 +81,8 @@ typedef struct tk_server {
     pthread_t reaper;
     bool reaper_running;
     atomic_bool reaper_quit;
+    tk_step_jobs step_jobs;    /* embeddings, run by the serve loop between steps */
+    int embed_dim;
     struct MHD_Daemon *mhd;
     int listen_fd;             /* after quiescing: ours to close */
 } tk_server;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
 #include <tokamak.h>
 
 #include "../jinja/arena.h"
@@ -24,6 +25,7 @@
 #define CJ_MAX_WORK ((uint64_t)1 << 30)   /* bytes allocated or scanned over a render */
 #define CJ_MAX_STEPS 1000000              /* loop iterations + macro calls */
 #define CJ_MAX_EVAL_DEPTH 1000            /* evaluator recursion (incl. macro calls) */
+#define CJ_MAX_JSON_DEPTH 64              /* nesting of messages / tools given as JSON */
 
 struct tk_chat_template {
     cj_arena arena;
@@ -86,6 +88,91 @@ static int build_messages(cj_ctx *c, const tk_chat_msg *msgs, int n, cj_val *out
     return 0;
 }
 
+/* A JSON value as a template value (objects keep their key order). */
+static int from_json(cj_ctx *c, json_t *j, int depth, cj_val *out) {
+    if (depth > CJ_MAX_JSON_DEPTH) return tk_err_set(c->err, "chat template: JSON nested deeper than %d", CJ_MAX_JSON_DEPTH);
+    switch (json_typeof(j)) {
+    case JSON_NULL: *out = cj_none(); return 0;
+    case JSON_TRUE: *out = cj_bool(true); return 0;
+    case JSON_FALSE: *out = cj_bool(false); return 0;
+    case JSON_INTEGER: *out = cj_int(json_integer_value(j)); return 0;
+    case JSON_REAL: *out = cj_float(json_real_value(j)); return 0;
+    case JSON_STRING: return cj_new_str(c, json_string_value(j), json_string_length(j), out);
+    case JSON_ARRAY: {
+        if (cj_new_list(c, json_array_size(j), false, out)) return -1;
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v) {
+            cj_val x;
+            if (from_json(c, v, depth + 1, &x) || cj_list_push(c, *out, x)) return -1;
+        }
+        return 0;
+    }
+    case JSON_OBJECT: {
+        if (cj_new_dict(c, CJ_DICT, out)) return -1;
+        const char *key;
+        json_t *v;
+        json_object_foreach(j, key, v) {
+            cj_val k, x;
+            if (cj_new_strz(c, key, &k)) return -1;
+            if (from_json(c, v, depth + 1, &x)) {
+                cj_unref(c, k);
+                return -1;
+            }
+            if (cj_dict_set(c, *out, k, x)) return -1;
+        }
+        return 0;
+    }
+    }
+    return tk_err_set(c->err, "chat template: unknown JSON value");
+}
+
+/* OpenAI clients send a tool call's function.arguments as JSON text;
+ * templates (Qwen2.5's "arguments | tojson", Llama 3.1's "arguments |
+ * tojson") expect the object, so text that parses as an object is replaced
+ * by it, as vLLM does before rendering. */
+static void parse_call_arguments(json_t *messages) {
+    size_t i, k;
+    json_t *m, *call;
+    json_array_foreach(messages, i, m) {
+        json_array_foreach(json_object_get(m, "tool_calls"), k, call) {
+            json_t *fn = json_object_get(call, "function");
+            json_t *args = json_object_get(fn, "arguments");
+            if (!json_is_string(args)) continue;
+            json_t *obj = json_loadb(json_string_value(args), json_string_length(args), JSON_REJECT_DUPLICATES, NULL);
+            if (json_is_object(obj)) json_object_set(fn, "arguments", obj);
+            json_decref(obj);
+        }
+    }
+}
+
+static int render_vars(const tk_chat_template *t, json_t *messages_json, json_t *tools_json, const tk_chat_msg *msgs,
+                       int n_msgs, bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                       const atomic_bool *cancel, char **out, tk_err *err);
+
+int tk_chat_template_render_json(const tk_chat_template *t, const char *messages_json, const char *tools_json,
+                                 bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                                 const atomic_bool *cancel, char **out, tk_err *err) {
+    *out = NULL;
+    json_error_t je;
+    json_t *m = messages_json ? json_loads(messages_json, JSON_REJECT_DUPLICATES, &je) : NULL;
+    if (!json_is_array(m)) {
+        json_decref(m);
+        return tk_err_set(err, "chat template: messages must be a JSON array");
+    }
+    json_t *tools = tools_json ? json_loads(tools_json, JSON_REJECT_DUPLICATES, &je) : NULL;
+    if (tools_json && !json_is_array(tools)) {
+        json_decref(m);
+        json_decref(tools);
+        return tk_err_set(err, "chat template: tools must be a JSON array");
+    }
+    parse_call_arguments(m);
+    int rc = render_vars(t, m, tools, NULL, 0, add_generation_prompt, bos_token, eos_token, cancel, out, err);
+    json_decref(m);
+    json_decref(tools);
+    return rc;
+}
+
 int tk_chat_template_render(const tk_chat_template *t, const tk_chat_msg *msgs, int n_msgs,
                             bool add_generation_prompt, const char *bos_token, const char *eos_token,
                             char **out, tk_err *err) {
@@ -97,8 +184,17 @@ int tk_chat_template_render_cancellable(const tk_chat_template *t, const tk_chat
                                         bool add_generation_prompt, const char *bos_token, const char *eos_token,
                                         const atomic_bool *cancel, char **out, tk_err *err) {
     *out = NULL;
-    if (!t) return tk_err_set(err, "chat template: not parsed");
     if (n_msgs < 0 || (n_msgs > 0 && !msgs)) return tk_err_set(err, "chat template: bad message list");
+    return render_vars(t, NULL, NULL, msgs, n_msgs, add_generation_prompt, bos_token, eos_token, cancel, out, err);
+}
+
+/* The render, with the messages as a list (msgs) or as JSON; tools, when
+ * given, become the variable "tools" (else it stays undefined). */
+static int render_vars(const tk_chat_template *t, json_t *messages_json, json_t *tools_json, const tk_chat_msg *msgs,
+                       int n_msgs, bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                       const atomic_bool *cancel, char **out, tk_err *err) {
+    *out = NULL;
+    if (!t) return tk_err_set(err, "chat template: not parsed");
     cj_ctx c;
     cj_ctx_init(&c, err);
     c.mem_limit = CJ_MAX_MEMORY;
@@ -114,8 +210,13 @@ int tk_chat_template_render_cancellable(const tk_chat_template *t, const tk_chat
     c.root = c.scope = &root;
 
     cj_val messages;
-    int r = build_messages(&c, msgs, n_msgs, &messages);
+    int r = messages_json ? from_json(&c, messages_json, 0, &messages) : build_messages(&c, msgs, n_msgs, &messages);
     if (!r) r = cj_scope_set(&c, &root, "messages", messages);
+    if (!r && tools_json) {
+        cj_val tools;
+        r = from_json(&c, tools_json, 0, &tools);
+        if (!r) r = cj_scope_set(&c, &root, "tools", tools);
+    }
     if (!r) r = cj_scope_set(&c, &root, "add_generation_prompt", cj_bool(add_generation_prompt));
     if (!r) r = set_str(&c, &root, "bos_token", bos_token);
     if (!r) r = set_str(&c, &root, "eos_token", eos_token);

@@ -453,10 +453,11 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         if (batch->pos[t] + 1 > s->len) s->len = batch->pos[t] + 1;
     }
     int n_out = 0;
+    float *normed = ws->hidden_out ? logits : ws->logits_in; /* embeddings: the normed states are the output */
     for (int t = 0; t < T; t++)
         if (batch->logits[t])
-            tk_rmsnorm(ws->logits_in + (size_t)n_out++ * D, ws->x + (size_t)t * D, m->w.output_norm, D,
-                       hp->norm_eps);
+            tk_rmsnorm(normed + (size_t)n_out++ * D, ws->x + (size_t)t * D, m->w.output_norm, D, hp->norm_eps);
+    if (ws->hidden_out) return 0;
     if (n_out) tk_matmul(pool, &ws->mm, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab);
     if (n_out && hp->final_softcap > 0) {
         float c = hp->final_softcap;

@@ -89,6 +89,7 @@ typedef struct tk_forward_ws {
     float *rope_cos_swa, *rope_sin_swa; /* the same for sliding layers (when the model has them) */
     tk_matmul_ws mm;            /* packed activations, dequant rows */
     unsigned fuse;              /* TK_FUSE_* operator fusions in use */
+    bool hidden_out;            /* the output is each asked-for token's final-norm hidden state (dim floats), not logits */
     float *att_scratch;         /* per-thread: kernel scratch and two tile states */
     size_t att_scratch_stride, att_kernel_floats;
     int att_group, att_hd;

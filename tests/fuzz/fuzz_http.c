@@ -36,6 +36,7 @@ static void *step_loop(void *arg) {
     tk_err err;
     while (!atomic_load(&stop_stepping)) {
         tk_engine_wait_for_work(engine, 20);
+        tk_step_jobs_drain(&server.step_jobs);
         while (!atomic_load(&stop_stepping) && tk_engine_step(engine, &err) > 0) {
         }
     }
