@@ -22,7 +22,7 @@
 #define CJ_MAX_ARENA (64u << 20)          /* tokens + syntax tree */
 #define CJ_MAX_OUTPUT ((size_t)64 << 20)  /* rendered text, and any one string */
 #define CJ_MAX_MEMORY ((size_t)256 << 20) /* live values */
-#define CJ_MAX_WORK ((uint64_t)1 << 30)   /* bytes allocated or scanned over a render */
+#define CJ_MAX_WORK ((uint64_t)1 << 29)   /* bytes allocated or scanned over a render */
 #define CJ_MAX_STEPS 1000000              /* loop iterations + macro calls */
 #define CJ_MAX_EVAL_DEPTH 1000            /* evaluator recursion (incl. macro calls) */
 #define CJ_MAX_JSON_DEPTH 64              /* nesting of messages / tools given as JSON */

@@ -36,6 +36,17 @@ int cj_buf_put(cj_buf *b, const void *s, size_t n) {
 
 int cj_buf_putc(cj_buf *b, char c) { return cj_buf_put(b, &c, 1); }
 
+int cj_buf_fill(cj_buf *b, char c, size_t n) {
+    char chunk[256];
+    memset(chunk, c, sizeof chunk);
+    while (n) {
+        size_t k = n < sizeof chunk ? n : sizeof chunk;
+        if (cj_buf_put(b, chunk, k)) return -1;
+        n -= k;
+    }
+    return 0;
+}
+
 int cj_buf_puts(cj_buf *b, const char *s) { return cj_buf_put(b, s, strlen(s)); }
 
 int cj_buf_printf(cj_buf *b, const char *fmt, ...) {

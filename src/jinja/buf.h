@@ -26,6 +26,8 @@ void cj_buf_init(cj_buf *b, size_t limit);
  * (the buffer is left unchanged). */
 int cj_buf_put(cj_buf *b, const void *s, size_t n);
 int cj_buf_putc(cj_buf *b, char c);
+/* n copies of c (a chunk at a time: an indent of millions costs no per-byte calls) */
+int cj_buf_fill(cj_buf *b, char c, size_t n);
 int cj_buf_puts(cj_buf *b, const char *s);
 int cj_buf_printf(cj_buf *b, const char *fmt, ...) TK_PRINTF(2, 3);
 void cj_buf_free(cj_buf *b);

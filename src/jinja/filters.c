@@ -428,7 +428,7 @@ static int f_indent(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
             cj_buf_free(&ind);
             return -1;
         }
-        for (int64_t k = 0; !r && k < w; k++) r = cj_buf_putc(&ind, ' ');
+        if (w > 0) r = cj_buf_fill(&ind, ' ', (uint64_t)w > SIZE_MAX ? SIZE_MAX : (size_t)w);
     }
     bool first = sl[1] && cj_truthy(*sl[1]), blank = sl[2] && cj_truthy(*sl[2]);
     cj_val s, lines;
@@ -491,7 +491,8 @@ static int f_tojson(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) {
         if (sl[1]->kind == CJ_STR) {
             r = cj_buf_put(&ind, cj_S(*sl[1])->s, cj_S(*sl[1])->len);
         } else if (cj_is_intlike(*sl[1])) {
-            for (int64_t k = 0; !r && k < cj_as_int(*sl[1]); k++) r = cj_buf_putc(&ind, ' ');
+            int64_t spaces = cj_as_int(*sl[1]);
+            if (spaces > 0) r = cj_buf_fill(&ind, ' ', (uint64_t)spaces > SIZE_MAX ? SIZE_MAX : (size_t)spaces);
         } else {
             cj_buf_free(&ind);
             return cj_fail(c, "tojson(): indent must be an integer or a string");
