@@ -214,63 +214,83 @@ static int cfg_float(const char *path, json_t *o, const char *key, bool required
     return 0;
 }
 
-static bool arch_supported(const char *s) {
-    return strcmp(s, "LlamaForCausalLM") == 0 || strcmp(s, "MistralForCausalLM") == 0;
-}
+/* Supported checkpoints: config.json's model_type, its architectures
+ * class, and the tokamak architecture it loads as ("mistral" becomes
+ * "llama" without a sliding window, see parse_config). */
+static const struct {
+    const char *model_type, *class_name, *arch;
+} hf_archs[] = {
+    {"llama", "LlamaForCausalLM", "llama"},
+    {"mistral", "MistralForCausalLM", "mistral"},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3"},
+};
+#define N_HF_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
+#define HF_MODEL_TYPES "llama, mistral, qwen2, qwen3"
 
-/* Checks the architecture; *mistral tells a Mistral checkpoint (model_type
- * "mistral", or only a MistralForCausalLM entry) from a Llama one. */
-static int parse_arch(const char *path, json_t *cfg, bool *mistral, tk_err *err) {
+/* The architecture, from model_type or else the first supported entry of
+ * 'architectures'; *arch is the tokamak architecture name. */
+static int parse_arch(const char *path, json_t *cfg, const char **arch, tk_err *err) {
     json_t *mt = cfg_get(cfg, "model_type");
     json_t *ar = cfg_get(cfg, "architectures");
-    bool arch_ok = false;
-    *mistral = false;
-    if (ar) {
-        if (!json_is_array(ar)) return tk_err_set(err, "%s: 'architectures' must be an array", path);
-        size_t i;
-        json_t *a;
-        json_array_foreach(ar, i, a) {
-            if (!json_is_string(a))
-                return tk_err_set(err, "%s: 'architectures' must hold strings", path);
-            if (arch_supported(json_string_value(a))) {
-                arch_ok = true;
-                if (!strcmp(json_string_value(a), "MistralForCausalLM")) *mistral = true;
-            }
-        }
-    }
+    *arch = NULL;
     if (mt) {
         if (!json_is_string(mt)) return tk_err_set(err, "%s: 'model_type' must be a string", path);
         const char *s = json_string_value(mt);
-        if (strcmp(s, "llama") != 0 && strcmp(s, "mistral") != 0)
-            return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: llama, mistral)",
-                              path, s);
-        *mistral = strcmp(s, "mistral") == 0;
+        for (size_t i = 0; i < N_HF_ARCHS; i++)
+            if (!strcmp(s, hf_archs[i].model_type)) *arch = hf_archs[i].arch;
+        if (!*arch)
+            return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: " HF_MODEL_TYPES ")", path, s);
         return 0;
     }
     if (!ar) return tk_err_set(err, "%s: missing 'model_type'", path);
-    if (!arch_ok)
+    if (!json_is_array(ar)) return tk_err_set(err, "%s: 'architectures' must be an array", path);
+    size_t i;
+    json_t *a;
+    json_array_foreach(ar, i, a) {
+        if (!json_is_string(a)) return tk_err_set(err, "%s: 'architectures' must hold strings", path);
+        for (size_t j = 0; j < N_HF_ARCHS && !*arch; j++)
+            if (!strcmp(json_string_value(a), hf_archs[j].class_name)) *arch = hf_archs[j].arch;
+    }
+    if (!*arch)
         return tk_err_set(err,
-                          "%s: no supported entry in 'architectures' (LlamaForCausalLM, MistralForCausalLM)",
+                          "%s: no supported entry in 'architectures' (LlamaForCausalLM, MistralForCausalLM, "
+                          "Qwen2ForCausalLM, Qwen3ForCausalLM)",
                           path);
     return 0;
 }
 
+/* RoPE base and scaling: transformers 5 writes them all in one
+ * 'rope_parameters' object (rope_theta, rope_type and the scaling fields),
+ * older configs a top-level 'rope_theta' and a 'rope_scaling' object. */
 static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_err *err) {
     hp->rope_scaling = TK_ROPE_SCALING_NONE;
     hp->rope_factor = 1.0f;
     hp->rope_low_freq_factor = 0.0f;
     hp->rope_high_freq_factor = 0.0f;
     hp->rope_orig_ctx = 0;
-    json_t *rs = cfg_get(cfg, "rope_scaling");
+    const char *key = "rope_parameters";
+    json_t *rs = cfg_get(cfg, key);
+    if (rs) {
+        if (!json_is_object(rs)) return tk_err_set(err, "%s: 'rope_parameters' must be an object or null", path);
+        char where[600];
+        snprintf(where, sizeof where, "%s: rope_parameters", path);
+        if (cfg_float(where, rs, "rope_theta", !cfg_get(cfg, "rope_theta"), hp->rope_theta, 0.0, 1e12,
+                      &hp->rope_theta, err))
+            return -1;
+    } else {
+        key = "rope_scaling";
+        rs = cfg_get(cfg, key);
+    }
     if (!rs) return 0;
-    if (!json_is_object(rs)) return tk_err_set(err, "%s: 'rope_scaling' must be an object or null", path);
+    if (!json_is_object(rs)) return tk_err_set(err, "%s: '%s' must be an object or null", path, key);
     json_t *ty = cfg_get(rs, "rope_type");
     if (!ty) ty = cfg_get(rs, "type");
-    if (!ty) return tk_err_set(err, "%s: 'rope_scaling' has no 'rope_type' or 'type'", path);
-    if (!json_is_string(ty)) return tk_err_set(err, "%s: rope_scaling type must be a string", path);
+    if (!ty) return tk_err_set(err, "%s: '%s' has no 'rope_type' or 'type'", path, key);
+    if (!json_is_string(ty)) return tk_err_set(err, "%s: %s type must be a string", path, key);
     const char *t = json_string_value(ty);
     char where[600];
-    snprintf(where, sizeof where, "%s: rope_scaling", path);
+    snprintf(where, sizeof where, "%s: %s", path, key);
     if (strcmp(t, "default") == 0) return 0;
     if (strcmp(t, "linear") == 0) {
         hp->rope_scaling = TK_ROPE_SCALING_LINEAR;
@@ -288,8 +308,8 @@ static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_
             return tk_err_set(err, "%s: high_freq_factor must exceed low_freq_factor", where);
         return 0;
     }
-    return tk_err_set(err, "%s: unsupported rope_scaling type '%.64s' (supported: linear, llama3)",
-                      path, t);
+    return tk_err_set(err, "%s: unsupported %s.rope_type '%.64s' (supported: default, linear, llama3)", path,
+                      key, t);
 }
 
 /* Mistral's sliding_window: an integer >= 1, or null / absent (none). */
@@ -300,13 +320,13 @@ static int parse_sliding_window(const char *path, json_t *cfg, tk_hparams *hp, t
     return cfg_int(path, cfg, "sliding_window", false, 0, 1, INT_MAX, &hp->swa_window, err);
 }
 
-static int parse_config(const char *dir, tk_hparams *hp, bool *tie, bool *mistral, tk_err *err) {
+static int parse_config(const char *dir, tk_hparams *hp, bool *tie, const char **arch, tk_err *err) {
     char *path = path_join(dir, "config.json");
     if (!path) return tk_err_set(err, "%s: out of memory", dir);
     json_t *cfg = NULL;
     int rc = -1;
     if (load_json(path, &cfg, err) != 0) goto done;
-    if (parse_arch(path, cfg, mistral, err) != 0) goto done;
+    if (parse_arch(path, cfg, arch, err) != 0) goto done;
 
     memset(hp, 0, sizeof *hp);
     if (cfg_int(path, cfg, "hidden_size", true, 0, 1, 1 << 20, &hp->dim, err) ||
@@ -345,8 +365,14 @@ static int parse_config(const char *dir, tk_hparams *hp, bool *tie, bool *mistra
     hp->rope_style = TK_ROPE_HALVES;
     /* A Mistral checkpoint with a window becomes the "mistral" architecture
      * (every layer slides); without one it is plain Llama. */
-    if (*mistral && parse_sliding_window(path, cfg, hp, err) != 0) goto done;
-    if (hp->swa_window == 0) *mistral = false;
+    bool mistral = !strcmp(*arch, "mistral");
+    if (mistral && parse_sliding_window(path, cfg, hp, err) != 0) goto done;
+    if (mistral && hp->swa_window == 0) *arch = "llama";
+    json_t *usw = cfg_get(cfg, "use_sliding_window");
+    if (!strncmp(*arch, "qwen", 4) && usw && !json_is_false(usw)) {
+        tk_err_set(err, "%s: 'use_sliding_window' is not supported for %s", path, *arch);
+        goto done;
+    }
 
     json_t *tw = cfg_get(cfg, "tie_word_embeddings");
     *tie = false;
@@ -443,7 +469,8 @@ done:
 /* ---- tensor names and shapes ---- */
 
 typedef enum hf_kind {
-    K_EMBD, K_OUTPUT, K_NORM, K_Q, K_K, K_V, K_O, K_GATE, K_UP, K_DOWN
+    K_EMBD, K_OUTPUT, K_NORM, K_Q, K_K, K_V, K_O, K_GATE, K_UP, K_DOWN,
+    K_QB, K_KB, K_HEAD_NORM /* q bias [q_dim]; k/v bias [kv_dim]; per-head q/k norm [head_dim] */
 } hf_kind;
 
 static const struct {
@@ -456,6 +483,11 @@ static const struct {
     {"self_attn.k_proj.weight", "attn_k.weight", K_K},
     {"self_attn.v_proj.weight", "attn_v.weight", K_V},
     {"self_attn.o_proj.weight", "attn_output.weight", K_O},
+    {"self_attn.q_proj.bias", "attn_q.bias", K_QB},
+    {"self_attn.k_proj.bias", "attn_k.bias", K_KB},
+    {"self_attn.v_proj.bias", "attn_v.bias", K_KB},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", K_HEAD_NORM},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", K_HEAD_NORM},
     {"mlp.gate_proj.weight", "ffn_gate.weight", K_GATE},
     {"mlp.up_proj.weight", "ffn_up.weight", K_UP},
     {"mlp.down_proj.weight", "ffn_down.weight", K_DOWN},
@@ -527,6 +559,9 @@ static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, co
     case K_GATE:
     case K_UP: exp[0] = hp->ffn_dim; exp[1] = hp->dim; break;
     case K_DOWN: exp[0] = hp->dim; exp[1] = hp->ffn_dim; break;
+    case K_QB: exp[0] = q; nd = 1; break;
+    case K_KB: exp[0] = kv; nd = 1; break;
+    case K_HEAD_NORM: exp[0] = hp->head_dim; nd = 1; break;
     default: return tk_err_set(err, "internal error: bad tensor kind");
     }
     bool ok = t->ndim == nd;
@@ -542,6 +577,7 @@ static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, co
 typedef struct hf_load {
     hf_impl *im;
     const tk_hparams *hp;
+    const char *arch;
     bool tie;
     bool have_output;
     int cap;  /* capacity of im->tensors */
@@ -554,6 +590,11 @@ static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_er
     if (m < 0) return tk_err_wrap(err, "%s", file);
     if (m == 0) return 0;
     if (kind == K_OUTPUT && L->tie) return 0; /* tied: the head is the embedding */
+    /* a tensor the architecture would not bind must not be dropped silently */
+    if (((kind == K_QB || kind == K_KB) && strcmp(L->arch, "qwen2") != 0) ||
+        (kind == K_HEAD_NORM && strcmp(L->arch, "qwen3") != 0))
+        return tk_err_set(err, "%s: tensor '%.200s' is not supported for architecture %s", file, t->name,
+                          L->arch);
     if (check_shape(file, t, kind, L->hp, err) != 0) return -1;
     if (L->im->n_tensors >= L->cap) return tk_err_set(err, "%s: internal error: tensor overflow", file);
     tk_tensor *d = &L->im->tensors[L->im->n_tensors];
@@ -710,12 +751,12 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     tk_gen_defaults gen;
     bool tie = false;
     char *index_path = NULL, *single_path = NULL;
-    bool mistral = false;
-    if (parse_config(dir, &hp, &tie, &mistral, err) != 0) goto fail;
+    const char *arch = NULL;
+    if (parse_config(dir, &hp, &tie, &arch, err) != 0) goto fail;
     if (parse_generation_config(dir, hp.n_vocab, &gen, err) != 0) goto fail;
     if (read_tokenizer_config(im, err) != 0) goto fail;
 
-    hf_load L = {.im = im, .hp = &hp, .tie = tie};
+    hf_load L = {.im = im, .hp = &hp, .arch = arch, .tie = tie};
     index_path = path_join(dir, "model.safetensors.index.json");
     single_path = path_join(dir, "model.safetensors");
     if (!index_path || !single_path) {
@@ -740,7 +781,7 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
 
     hp.tied_output = tie || !L.have_output;
     src->format = TK_FORMAT_HF;
-    snprintf(src->arch, sizeof src->arch, "%s", mistral ? "mistral" : "llama");
+    snprintf(src->arch, sizeof src->arch, "%s", arch);
     dir_basename(dir, src->name, sizeof src->name);
     src->path = im->dir;
     src->hp = hp;

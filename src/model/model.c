@@ -166,7 +166,7 @@ static int init_layer_options(tk_model *m, tk_err *err) {
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
     memset(m, 0, sizeof *m);
     m->arch = tk_arch_find(src->arch);
-    if (!m->arch) return tk_err_set(err, "unsupported architecture '%s'", src->arch);
+    if (!m->arch) return tk_err_set(err, "unsupported architecture '%s' (supported: %s)", src->arch, tk_arch_names());
     m->hp = src->hp;
     if (check_hparams(&m->hp, err)) return -1;
     if (m->hp.rope_scaling == TK_ROPE_SCALING_LLAMA3 &&
