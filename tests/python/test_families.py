@@ -84,3 +84,41 @@ def test_family_matches_transformers(tokamak_bin, shared, tmp_path, case):
             # greedy: tokamak picks transformers' next token at every generated step
             picks = got[len(prompt) - 1:-1].argmax(axis=1)
             assert picks.tolist() == gen[len(prompt):], f"{case} {path.name} prompt {i}: greedy differs"
+
+
+def edit_config(d, **changes):
+    import json
+    p = d / "config.json"
+    cfg = json.loads(p.read_text())
+    cfg.update(changes)
+    p.write_text(json.dumps(cfg))
+
+
+def load_error(tokamak_bin, path):
+    res = subprocess.run([tokamak_bin, "logits", "-m", str(path), "--tokens", "1"], capture_output=True, text=True)
+    assert res.returncode != 0
+    return res.stderr
+
+
+def test_bad_configs_are_refused_naming_the_field(tokamak_bin, shared, tmp_path):
+    _, d = build(tmp_path, shared, "qwen2")
+    edit_config(d, model_type="qwen9", architectures=["Qwen9ForCausalLM"])
+    err = load_error(tokamak_bin, d)
+    assert "qwen9" in err and "qwen2" in err and "llama" in err  # names the supported ones
+    edit_config(d, model_type="qwen2", rope_parameters={"rope_theta": 1e4, "rope_type": "dynamic"})
+    err = load_error(tokamak_bin, d)
+    assert "rope_parameters" in err and "dynamic" in err
+    edit_config(d, rope_parameters={"rope_type": "default"}, rope_theta=None)
+    assert "rope_theta" in load_error(tokamak_bin, d)
+    edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "llama3", "factor": 8.0})
+    assert "low_freq_factor" in load_error(tokamak_bin, d)
+    edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "default"}, use_sliding_window=True)
+    assert "use_sliding_window" in load_error(tokamak_bin, d)
+
+
+def test_bias_of_an_architecture_without_biases_is_refused(tokamak_bin, shared, tmp_path):
+    # a Qwen2 checkpoint relabelled as Llama: its q/k/v biases must not be dropped silently
+    _, d = build(tmp_path, shared, "qwen2")
+    edit_config(d, model_type="llama", architectures=["LlamaForCausalLM"])
+    err = load_error(tokamak_bin, d)
+    assert "_proj.bias" in err and "architecture llama" in err
