@@ -308,7 +308,23 @@ static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_
             return tk_err_set(err, "%s: high_freq_factor must exceed low_freq_factor", where);
         return 0;
     }
-    return tk_err_set(err, "%s: unsupported %s.rope_type '%.64s' (supported: default, linear, llama3)", path,
+    if (strcmp(t, "yarn") == 0) {
+        hp->rope_scaling = TK_ROPE_SCALING_YARN;
+        json_t *tr = cfg_get(rs, "truncate");
+        if (tr && !json_is_true(tr))
+            return tk_err_set(err, "%s: 'truncate' other than true is not supported", where);
+        if (cfg_get(rs, "mscale") || cfg_get(rs, "mscale_all_dim"))
+            return tk_err_set(err, "%s: 'mscale' / 'mscale_all_dim' are not supported", where);
+        return cfg_float(where, rs, "factor", true, 0, 0.0, 1e6, &hp->rope_factor, err) ||
+                       cfg_int(where, rs, "original_max_position_embeddings", true, 0, 1, 1 << 26,
+                               &hp->rope_orig_ctx, err) ||
+                       cfg_float(where, rs, "beta_fast", false, 32.0, 0.0, 1e6, &hp->rope_yarn_beta_fast, err) ||
+                       cfg_float(where, rs, "beta_slow", false, 1.0, 0.0, 1e6, &hp->rope_yarn_beta_slow, err) ||
+                       cfg_float(where, rs, "attention_factor", false, 0.0, 0.0, 1e6, &hp->rope_attn_factor, err)
+                   ? -1
+                   : 0;
+    }
+    return tk_err_set(err, "%s: unsupported %s.rope_type '%.64s' (supported: default, linear, llama3, yarn)", path,
                       key, t);
 }
 

@@ -122,5 +122,14 @@ int tk_gguf_set_llama_meta(tk_gguf_writer *w, const tk_source *src, int file_typ
         rc |= tk_gguf_set_str(w, key(k, sizeof k, arch, "rope.scaling.type"), "linear");
         rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.factor"), hp->rope_factor);
     }
+    if (hp->rope_scaling == TK_ROPE_SCALING_YARN) {
+        /* an explicit HF attention_factor has no llama.cpp key: convert refuses it */
+        rc |= tk_gguf_set_str(w, key(k, sizeof k, arch, "rope.scaling.type"), "yarn");
+        rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.factor"), hp->rope_factor);
+        rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "rope.scaling.original_context_length"),
+                              (uint32_t)hp->rope_orig_ctx);
+        rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.yarn_beta_fast"), hp->rope_yarn_beta_fast);
+        rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.yarn_beta_slow"), hp->rope_yarn_beta_slow);
+    }
     return rc ? -1 : 0;
 }

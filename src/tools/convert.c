@@ -75,6 +75,11 @@ int tk_convert(const char *in_path, const char *out_path, const tk_convert_param
         tk_source_close(&src);
         return -1;
     }
+    if (src.hp.rope_scaling == TK_ROPE_SCALING_YARN && src.hp.rope_attn_factor > 0) {
+        tk_err_set(err, "%s: yarn attention_factor has no GGUF key (llama.cpp derives it from the factor)", in_path);
+        tk_source_close(&src);
+        return -1;
+    }
     tk_tokenizer *tok = NULL;
     if (tk_tokenizer_from_source(&src, p->tokenizer_path, &tok, err)) {
         tk_err_wrap(err, "tokenizer");

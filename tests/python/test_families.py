@@ -37,6 +37,13 @@ CASES = {
                     dict(tie_word_embeddings=True, rope_theta=500.0,
                          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                            high_freq_factor=4.0, original_max_position_embeddings=32))),
+    # yarn: theta 100, original context 64 and beta_fast 4 put the ramp at
+    # dimensions 1..5 of head_dim 16's 8 frequencies (0 kept, 6-7 divided by
+    # the factor); factor 4 gives attention factor 1.139
+    "qwen2-yarn": ("Qwen2Config", "Qwen2ForCausalLM",
+                   dict(tie_word_embeddings=False, rope_theta=100.0,
+                        rope_scaling=dict(rope_type="yarn", factor=4.0, beta_fast=4.0,
+                                          original_max_position_embeddings=64))),
 }
 
 PROMPTS = [[1, 822, 29871], [1] + list(range(100, 140)), [1, 5, 17, 2000, 31999, 7, 7, 7]]
@@ -112,6 +119,11 @@ def test_bad_configs_are_refused_naming_the_field(tokamak_bin, shared, tmp_path)
     assert "rope_theta" in load_error(tokamak_bin, d)
     edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "llama3", "factor": 8.0})
     assert "low_freq_factor" in load_error(tokamak_bin, d)
+    edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "yarn", "factor": 4.0,
+                                    "original_max_position_embeddings": 64, "mscale": 0.7})
+    assert "mscale" in load_error(tokamak_bin, d)
+    edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "yarn", "factor": 4.0})
+    assert "original_max_position_embeddings" in load_error(tokamak_bin, d)
     edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "default"}, use_sliding_window=True)
     assert "use_sliding_window" in load_error(tokamak_bin, d)
 
