@@ -37,6 +37,8 @@ CASES = {
                     dict(tie_word_embeddings=True, rope_theta=500.0,
                          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                            high_freq_factor=4.0, original_max_position_embeddings=32))),
+    "llama-linear": ("LlamaConfig", "LlamaForCausalLM",
+                     dict(tie_word_embeddings=False, rope_scaling=dict(rope_type="linear", factor=2.5))),
     # yarn: theta 100, original context 64 and beta_fast 4 put the ramp at
     # dimensions 1..5 of head_dim 16's 8 frequencies (0 kept, 6-7 divided by
     # the factor); factor 4 gives attention factor 1.139
