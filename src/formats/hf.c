@@ -224,9 +224,12 @@ static const struct {
     {"mistral", "MistralForCausalLM", "mistral"},
     {"qwen2", "Qwen2ForCausalLM", "qwen2"},
     {"qwen3", "Qwen3ForCausalLM", "qwen3"},
+    /* Phi-3 (no longrope, full rotary): Llama's layer once the fused
+     * projections are split; loads as llama, or mistral with a window */
+    {"phi3", "Phi3ForCausalLM", "phi3"},
 };
 #define N_HF_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
-#define HF_MODEL_TYPES "llama, mistral, qwen2, qwen3"
+#define HF_MODEL_TYPES "llama, mistral, qwen2, qwen3, phi3"
 
 /* The architecture, from model_type or else the first supported entry of
  * 'architectures'; *arch is the tokamak architecture name. */
@@ -255,7 +258,7 @@ static int parse_arch(const char *path, json_t *cfg, const char **arch, tk_err *
     if (!*arch)
         return tk_err_set(err,
                           "%s: no supported entry in 'architectures' (LlamaForCausalLM, MistralForCausalLM, "
-                          "Qwen2ForCausalLM, Qwen3ForCausalLM)",
+                          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)",
                           path);
     return 0;
 }
@@ -271,6 +274,12 @@ static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_
     hp->rope_orig_ctx = 0;
     const char *key = "rope_parameters";
     json_t *rs = cfg_get(cfg, key);
+    /* partial rotary (Phi-4-mini) is not implemented: refused, top level or in rope_parameters */
+    float prf;
+    if (cfg_float(path, cfg, "partial_rotary_factor", false, 1.0, 0.0, 1.0, &prf, err) ||
+        (json_is_object(rs) && cfg_float(path, rs, "partial_rotary_factor", false, prf, 0.0, 1.0, &prf, err)))
+        return -1;
+    if (prf != 1.0f) return tk_err_set(err, "%s: 'partial_rotary_factor' %g is not supported (only 1)", path, prf);
     if (rs) {
         if (!json_is_object(rs)) return tk_err_set(err, "%s: 'rope_parameters' must be an object or null", path);
         char where[600];
@@ -381,9 +390,11 @@ static int parse_config(const char *dir, tk_hparams *hp, bool *tie, const char *
     hp->rope_style = TK_ROPE_HALVES;
     /* A Mistral checkpoint with a window becomes the "mistral" architecture
      * (every layer slides); without one it is plain Llama. */
-    bool mistral = !strcmp(*arch, "mistral");
+    bool phi3 = !strcmp(*arch, "phi3");
+    bool mistral = !strcmp(*arch, "mistral") || phi3;
     if (mistral && parse_sliding_window(path, cfg, hp, err) != 0) goto done;
     if (mistral && hp->swa_window == 0) *arch = "llama";
+    else if (phi3) *arch = "mistral";
     json_t *usw = cfg_get(cfg, "use_sliding_window");
     if (!strncmp(*arch, "qwen", 4) && usw && !json_is_false(usw)) {
         tk_err_set(err, "%s: 'use_sliding_window' is not supported for %s", path, *arch);
@@ -486,8 +497,12 @@ done:
 
 typedef enum hf_kind {
     K_EMBD, K_OUTPUT, K_NORM, K_Q, K_K, K_V, K_O, K_GATE, K_UP, K_DOWN,
-    K_QB, K_KB, K_HEAD_NORM /* q bias [q_dim]; k/v bias [kv_dim]; per-head q/k norm [head_dim] */
+    K_QB, K_KB, K_HEAD_NORM, /* q bias [q_dim]; k/v bias [kv_dim]; per-head q/k norm [head_dim] */
+    K_QKV, K_GATE_UP         /* Phi-3's fused projections, split into views at load */
 } hf_kind;
+
+/* Most tensors one checkpoint tensor becomes (fused q/k/v: 3). */
+#define HF_MAX_SPLIT 3
 
 static const struct {
     const char *hf, *gguf;
@@ -503,6 +518,8 @@ static const struct {
     {"self_attn.k_proj.bias", "attn_k.bias", K_KB},
     {"self_attn.v_proj.bias", "attn_v.bias", K_KB},
     {"self_attn.q_norm.weight", "attn_q_norm.weight", K_HEAD_NORM},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight", K_QKV},
+    {"mlp.gate_up_proj.weight", "ffn_gate_up.weight", K_GATE_UP},
     {"self_attn.k_norm.weight", "attn_k_norm.weight", K_HEAD_NORM},
     {"mlp.gate_proj.weight", "ffn_gate.weight", K_GATE},
     {"mlp.up_proj.weight", "ffn_up.weight", K_UP},
@@ -578,6 +595,8 @@ static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, co
     case K_QB: exp[0] = q; nd = 1; break;
     case K_KB: exp[0] = kv; nd = 1; break;
     case K_HEAD_NORM: exp[0] = hp->head_dim; nd = 1; break;
+    case K_QKV: exp[0] = q + 2 * kv; exp[1] = hp->dim; break;
+    case K_GATE_UP: exp[0] = 2 * (int64_t)hp->ffn_dim; exp[1] = hp->dim; break;
     default: return tk_err_set(err, "internal error: bad tensor kind");
     }
     bool ok = t->ndim == nd;
@@ -599,6 +618,49 @@ typedef struct hf_load {
     int cap;  /* capacity of im->tensors */
 } hf_load;
 
+/* The next tensor slot, named `name`; NULL with err set when full or out of memory. */
+static tk_tensor *new_tensor(hf_load *L, const char *file, const char *name, tk_err *err) {
+    if (L->im->n_tensors >= L->cap) {
+        tk_err_set(err, "%s: internal error: tensor overflow", file);
+        return NULL;
+    }
+    tk_tensor *d = &L->im->tensors[L->im->n_tensors];
+    memset(d, 0, sizeof *d);
+    d->name = strdup(name);
+    if (!d->name) {
+        tk_err_set(err, "%s: out of memory", file);
+        return NULL;
+    }
+    L->im->n_tensors++;
+    return d;
+}
+
+/* Splits 2-D tensor t (shape already checked) by rows into n views named
+ * blk.N.<names[i]> (N from gname), rows[i] rows each, in order. */
+static int add_rows(hf_load *L, const char *file, const tk_st_tensor *t, const char *gname,
+                    const char *const *names, const int64_t *rows, int n, tk_err *err) {
+    size_t row_bytes = tk_dtype_row_bytes(t->dtype, t->shape[1]);
+    if (!row_bytes) return tk_err_set(err, "%s: tensor '%.200s' has an unsupported type", file, t->name);
+    const char *dot = strchr(gname + 4, '.'); /* "blk.N." */
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%.*s.%s", dot ? (int)(dot - gname) : 0, gname, names[i]);
+        tk_tensor *d = new_tensor(L, file, name, err);
+        if (!d) return -1;
+        d->type = t->dtype;
+        d->ndim = 2;
+        for (int k = 0; k < TK_MAX_DIMS; k++) d->ne[k] = 1;
+        d->ne[0] = t->shape[1];
+        d->ne[1] = rows[i];
+        d->nbytes = row_bytes * (size_t)rows[i];
+        if (off + d->nbytes > t->nbytes) return tk_err_set(err, "%s: tensor '%.200s' is short", file, t->name);
+        d->data = (const unsigned char *)t->data + off;
+        off += d->nbytes;
+    }
+    return 0;
+}
+
 static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_err *err) {
     char gname[96];
     hf_kind kind = K_EMBD;
@@ -612,12 +674,21 @@ static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_er
         return tk_err_set(err, "%s: tensor '%.200s' is not supported for architecture %s", file, t->name,
                           L->arch);
     if (check_shape(file, t, kind, L->hp, err) != 0) return -1;
-    if (L->im->n_tensors >= L->cap) return tk_err_set(err, "%s: internal error: tensor overflow", file);
-    tk_tensor *d = &L->im->tensors[L->im->n_tensors];
-    memset(d, 0, sizeof *d);
-    d->name = strdup(gname);
-    if (!d->name) return tk_err_set(err, "%s: out of memory", file);
-    L->im->n_tensors++;
+    if (kind == K_QKV) {
+        /* rows [q | k | v], as HF's Phi3Attention slices them */
+        int64_t q = (int64_t)L->hp->n_heads * L->hp->head_dim, kv = (int64_t)L->hp->n_kv_heads * L->hp->head_dim;
+        const char *names[3] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
+        int64_t rows[3] = {q, kv, kv};
+        return add_rows(L, file, t, gname, names, rows, 3, err);
+    }
+    if (kind == K_GATE_UP) {
+        /* rows [gate | up] (HF chunks gate_up_proj's output in two, gate first) */
+        const char *names[2] = {"ffn_gate.weight", "ffn_up.weight"};
+        int64_t rows[2] = {L->hp->ffn_dim, L->hp->ffn_dim};
+        return add_rows(L, file, t, gname, names, rows, 2, err);
+    }
+    tk_tensor *d = new_tensor(L, file, gname, err);
+    if (!d) return -1;
     d->type = t->dtype;
     d->ndim = t->ndim;
     for (int i = 0; i < TK_MAX_DIMS; i++) d->ne[i] = 1;
@@ -674,9 +745,10 @@ static int load_single(hf_load *L, tk_err *err) {
     tk_safetensors *st;
     if (add_shard(L->im, "model.safetensors", &st, err) != 0) return -1;
     int n = tk_safetensors_count(st);
-    L->im->tensors = calloc((size_t)(n ? n : 1), sizeof *L->im->tensors);
+    if (n > INT32_MAX / HF_MAX_SPLIT) return tk_err_set(err, "%s: too many tensors", tk_safetensors_path(st));
+    L->im->tensors = calloc((size_t)(n ? n : 1) * HF_MAX_SPLIT, sizeof *L->im->tensors);
     if (!L->im->tensors) return tk_err_set(err, "%s: out of memory", tk_safetensors_path(st));
-    L->cap = n;
+    L->cap = n * HF_MAX_SPLIT;
     for (int i = 0; i < n; i++)
         if (add_tensor(L, tk_safetensors_path(st), tk_safetensors_get(st, i), err) != 0) return -1;
     return 0;
@@ -696,16 +768,16 @@ static int load_sharded(hf_load *L, const char *index_path, tk_err *err) {
         goto done;
     }
     size_t n = json_object_size(wm);
-    if (n > (size_t)INT32_MAX) {
+    if (n > (size_t)INT32_MAX / HF_MAX_SPLIT) {
         tk_err_set(err, "%s: too many tensors", index_path);
         goto done;
     }
-    L->im->tensors = calloc(n ? n : 1, sizeof *L->im->tensors);
+    L->im->tensors = calloc((n ? n : 1) * HF_MAX_SPLIT, sizeof *L->im->tensors);
     if (!L->im->tensors) {
         tk_err_set(err, "%s: out of memory", index_path);
         goto done;
     }
-    L->cap = (int)n;
+    L->cap = (int)n * HF_MAX_SPLIT;
     const char *tname;
     json_t *fv;
     json_object_foreach(wm, tname, fv) {

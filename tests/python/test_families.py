@@ -37,6 +37,11 @@ CASES = {
                     dict(tie_word_embeddings=True, rope_theta=500.0,
                          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                            high_freq_factor=4.0, original_max_position_embeddings=32))),
+    # Phi-3 without longrope and with full rotary: fused qkv_proj / gate_up_proj
+    # split at load; no window (loads and converts as llama)
+    "phi3": ("Phi3Config", "Phi3ForCausalLM",
+             dict(tie_word_embeddings=False, sliding_window=None, pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2)),
     "llama-linear": ("LlamaConfig", "LlamaForCausalLM",
                      dict(tie_word_embeddings=False, rope_scaling=dict(rope_type="linear", factor=2.5))),
     # yarn: theta 100, original context 64 and beta_fast 4 put the ramp at
@@ -126,6 +131,10 @@ def test_bad_configs_are_refused_naming_the_field(tokamak_bin, shared, tmp_path)
     assert "mscale" in load_error(tokamak_bin, d)
     edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "yarn", "factor": 4.0})
     assert "original_max_position_embeddings" in load_error(tokamak_bin, d)
+    edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "default", "partial_rotary_factor": 0.75})
+    assert "partial_rotary_factor" in load_error(tokamak_bin, d)
+    edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "longrope", "short_factor": [1.0] * 8})
+    assert "longrope" in load_error(tokamak_bin, d)
     edit_config(d, rope_parameters={"rope_theta": 1e4, "rope_type": "default"}, use_sliding_window=True)
     assert "use_sliding_window" in load_error(tokamak_bin, d)
 
