@@ -802,9 +802,9 @@ static void test_source(void) {
     } else {
         CHECK(0, "linear: %s", err.msg);
     }
-    CHECK(write_model(path, NULL, "yarn", true, 0, &err) == 0 && tk_gguf_source_open(path, &src, &err) == -1 &&
-              strstr(err.msg, "rope scaling type 'yarn'"),
-          "yarn refused: %s", err.msg);
+    CHECK(write_model(path, NULL, "longrope", true, 0, &err) == 0 && tk_gguf_source_open(path, &src, &err) == -1 &&
+              strstr(err.msg, "rope scaling type 'longrope'"),
+          "longrope refused: %s", err.msg);
     /* a head dimension above what the forward pass's per-head buffers hold
      * is refused when the model is built from the file */
     tk_model m;

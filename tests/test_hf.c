@@ -761,8 +761,13 @@ static void check_dirs(const char *root) {
             "config.json");
     hf_fail(root, "cfgtie", CFG_OK ",\"tie_word_embeddings\":\"yes\"}", NULL, NULL, NULL,
             "'tie_word_embeddings' must be a boolean", "config.json");
-    hf_fail(root, "cfgrope", CFG_OK ",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":2}}", NULL, NULL, NULL,
-            "unsupported rope_scaling type 'yarn'", "config.json");
+    hf_fail(root, "cfgrope", CFG_OK ",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2}}", NULL, NULL, NULL,
+            "unsupported rope_scaling.rope_type 'dynamic'", "config.json");
+    hf_fail(root, "cfgropeparams",
+            CFG_OK ",\"rope_parameters\":{\"rope_theta\":1e4,\"rope_type\":\"dynamic\",\"factor\":2}}", NULL,
+            NULL, NULL, "unsupported rope_parameters.rope_type 'dynamic'", "config.json");
+    hf_fail(root, "cfgropeparams3", CFG_OK ",\"rope_parameters\":{\"rope_theta\":1e4,\"rope_type\":\"llama3\"}}",
+            NULL, NULL, NULL, "missing 'factor'", "config.json");
     hf_fail(root, "cfgrope3", CFG_OK ",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8}}", NULL, NULL,
             NULL, "missing 'low_freq_factor'", "config.json");
     hf_fail(root, "cfgropelin", CFG_OK ",\"rope_scaling\":{\"type\":\"linear\",\"factor\":-2}}", NULL, NULL,

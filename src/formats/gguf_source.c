@@ -122,6 +122,8 @@ static int read_rope_scaling(const keyctx *k, tk_hparams *hp) {
     if (type) {
         if (!strcasecmp(type, "linear")) {
             hp->rope_scaling = TK_ROPE_SCALING_LINEAR;
+        } else if (!strcasecmp(type, "yarn")) {
+            hp->rope_scaling = TK_ROPE_SCALING_YARN;
         } else if (strcasecmp(type, "none") != 0) {
             int rc = tk_err_set(k->err, "%s: rope scaling type '%.40s' (%s) is not supported", k->path,
                                 type, key);
@@ -145,6 +147,20 @@ static int read_rope_scaling(const keyctx *k, tk_hparams *hp) {
     if (get_pos_int(k, "rope.scaling.original_context_length", hp->ctx_len, GGUF_MAX_CTX,
                     &hp->rope_orig_ctx))
         return -1;
+    if (hp->rope_scaling == TK_ROPE_SCALING_YARN) {
+        /* llama.cpp's keys; its attn_factor multiplies the derived factor
+         * (1 here: a file with another value is refused, not misread) */
+        double fast, slow, af;
+        if (get_num(k, "rope.scaling.yarn_beta_fast", false, 32.0, &fast) ||
+            get_num(k, "rope.scaling.yarn_beta_slow", false, 1.0, &slow) ||
+            get_num(k, "rope.scaling.attn_factor", false, 1.0, &af))
+            return -1;
+        if (af != 1.0)
+            return tk_err_set(k->err, "%s: %s.rope.scaling.attn_factor %g is not supported (only 1)", k->path,
+                              k->arch, af);
+        hp->rope_yarn_beta_fast = (float)fast;
+        hp->rope_yarn_beta_slow = (float)slow;
+    }
     /* Llama 3 style frequency scaling is stored by llama.cpp as a per-dim
      * factor tensor (rope_freqs.weight), not as metadata; the model module
      * applies it when present. */

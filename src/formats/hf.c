@@ -214,63 +214,92 @@ static int cfg_float(const char *path, json_t *o, const char *key, bool required
     return 0;
 }
 
-static bool arch_supported(const char *s) {
-    return strcmp(s, "LlamaForCausalLM") == 0 || strcmp(s, "MistralForCausalLM") == 0;
-}
+/* Supported checkpoints: config.json's model_type, its architectures
+ * class, and the tokamak architecture it loads as ("mistral" becomes
+ * "llama" without a sliding window, see parse_config). */
+static const struct {
+    const char *model_type, *class_name, *arch;
+} hf_archs[] = {
+    {"llama", "LlamaForCausalLM", "llama"},
+    {"mistral", "MistralForCausalLM", "mistral"},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2"},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3"},
+    /* Phi-3 (no longrope, full rotary): Llama's layer once the fused
+     * projections are split; loads as llama, or mistral with a window */
+    {"phi3", "Phi3ForCausalLM", "phi3"},
+};
+#define N_HF_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
+#define HF_MODEL_TYPES "llama, mistral, qwen2, qwen3, phi3"
 
-/* Checks the architecture; *mistral tells a Mistral checkpoint (model_type
- * "mistral", or only a MistralForCausalLM entry) from a Llama one. */
-static int parse_arch(const char *path, json_t *cfg, bool *mistral, tk_err *err) {
+/* The architecture, from model_type or else the first supported entry of
+ * 'architectures'; *arch is the tokamak architecture name. */
+static int parse_arch(const char *path, json_t *cfg, const char **arch, tk_err *err) {
     json_t *mt = cfg_get(cfg, "model_type");
     json_t *ar = cfg_get(cfg, "architectures");
-    bool arch_ok = false;
-    *mistral = false;
-    if (ar) {
-        if (!json_is_array(ar)) return tk_err_set(err, "%s: 'architectures' must be an array", path);
-        size_t i;
-        json_t *a;
-        json_array_foreach(ar, i, a) {
-            if (!json_is_string(a))
-                return tk_err_set(err, "%s: 'architectures' must hold strings", path);
-            if (arch_supported(json_string_value(a))) {
-                arch_ok = true;
-                if (!strcmp(json_string_value(a), "MistralForCausalLM")) *mistral = true;
-            }
-        }
-    }
+    *arch = NULL;
     if (mt) {
         if (!json_is_string(mt)) return tk_err_set(err, "%s: 'model_type' must be a string", path);
         const char *s = json_string_value(mt);
-        if (strcmp(s, "llama") != 0 && strcmp(s, "mistral") != 0)
-            return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: llama, mistral)",
-                              path, s);
-        *mistral = strcmp(s, "mistral") == 0;
+        for (size_t i = 0; i < N_HF_ARCHS; i++)
+            if (!strcmp(s, hf_archs[i].model_type)) *arch = hf_archs[i].arch;
+        if (!*arch)
+            return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: " HF_MODEL_TYPES ")", path, s);
         return 0;
     }
     if (!ar) return tk_err_set(err, "%s: missing 'model_type'", path);
-    if (!arch_ok)
+    if (!json_is_array(ar)) return tk_err_set(err, "%s: 'architectures' must be an array", path);
+    size_t i;
+    json_t *a;
+    json_array_foreach(ar, i, a) {
+        if (!json_is_string(a)) return tk_err_set(err, "%s: 'architectures' must hold strings", path);
+        for (size_t j = 0; j < N_HF_ARCHS && !*arch; j++)
+            if (!strcmp(json_string_value(a), hf_archs[j].class_name)) *arch = hf_archs[j].arch;
+    }
+    if (!*arch)
         return tk_err_set(err,
-                          "%s: no supported entry in 'architectures' (LlamaForCausalLM, MistralForCausalLM)",
+                          "%s: no supported entry in 'architectures' (LlamaForCausalLM, MistralForCausalLM, "
+                          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)",
                           path);
     return 0;
 }
 
+/* RoPE base and scaling: transformers 5 writes them all in one
+ * 'rope_parameters' object (rope_theta, rope_type and the scaling fields),
+ * older configs a top-level 'rope_theta' and a 'rope_scaling' object. */
 static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_err *err) {
     hp->rope_scaling = TK_ROPE_SCALING_NONE;
     hp->rope_factor = 1.0f;
     hp->rope_low_freq_factor = 0.0f;
     hp->rope_high_freq_factor = 0.0f;
     hp->rope_orig_ctx = 0;
-    json_t *rs = cfg_get(cfg, "rope_scaling");
+    const char *key = "rope_parameters";
+    json_t *rs = cfg_get(cfg, key);
+    /* partial rotary (Phi-4-mini) is not implemented: refused, top level or in rope_parameters */
+    float prf;
+    if (cfg_float(path, cfg, "partial_rotary_factor", false, 1.0, 0.0, 1.0, &prf, err) ||
+        (json_is_object(rs) && cfg_float(path, rs, "partial_rotary_factor", false, prf, 0.0, 1.0, &prf, err)))
+        return -1;
+    if (prf != 1.0f) return tk_err_set(err, "%s: 'partial_rotary_factor' %g is not supported (only 1)", path, prf);
+    if (rs) {
+        if (!json_is_object(rs)) return tk_err_set(err, "%s: 'rope_parameters' must be an object or null", path);
+        char where[600];
+        snprintf(where, sizeof where, "%s: rope_parameters", path);
+        if (cfg_float(where, rs, "rope_theta", !cfg_get(cfg, "rope_theta"), hp->rope_theta, 0.0, 1e12,
+                      &hp->rope_theta, err))
+            return -1;
+    } else {
+        key = "rope_scaling";
+        rs = cfg_get(cfg, key);
+    }
     if (!rs) return 0;
-    if (!json_is_object(rs)) return tk_err_set(err, "%s: 'rope_scaling' must be an object or null", path);
+    if (!json_is_object(rs)) return tk_err_set(err, "%s: '%s' must be an object or null", path, key);
     json_t *ty = cfg_get(rs, "rope_type");
     if (!ty) ty = cfg_get(rs, "type");
-    if (!ty) return tk_err_set(err, "%s: 'rope_scaling' has no 'rope_type' or 'type'", path);
-    if (!json_is_string(ty)) return tk_err_set(err, "%s: rope_scaling type must be a string", path);
+    if (!ty) return tk_err_set(err, "%s: '%s' has no 'rope_type' or 'type'", path, key);
+    if (!json_is_string(ty)) return tk_err_set(err, "%s: %s type must be a string", path, key);
     const char *t = json_string_value(ty);
     char where[600];
-    snprintf(where, sizeof where, "%s: rope_scaling", path);
+    snprintf(where, sizeof where, "%s: %s", path, key);
     if (strcmp(t, "default") == 0) return 0;
     if (strcmp(t, "linear") == 0) {
         hp->rope_scaling = TK_ROPE_SCALING_LINEAR;
@@ -288,8 +317,24 @@ static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_
             return tk_err_set(err, "%s: high_freq_factor must exceed low_freq_factor", where);
         return 0;
     }
-    return tk_err_set(err, "%s: unsupported rope_scaling type '%.64s' (supported: linear, llama3)",
-                      path, t);
+    if (strcmp(t, "yarn") == 0) {
+        hp->rope_scaling = TK_ROPE_SCALING_YARN;
+        json_t *tr = cfg_get(rs, "truncate");
+        if (tr && !json_is_true(tr))
+            return tk_err_set(err, "%s: 'truncate' other than true is not supported", where);
+        if (cfg_get(rs, "mscale") || cfg_get(rs, "mscale_all_dim"))
+            return tk_err_set(err, "%s: 'mscale' / 'mscale_all_dim' are not supported", where);
+        return cfg_float(where, rs, "factor", true, 0, 0.0, 1e6, &hp->rope_factor, err) ||
+                       cfg_int(where, rs, "original_max_position_embeddings", true, 0, 1, 1 << 26,
+                               &hp->rope_orig_ctx, err) ||
+                       cfg_float(where, rs, "beta_fast", false, 32.0, 0.0, 1e6, &hp->rope_yarn_beta_fast, err) ||
+                       cfg_float(where, rs, "beta_slow", false, 1.0, 0.0, 1e6, &hp->rope_yarn_beta_slow, err) ||
+                       cfg_float(where, rs, "attention_factor", false, 0.0, 0.0, 1e6, &hp->rope_attn_factor, err)
+                   ? -1
+                   : 0;
+    }
+    return tk_err_set(err, "%s: unsupported %s.rope_type '%.64s' (supported: default, linear, llama3, yarn)", path,
+                      key, t);
 }
 
 /* Mistral's sliding_window: an integer >= 1, or null / absent (none). */
@@ -300,13 +345,13 @@ static int parse_sliding_window(const char *path, json_t *cfg, tk_hparams *hp, t
     return cfg_int(path, cfg, "sliding_window", false, 0, 1, INT_MAX, &hp->swa_window, err);
 }
 
-static int parse_config(const char *dir, tk_hparams *hp, bool *tie, bool *mistral, tk_err *err) {
+static int parse_config(const char *dir, tk_hparams *hp, bool *tie, const char **arch, tk_err *err) {
     char *path = path_join(dir, "config.json");
     if (!path) return tk_err_set(err, "%s: out of memory", dir);
     json_t *cfg = NULL;
     int rc = -1;
     if (load_json(path, &cfg, err) != 0) goto done;
-    if (parse_arch(path, cfg, mistral, err) != 0) goto done;
+    if (parse_arch(path, cfg, arch, err) != 0) goto done;
 
     memset(hp, 0, sizeof *hp);
     if (cfg_int(path, cfg, "hidden_size", true, 0, 1, 1 << 20, &hp->dim, err) ||
@@ -345,8 +390,16 @@ static int parse_config(const char *dir, tk_hparams *hp, bool *tie, bool *mistra
     hp->rope_style = TK_ROPE_HALVES;
     /* A Mistral checkpoint with a window becomes the "mistral" architecture
      * (every layer slides); without one it is plain Llama. */
-    if (*mistral && parse_sliding_window(path, cfg, hp, err) != 0) goto done;
-    if (hp->swa_window == 0) *mistral = false;
+    bool phi3 = !strcmp(*arch, "phi3");
+    bool mistral = !strcmp(*arch, "mistral") || phi3;
+    if (mistral && parse_sliding_window(path, cfg, hp, err) != 0) goto done;
+    if (mistral && hp->swa_window == 0) *arch = "llama";
+    else if (phi3) *arch = "mistral";
+    json_t *usw = cfg_get(cfg, "use_sliding_window");
+    if (!strncmp(*arch, "qwen", 4) && usw && !json_is_false(usw)) {
+        tk_err_set(err, "%s: 'use_sliding_window' is not supported for %s", path, *arch);
+        goto done;
+    }
 
     json_t *tw = cfg_get(cfg, "tie_word_embeddings");
     *tie = false;
@@ -443,8 +496,13 @@ done:
 /* ---- tensor names and shapes ---- */
 
 typedef enum hf_kind {
-    K_EMBD, K_OUTPUT, K_NORM, K_Q, K_K, K_V, K_O, K_GATE, K_UP, K_DOWN
+    K_EMBD, K_OUTPUT, K_NORM, K_Q, K_K, K_V, K_O, K_GATE, K_UP, K_DOWN,
+    K_QB, K_KB, K_HEAD_NORM, /* q bias [q_dim]; k/v bias [kv_dim]; per-head q/k norm [head_dim] */
+    K_QKV, K_GATE_UP         /* Phi-3's fused projections, split into views at load */
 } hf_kind;
+
+/* Most tensors one checkpoint tensor becomes (fused q/k/v: 3). */
+#define HF_MAX_SPLIT 3
 
 static const struct {
     const char *hf, *gguf;
@@ -456,6 +514,13 @@ static const struct {
     {"self_attn.k_proj.weight", "attn_k.weight", K_K},
     {"self_attn.v_proj.weight", "attn_v.weight", K_V},
     {"self_attn.o_proj.weight", "attn_output.weight", K_O},
+    {"self_attn.q_proj.bias", "attn_q.bias", K_QB},
+    {"self_attn.k_proj.bias", "attn_k.bias", K_KB},
+    {"self_attn.v_proj.bias", "attn_v.bias", K_KB},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", K_HEAD_NORM},
+    {"self_attn.qkv_proj.weight", "attn_qkv.weight", K_QKV},
+    {"mlp.gate_up_proj.weight", "ffn_gate_up.weight", K_GATE_UP},
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", K_HEAD_NORM},
     {"mlp.gate_proj.weight", "ffn_gate.weight", K_GATE},
     {"mlp.up_proj.weight", "ffn_up.weight", K_UP},
     {"mlp.down_proj.weight", "ffn_down.weight", K_DOWN},
@@ -527,6 +592,11 @@ static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, co
     case K_GATE:
     case K_UP: exp[0] = hp->ffn_dim; exp[1] = hp->dim; break;
     case K_DOWN: exp[0] = hp->dim; exp[1] = hp->ffn_dim; break;
+    case K_QB: exp[0] = q; nd = 1; break;
+    case K_KB: exp[0] = kv; nd = 1; break;
+    case K_HEAD_NORM: exp[0] = hp->head_dim; nd = 1; break;
+    case K_QKV: exp[0] = q + 2 * kv; exp[1] = hp->dim; break;
+    case K_GATE_UP: exp[0] = 2 * (int64_t)hp->ffn_dim; exp[1] = hp->dim; break;
     default: return tk_err_set(err, "internal error: bad tensor kind");
     }
     bool ok = t->ndim == nd;
@@ -542,10 +612,54 @@ static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, co
 typedef struct hf_load {
     hf_impl *im;
     const tk_hparams *hp;
+    const char *arch;
     bool tie;
     bool have_output;
     int cap;  /* capacity of im->tensors */
 } hf_load;
+
+/* The next tensor slot, named `name`; NULL with err set when full or out of memory. */
+static tk_tensor *new_tensor(hf_load *L, const char *file, const char *name, tk_err *err) {
+    if (L->im->n_tensors >= L->cap) {
+        tk_err_set(err, "%s: internal error: tensor overflow", file);
+        return NULL;
+    }
+    tk_tensor *d = &L->im->tensors[L->im->n_tensors];
+    memset(d, 0, sizeof *d);
+    d->name = strdup(name);
+    if (!d->name) {
+        tk_err_set(err, "%s: out of memory", file);
+        return NULL;
+    }
+    L->im->n_tensors++;
+    return d;
+}
+
+/* Splits 2-D tensor t (shape already checked) by rows into n views named
+ * blk.N.<names[i]> (N from gname), rows[i] rows each, in order. */
+static int add_rows(hf_load *L, const char *file, const tk_st_tensor *t, const char *gname,
+                    const char *const *names, const int64_t *rows, int n, tk_err *err) {
+    size_t row_bytes = tk_dtype_row_bytes(t->dtype, t->shape[1]);
+    if (!row_bytes) return tk_err_set(err, "%s: tensor '%.200s' has an unsupported type", file, t->name);
+    const char *dot = strchr(gname + 4, '.'); /* "blk.N." */
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        char name[96];
+        snprintf(name, sizeof name, "%.*s.%s", dot ? (int)(dot - gname) : 0, gname, names[i]);
+        tk_tensor *d = new_tensor(L, file, name, err);
+        if (!d) return -1;
+        d->type = t->dtype;
+        d->ndim = 2;
+        for (int k = 0; k < TK_MAX_DIMS; k++) d->ne[k] = 1;
+        d->ne[0] = t->shape[1];
+        d->ne[1] = rows[i];
+        d->nbytes = row_bytes * (size_t)rows[i];
+        if (off + d->nbytes > t->nbytes) return tk_err_set(err, "%s: tensor '%.200s' is short", file, t->name);
+        d->data = (const unsigned char *)t->data + off;
+        off += d->nbytes;
+    }
+    return 0;
+}
 
 static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_err *err) {
     char gname[96];
@@ -554,13 +668,27 @@ static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_er
     if (m < 0) return tk_err_wrap(err, "%s", file);
     if (m == 0) return 0;
     if (kind == K_OUTPUT && L->tie) return 0; /* tied: the head is the embedding */
+    /* a tensor the architecture would not bind must not be dropped silently */
+    if (((kind == K_QB || kind == K_KB) && strcmp(L->arch, "qwen2") != 0) ||
+        (kind == K_HEAD_NORM && strcmp(L->arch, "qwen3") != 0))
+        return tk_err_set(err, "%s: tensor '%.200s' is not supported for architecture %s", file, t->name,
+                          L->arch);
     if (check_shape(file, t, kind, L->hp, err) != 0) return -1;
-    if (L->im->n_tensors >= L->cap) return tk_err_set(err, "%s: internal error: tensor overflow", file);
-    tk_tensor *d = &L->im->tensors[L->im->n_tensors];
-    memset(d, 0, sizeof *d);
-    d->name = strdup(gname);
-    if (!d->name) return tk_err_set(err, "%s: out of memory", file);
-    L->im->n_tensors++;
+    if (kind == K_QKV) {
+        /* rows [q | k | v], as HF's Phi3Attention slices them */
+        int64_t q = (int64_t)L->hp->n_heads * L->hp->head_dim, kv = (int64_t)L->hp->n_kv_heads * L->hp->head_dim;
+        const char *names[3] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
+        int64_t rows[3] = {q, kv, kv};
+        return add_rows(L, file, t, gname, names, rows, 3, err);
+    }
+    if (kind == K_GATE_UP) {
+        /* rows [gate | up] (HF chunks gate_up_proj's output in two, gate first) */
+        const char *names[2] = {"ffn_gate.weight", "ffn_up.weight"};
+        int64_t rows[2] = {L->hp->ffn_dim, L->hp->ffn_dim};
+        return add_rows(L, file, t, gname, names, rows, 2, err);
+    }
+    tk_tensor *d = new_tensor(L, file, gname, err);
+    if (!d) return -1;
     d->type = t->dtype;
     d->ndim = t->ndim;
     for (int i = 0; i < TK_MAX_DIMS; i++) d->ne[i] = 1;
@@ -617,9 +745,10 @@ static int load_single(hf_load *L, tk_err *err) {
     tk_safetensors *st;
     if (add_shard(L->im, "model.safetensors", &st, err) != 0) return -1;
     int n = tk_safetensors_count(st);
-    L->im->tensors = calloc((size_t)(n ? n : 1), sizeof *L->im->tensors);
+    if (n > INT32_MAX / HF_MAX_SPLIT) return tk_err_set(err, "%s: too many tensors", tk_safetensors_path(st));
+    L->im->tensors = calloc((size_t)(n ? n : 1) * HF_MAX_SPLIT, sizeof *L->im->tensors);
     if (!L->im->tensors) return tk_err_set(err, "%s: out of memory", tk_safetensors_path(st));
-    L->cap = n;
+    L->cap = n * HF_MAX_SPLIT;
     for (int i = 0; i < n; i++)
         if (add_tensor(L, tk_safetensors_path(st), tk_safetensors_get(st, i), err) != 0) return -1;
     return 0;
@@ -639,16 +768,16 @@ static int load_sharded(hf_load *L, const char *index_path, tk_err *err) {
         goto done;
     }
     size_t n = json_object_size(wm);
-    if (n > (size_t)INT32_MAX) {
+    if (n > (size_t)INT32_MAX / HF_MAX_SPLIT) {
         tk_err_set(err, "%s: too many tensors", index_path);
         goto done;
     }
-    L->im->tensors = calloc(n ? n : 1, sizeof *L->im->tensors);
+    L->im->tensors = calloc((n ? n : 1) * HF_MAX_SPLIT, sizeof *L->im->tensors);
     if (!L->im->tensors) {
         tk_err_set(err, "%s: out of memory", index_path);
         goto done;
     }
-    L->cap = (int)n;
+    L->cap = (int)n * HF_MAX_SPLIT;
     const char *tname;
     json_t *fv;
     json_object_foreach(wm, tname, fv) {
@@ -710,12 +839,12 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     tk_gen_defaults gen;
     bool tie = false;
     char *index_path = NULL, *single_path = NULL;
-    bool mistral = false;
-    if (parse_config(dir, &hp, &tie, &mistral, err) != 0) goto fail;
+    const char *arch = NULL;
+    if (parse_config(dir, &hp, &tie, &arch, err) != 0) goto fail;
     if (parse_generation_config(dir, hp.n_vocab, &gen, err) != 0) goto fail;
     if (read_tokenizer_config(im, err) != 0) goto fail;
 
-    hf_load L = {.im = im, .hp = &hp, .tie = tie};
+    hf_load L = {.im = im, .hp = &hp, .arch = arch, .tie = tie};
     index_path = path_join(dir, "model.safetensors.index.json");
     single_path = path_join(dir, "model.safetensors");
     if (!index_path || !single_path) {
@@ -740,7 +869,7 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
 
     hp.tied_output = tie || !L.have_output;
     src->format = TK_FORMAT_HF;
-    snprintf(src->arch, sizeof src->arch, "%s", mistral ? "mistral" : "llama");
+    snprintf(src->arch, sizeof src->arch, "%s", arch);
     dir_basename(dir, src->name, sizeof src->name);
     src->path = im->dir;
     src->hp = hp;

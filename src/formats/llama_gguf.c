@@ -1,6 +1,7 @@
 #include "llama_gguf.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -21,8 +22,14 @@ int tk_permute_rows_to_adjacent(float *w, int n_heads, int head_dim, int64_t row
     return 0;
 }
 
+const char *tk_gguf_out_arch(const tk_source *src) {
+    if (!strcmp(src->arch, "qwen2") || !strcmp(src->arch, "qwen3")) return src->arch;
+    return "llama";
+}
+
 bool tk_needs_qk_permute(const tk_source *src, const char *name, int *n_heads) {
-    if (src->hp.rope_style != TK_ROPE_HALVES) return false;
+    /* Qwen GGUFs keep the halves order (llama.cpp rotates them NeoX-style) */
+    if (src->hp.rope_style != TK_ROPE_HALVES || strcmp(tk_gguf_out_arch(src), "llama") != 0) return false;
     if (strstr(name, ".attn_q.weight")) {
         *n_heads = src->hp.n_heads;
         return true;
@@ -84,28 +91,45 @@ float *tk_llama3_rope_factors(const tk_hparams *hp) {
     return f;
 }
 
+/* "{arch}.suffix" into buf. */
+static const char *key(char *buf, size_t cap, const char *arch, const char *suffix) {
+    snprintf(buf, cap, "%s.%s", arch, suffix);
+    return buf;
+}
+
 int tk_gguf_set_llama_meta(tk_gguf_writer *w, const tk_source *src, int file_type) {
     const tk_hparams *hp = &src->hp;
+    const char *arch = tk_gguf_out_arch(src);
+    char k[96];
     int rc = 0;
-    rc |= tk_gguf_set_str(w, "general.architecture", "llama");
+    rc |= tk_gguf_set_str(w, "general.architecture", arch);
     rc |= tk_gguf_set_str(w, "general.name", src->name[0] ? src->name : "model");
     rc |= tk_gguf_set_u32(w, "general.file_type", (uint32_t)file_type);
     rc |= tk_gguf_set_u32(w, "general.quantization_version", 2);
-    rc |= tk_gguf_set_u32(w, "llama.context_length", (uint32_t)hp->ctx_len);
-    rc |= tk_gguf_set_u32(w, "llama.embedding_length", (uint32_t)hp->dim);
-    rc |= tk_gguf_set_u32(w, "llama.block_count", (uint32_t)hp->n_layers);
-    rc |= tk_gguf_set_u32(w, "llama.feed_forward_length", (uint32_t)hp->ffn_dim);
-    rc |= tk_gguf_set_u32(w, "llama.attention.head_count", (uint32_t)hp->n_heads);
-    rc |= tk_gguf_set_u32(w, "llama.attention.head_count_kv", (uint32_t)hp->n_kv_heads);
-    rc |= tk_gguf_set_f32(w, "llama.attention.layer_norm_rms_epsilon", hp->norm_eps);
-    rc |= tk_gguf_set_f32(w, "llama.rope.freq_base", hp->rope_theta);
-    rc |= tk_gguf_set_u32(w, "llama.rope.dimension_count", (uint32_t)hp->head_dim);
-    rc |= tk_gguf_set_u32(w, "llama.attention.key_length", (uint32_t)hp->head_dim);
-    rc |= tk_gguf_set_u32(w, "llama.attention.value_length", (uint32_t)hp->head_dim);
-    rc |= tk_gguf_set_u32(w, "llama.vocab_size", (uint32_t)hp->n_vocab);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "context_length"), (uint32_t)hp->ctx_len);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "embedding_length"), (uint32_t)hp->dim);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "block_count"), (uint32_t)hp->n_layers);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "feed_forward_length"), (uint32_t)hp->ffn_dim);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.head_count"), (uint32_t)hp->n_heads);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.head_count_kv"), (uint32_t)hp->n_kv_heads);
+    rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), hp->norm_eps);
+    rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.freq_base"), hp->rope_theta);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "rope.dimension_count"), (uint32_t)hp->head_dim);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.key_length"), (uint32_t)hp->head_dim);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.value_length"), (uint32_t)hp->head_dim);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "vocab_size"), (uint32_t)hp->n_vocab);
     if (hp->rope_scaling == TK_ROPE_SCALING_LINEAR) {
-        rc |= tk_gguf_set_str(w, "llama.rope.scaling.type", "linear");
-        rc |= tk_gguf_set_f32(w, "llama.rope.scaling.factor", hp->rope_factor);
+        rc |= tk_gguf_set_str(w, key(k, sizeof k, arch, "rope.scaling.type"), "linear");
+        rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.factor"), hp->rope_factor);
+    }
+    if (hp->rope_scaling == TK_ROPE_SCALING_YARN) {
+        /* an explicit HF attention_factor has no llama.cpp key: convert refuses it */
+        rc |= tk_gguf_set_str(w, key(k, sizeof k, arch, "rope.scaling.type"), "yarn");
+        rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.factor"), hp->rope_factor);
+        rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "rope.scaling.original_context_length"),
+                              (uint32_t)hp->rope_orig_ctx);
+        rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.yarn_beta_fast"), hp->rope_yarn_beta_fast);
+        rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.yarn_beta_slow"), hp->rope_yarn_beta_slow);
     }
     return rc ? -1 : 0;
 }

@@ -23,7 +23,8 @@ typedef enum tk_rope_style {
 typedef enum tk_rope_scaling {
     TK_ROPE_SCALING_NONE = 0,
     TK_ROPE_SCALING_LINEAR = 1,
-    TK_ROPE_SCALING_LLAMA3 = 2
+    TK_ROPE_SCALING_LLAMA3 = 2,
+    TK_ROPE_SCALING_YARN = 3
 } tk_rope_scaling;
 
 typedef struct tk_hparams {
@@ -39,10 +40,13 @@ typedef struct tk_hparams {
     float rope_theta;
     tk_rope_style rope_style;
     tk_rope_scaling rope_scaling;
-    float rope_factor;            /* linear and llama3 */
+    float rope_factor;            /* linear, llama3 and yarn */
     float rope_low_freq_factor;   /* llama3 */
     float rope_high_freq_factor;  /* llama3 */
-    int rope_orig_ctx;            /* llama3: original max positions */
+    int rope_orig_ctx;            /* llama3, yarn: original max positions */
+    float rope_yarn_beta_fast;    /* yarn: ramp bounds in rotations (HF defaults 32, 1) */
+    float rope_yarn_beta_slow;
+    float rope_attn_factor;       /* yarn: cos/sin multiplier; 0: 0.1 ln(factor) + 1 */
     bool tied_output;             /* no output.weight: reuse token_embd */
     /* Sliding-window attention (0 / false / 0.0: not given; the
      * architecture table supplies defaults, see arch.h). */

@@ -25,6 +25,39 @@ static const tk_tensor_role llama_layer[] = {
     {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
 };
 
+/* Qwen2 / Qwen2.5: Llama's tensors plus Q/K/V biases (GGUF q/k rows in
+ * NeoX order, see gguf_source.c). */
+static const tk_tensor_role qwen2_layer[] = {
+    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},
+    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},
+    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV},
+    {"blk.%d.attn_q.bias", L(bq), true, true, TK_DIM_Q, TK_DIM_NONE},
+    {"blk.%d.attn_k.bias", L(bk), true, true, TK_DIM_KV, TK_DIM_NONE},
+    {"blk.%d.attn_v.bias", L(bv), true, true, TK_DIM_KV, TK_DIM_NONE},
+    {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD},
+    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    {"blk.%d.ffn_gate.weight", L(w_gate), false, true, TK_DIM_EMBD, TK_DIM_FFN},
+    {"blk.%d.ffn_up.weight", L(w_up), false, true, TK_DIM_EMBD, TK_DIM_FFN},
+    {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
+};
+
+/* Qwen3 (dense): Llama's tensors plus per-head q/k RMSNorm (weights used
+ * as-is), no biases. */
+static const tk_tensor_role qwen3_layer[] = {
+    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},
+    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},
+    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV},
+    {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
+    {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
+    {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD},
+    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    {"blk.%d.ffn_gate.weight", L(w_gate), false, true, TK_DIM_EMBD, TK_DIM_FFN},
+    {"blk.%d.ffn_up.weight", L(w_up), false, true, TK_DIM_EMBD, TK_DIM_FFN},
+    {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
+};
+
 /* Gemma 3 (text): Llama's tensors plus per-head q/k norms and post-norms
  * after attention and FFN.  llama.cpp's converter stores Gemma's RMSNorm
  * weights with the "+1" of (1 + w) already added, so they are used as-is. */
@@ -85,7 +118,26 @@ static const tk_arch archs[] = {
         .uses_swa = true,
         .swa_pattern = 0,         /* all layers slide */
     },
+    {
+        .name = "qwen2",
+        .global_roles = llama_globals, /* output.weight absent: tied (small models) */
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = qwen2_layer,
+        .n_layer_roles = COUNT(qwen2_layer),
+        .ffn_act = TK_ACT_SILU,
+    },
+    {
+        .name = "qwen3",
+        .global_roles = llama_globals,
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = qwen3_layer,
+        .n_layer_roles = COUNT(qwen3_layer),
+        .ffn_act = TK_ACT_SILU,
+        .qk_norm = true,
+    },
 };
+
+const char *tk_arch_names(void) { return "llama, gemma3, mistral, qwen2, qwen3"; }
 
 const tk_arch *tk_arch_find(const char *name) {
     for (int i = 0; i < COUNT(archs); i++)

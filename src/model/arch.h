@@ -62,5 +62,7 @@ typedef struct tk_arch {
 } tk_arch;
 
 const tk_arch *tk_arch_find(const char *name);
+/* The supported names, comma-separated (for error messages). */
+const char *tk_arch_names(void);
 
 #endif

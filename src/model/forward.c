@@ -331,6 +331,12 @@ static void residual_matmul(tk_threadpool *pool, tk_forward_ws *ws, const tk_ten
     for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
 }
 
+/* y[t][i] += b[i] for T rows of n. */
+static void add_bias(float *y, const float *b, int T, int n) {
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < n; i++) y[(size_t)t * n + i] += b[i];
+}
+
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
                float *logits, tk_forward_ws *ws, tk_threadpool *pool, tk_err *err) {
     if (validate_batch(m, kv, seqs, n_seqs, batch, ws, err)) return -1;
@@ -377,7 +383,8 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             ws->observe(ws->observe_ctx, l, L->wv, ws->xn, T, D);
         }
         const bool adjacent = hp->rope_style == TK_ROPE_ADJACENT;
-        const bool rope_q_fused = ws->fuse & TK_FUSE_ROPE_Q;
+        /* a bias is added before RoPE, so Q with a bias is rotated unfused */
+        const bool rope_q_fused = (ws->fuse & TK_FUSE_ROPE_Q) && !L->bq;
         {
             float *y[3] = {ws->q, ws->k, ws->v};
             int64_t ld[3] = {q_dim, kv_dim, kv_dim};
@@ -390,6 +397,9 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             }
             tk_matmul_ws_forget(&ws->mm);
         }
+        if (L->bq) add_bias(ws->q, L->bq, T, q_dim);
+        if (L->bk) add_bias(ws->k, L->bk, T, kv_dim);
+        if (L->bv) add_bias(ws->v, L->bv, T, kv_dim);
         for (int t = 0; t < T; t++) {
             const float *c = rcos + (size_t)t * half, *s = rsin + (size_t)t * half;
             for (int h = 0; h < hp->n_heads && !rope_q_fused; h++) {

@@ -100,8 +100,19 @@ static int bind_role(tk_model *m, const tk_tensor_role *role, int layer, void *b
 
 /* Inverse frequencies for base theta; `scaled` applies the model's RoPE
  * scaling (global layers only: sliding layers of Gemma 3 are unscaled). */
+/* YaRN's correction dimension for `rot` rotations over the original context. */
+static double yarn_corr_dim(const tk_hparams *hp, double theta, double rot) {
+    return hp->head_dim * log(hp->rope_orig_ctx / (rot * 2 * M_PI)) / (2 * log(theta));
+}
+
 static void init_rope(const tk_hparams *hp, double theta, bool scaled, float *out) {
     int half = hp->head_dim / 2;
+    /* YaRN: frequencies below dimension `lo` kept, above `hi` divided by
+     * factor, a linear ramp between (bounds floored / ceiled, as HF's
+     * default truncate and llama.cpp do) */
+    double lo = fmax(floor(yarn_corr_dim(hp, theta, hp->rope_yarn_beta_fast)), 0);
+    double hi = fmin(ceil(yarn_corr_dim(hp, theta, hp->rope_yarn_beta_slow)), hp->head_dim - 1);
+    if (hi == lo) hi += 0.001;
     for (int i = 0; i < half; i++) {
         double f = pow(theta, -2.0 * i / hp->head_dim);
         if (!scaled) {
@@ -121,6 +132,9 @@ static void init_rope(const tk_hparams *hp, double theta, bool scaled, float *ou
                                 (hp->rope_high_freq_factor - hp->rope_low_freq_factor);
                 f = (1 - smooth) * f / hp->rope_factor + smooth * f;
             }
+        } else if (hp->rope_scaling == TK_ROPE_SCALING_YARN && hp->rope_factor > 0) {
+            double keep = 1 - fmin(fmax((i - lo) / (hi - lo), 0), 1);
+            f = f / hp->rope_factor * (1 - keep) + f * keep;
         }
         out[i] = (float)f;
     }
@@ -138,6 +152,14 @@ static int init_layer_options(tk_model *m, tk_err *err) {
         float qpas = (float)hp->head_dim;
         if (a->attn_scale == TK_ATTN_SCALE_GEMMA3 && hp->n_layers == 62) qpas = (float)hp->dim / hp->n_heads;
         m->attn_scale = 1.0f / sqrtf(qpas);
+    }
+    if (hp->rope_scaling == TK_ROPE_SCALING_YARN) {
+        /* YaRN multiplies cos and sin by the attention factor; q and k are
+         * both rotated and meet only in q.k, so the scores scale by its square */
+        double af = hp->rope_attn_factor > 0      ? hp->rope_attn_factor
+                    : hp->rope_factor > 1 ? 0.1 * log(hp->rope_factor) + 1.0
+                                          : 1.0;
+        m->attn_scale *= (float)(af * af);
     }
     m->swa_window = a->uses_swa ? hp->swa_window : 0;
     m->n_swa_layers = 0;
@@ -159,6 +181,8 @@ static int init_layer_options(tk_model *m, tk_err *err) {
         m->rope_inv_freq_swa = malloc((size_t)hp->head_dim / 2 * sizeof(float));
         if (!m->rope_inv_freq_swa) return tk_err_set(err, "out of memory");
         init_rope(hp, theta, false, m->rope_inv_freq_swa);
+        if (hp->rope_scaling == TK_ROPE_SCALING_YARN)
+            return tk_err_set(err, "yarn RoPE scaling with separately rotated sliding layers is not supported");
     }
     return 0;
 }
@@ -166,13 +190,18 @@ static int init_layer_options(tk_model *m, tk_err *err) {
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
     memset(m, 0, sizeof *m);
     m->arch = tk_arch_find(src->arch);
-    if (!m->arch) return tk_err_set(err, "unsupported architecture '%s'", src->arch);
+    if (!m->arch) return tk_err_set(err, "unsupported architecture '%s' (supported: %s)", src->arch, tk_arch_names());
     m->hp = src->hp;
     if (check_hparams(&m->hp, err)) return -1;
     if (m->hp.rope_scaling == TK_ROPE_SCALING_LLAMA3 &&
         (m->hp.rope_orig_ctx <= 0 || m->hp.rope_low_freq_factor <= 0 ||
          m->hp.rope_high_freq_factor <= m->hp.rope_low_freq_factor))
         return tk_err_set(err, "invalid llama3 RoPE scaling parameters");
+    if (m->hp.rope_scaling == TK_ROPE_SCALING_YARN &&
+        (m->hp.rope_orig_ctx <= 0 || !(m->hp.rope_factor > 0) || !(m->hp.rope_yarn_beta_fast > 0) ||
+         !(m->hp.rope_yarn_beta_slow > 0) || !(m->hp.rope_attn_factor >= 0)))
+        return tk_err_set(err, "invalid yarn RoPE scaling parameters (factor, original context, beta_fast, "
+                               "beta_slow and attention factor must be positive)");
     m->src = *src; /* take ownership */
     const tk_arch *a = m->arch;
 

@@ -20,6 +20,7 @@ typedef struct tk_layer {
     const tk_tensor *wq, *wk, *wv, *wo;
     const tk_tensor *w_gate, *w_up, *w_down;
     float *attn_q_norm, *attn_k_norm;    /* [head_dim], arch->qk_norm */
+    float *bq, *bk, *bv;  /* optional projection biases (Qwen2): [q_dim], [kv_dim], [kv_dim] */
     float *attn_post_norm, *ffn_post_norm; /* [dim], arch->post_norms */
     bool swa;             /* sliding-window layer (not bound: derived from hparams) */
 } tk_layer;

@@ -67,11 +67,16 @@ int tk_convert(const char *in_path, const char *out_path, const tk_convert_param
                      "%s: the %d-position sliding window is not kept (written as llama)", in_path,
                      src.hp.swa_window) < 0)
             rep->warning[0] = 0;
-    } else if (strcmp(src.arch, "llama") != 0) {
+    } else if (strcmp(src.arch, tk_gguf_out_arch(&src)) != 0) {
         /* The writer emits llama keys and tensors only; other architectures'
          * extra tensors and options (e.g. Gemma 3's norms and sliding
          * window) would be lost. */
-        tk_err_set(err, "%s: architecture '%s' is not supported (llama only)", in_path, src.arch);
+        tk_err_set(err, "%s: architecture '%s' is not supported (llama, mistral, qwen2, qwen3)", in_path, src.arch);
+        tk_source_close(&src);
+        return -1;
+    }
+    if (src.hp.rope_scaling == TK_ROPE_SCALING_YARN && src.hp.rope_attn_factor > 0) {
+        tk_err_set(err, "%s: yarn attention_factor has no GGUF key (llama.cpp derives it from the factor)", in_path);
         tk_source_close(&src);
         return -1;
     }
