@@ -199,6 +199,19 @@ static int read_gemma_style(const keyctx *k, tk_hparams *hp) {
     return 0;
 }
 
+/* Mixture-of-experts keys, all optional (absent: a dense model); their
+ * consistency with each other and with the tensors is checked at bind
+ * time (model/moe.c). */
+static int read_moe(const keyctx *k, tk_hparams *hp) {
+    bool given;
+    if (get_nonneg_int(k, "expert_count", 0, &hp->n_expert, &given) ||
+        get_nonneg_int(k, "expert_used_count", 0, &hp->n_expert_used, &given) ||
+        get_nonneg_int(k, "expert_feed_forward_length", hp->ffn_dim, &hp->expert_ffn_dim, &given) ||
+        get_nonneg_int(k, "expert_shared_feed_forward_length", 0, &hp->shexp_ffn_dim, &given))
+        return -1;
+    return 0;
+}
+
 static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
     memset(hp, 0, sizeof *hp);
     if (get_pos_int(k, "embedding_length", -1, GGUF_MAX_DIM, &hp->dim) ||
@@ -262,6 +275,7 @@ static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
                           k->path, key);
     }
     hp->tied_output = tk_gguf_find_tensor(g, "output.weight") == NULL;
+    if (read_moe(k, hp)) return -1;
     return read_gemma_style(k, hp);
 }
 

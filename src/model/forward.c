@@ -9,6 +9,7 @@
 #include "../kernels/attention.h"
 #include "../kernels/ops.h"
 #include "model.h"
+#include "moe.h"
 
 /* Positions per attention segment (see attention() below); a multiple of
  * TK_ATTN_CHUNK. */
@@ -68,6 +69,11 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
     size_t longest = (size_t)hp->dim;
     if ((size_t)hp->ffn_dim > longest) longest = hp->ffn_dim;
     if (q_dim > longest) longest = q_dim;
+    if ((size_t)tk_moe_longest_input(m) > longest) longest = (size_t)tk_moe_longest_input(m);
+    if (tk_moe_ws_init(ws, m, max_tokens)) {
+        tk_forward_ws_free(ws);
+        return tk_err_set(err, "out of memory for the expert workspace (%d tokens)", max_tokens);
+    }
     const tk_isa isa = tk_cpu_isa();
     if (tk_matmul_ws_init(&ws->mm, isa, reference, max_tokens, (int64_t)longest, n_threads, err)) {
         tk_forward_ws_free(ws);
@@ -123,6 +129,7 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     free(ws->att_merge);
     free(ws->att_lo);
     free(ws->att_hi);
+    tk_moe_ws_free(ws);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -419,6 +426,12 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         residual_matmul(pool, ws, L->wo, ws->att, q_dim, T, D, a->post_norms ? L->attn_post_norm : NULL,
                         hp->norm_eps);
 
+        if (a->moe) {
+            for (int t = 0; t < T; t++)
+                tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->ffn_norm, D, hp->norm_eps);
+            tk_moe_ffn(m, l, T, ws, pool);
+            continue;
+        }
         const tk_tensor *gu[2] = {L->w_gate, L->w_up};
         if (ws->fuse & TK_FUSE_NORM_QUANT)
             tk_rmsnorm_pack(pool, &ws->mm, 2, gu, ws->x, L->ffn_norm, hp->norm_eps, T, D, ws->xn);
