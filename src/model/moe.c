@@ -62,6 +62,11 @@ int tk_moe_bind(tk_model *m, tk_err *err) {
         if (n_sh != 0 && n_sh != 3)
             return tk_err_set(err, "layer %d has an incomplete shared expert (gate, up and down are needed)", l);
     }
+    /* Qwen2-MoE files carry q/k/v biases; this table has no bias roles yet,
+     * and ignoring them would give wrong logits. */
+    if (tk_source_find(&m->src, "blk.0.attn_q.bias"))
+        return tk_err_set(err, "architecture '%s': attention biases (blk.0.attn_q.bias) are not supported yet",
+                          m->arch->name);
     m->moe_router_f32 = malloc(nl * E * D * sizeof(float));
     m->moe_views = malloc(nl * E * 3 * sizeof(tk_tensor));
     if (!m->moe_router_f32 || !m->moe_views) return tk_err_set(err, "out of memory for the experts");
