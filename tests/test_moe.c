@@ -1,7 +1,8 @@
 /* Mixture-of-experts FFN on tiny synthetic models (random F32 weights
  * written as GGUF): Mixtral ("llama" with experts), Qwen2-MoE (shared expert
- * with its sigmoid gate, no top-k renormalization) and Qwen3-MoE (per-head
- * q/k norm, renormalized top-k).  The engine's batched, paged forward pass
+ * with its sigmoid gate, no top-k renormalization), Qwen3-MoE (per-head
+ * q/k norm, renormalized top-k) and OLMoE (q/k norm over the whole
+ * projections, no renormalization).  The engine's batched, paged forward pass
  * is checked against a naive float64 reference written here from the
  * models' definitions (router softmax, top-k, weighted expert sum), for
  * several prefill chunkings and thread counts; three sequences decoded
@@ -23,13 +24,14 @@ enum { SEQ = 19, N_SEQ = 3 };
 #define THETA 10000.0
 #define EPS 1e-6
 
-typedef enum variant { MIXTRAL, QWEN2MOE, QWEN3MOE } variant;
-static const char *const arch_name[] = {"llama", "qwen2moe", "qwen3moe"};
+typedef enum variant { MIXTRAL, QWEN2MOE, QWEN3MOE, OLMOE } variant;
+static const char *const arch_name[] = {"llama", "qwen2moe", "qwen3moe", "olmoe"};
 
 typedef struct weights {
     float embd[VOCAB * DIM], out_norm[DIM], output[VOCAB * DIM];
     float attn_norm[LAYERS][DIM], ffn_norm[LAYERS][DIM];
     float q_norm[LAYERS][HD], k_norm[LAYERS][HD];
+    float q_normf[LAYERS][HEADS * HD], k_normf[LAYERS][KV_HEADS * HD]; /* OLMoE: whole projections */
     float wq[LAYERS][HEADS * HD * DIM], wk[LAYERS][KV_HEADS * HD * DIM], wv[LAYERS][KV_HEADS * HD * DIM];
     float wo[LAYERS][DIM * HEADS * HD];
     float router[LAYERS][E * DIM];
@@ -55,6 +57,8 @@ static void init_weights(weights *w) {
     FILL(w->ffn_norm, 0.3f, 1.0f);
     FILL(w->q_norm, 0.3f, 1.0f);
     FILL(w->k_norm, 0.3f, 1.0f);
+    FILL(w->q_normf, 0.3f, 1.0f);
+    FILL(w->k_normf, 0.3f, 1.0f);
     FILL(w->wq, 0.4f, 0);
     FILL(w->wk, 0.4f, 0);
     FILL(w->wv, 0.3f, 0);
@@ -111,6 +115,11 @@ static int write_model(const weights *w, variant v, const char *path, int n_expe
         if (v == QWEN3MOE) {
             ADD("blk.%d.attn_q_norm.weight", 1, vh, w->q_norm[l], sizeof w->q_norm[l]);
             ADD("blk.%d.attn_k_norm.weight", 1, vh, w->k_norm[l], sizeof w->k_norm[l]);
+        }
+        if (v == OLMOE) {
+            int64_t vq[1] = {HEADS * HD}, vk[1] = {KV_HEADS * HD};
+            ADD("blk.%d.attn_q_norm.weight", 1, vq, w->q_normf[l], sizeof w->q_normf[l]);
+            ADD("blk.%d.attn_k_norm.weight", 1, vk, w->k_normf[l], sizeof w->k_normf[l]);
         }
         ADD("blk.%d.attn_output.weight", 2, o, w->wo[l], sizeof w->wo[l]);
         ADD("blk.%d.ffn_norm.weight", 1, v1, w->ffn_norm[l], sizeof w->ffn_norm[l]);
@@ -193,7 +202,7 @@ static void moe_ref(const weights *w, variant v, int l, const double *xn, double
     for (int i = 0; i < DIM; i++) out[i] = 0;
     for (int k = 0; k < K; k++) {
         int e = chosen[k];
-        double wt = v == QWEN2MOE ? p[e] : p[e] / psum;
+        double wt = v == QWEN2MOE || v == OLMOE ? p[e] : p[e] / psum;
         glu(y, w->wg[l] + (size_t)e * EFF * DIM, w->wu[l] + (size_t)e * EFF * DIM, w->wd[l] + (size_t)e * DIM * EFF,
             xn, EFF);
         for (int i = 0; i < DIM; i++) out[i] += wt * y[i];
@@ -219,6 +228,10 @@ static void reference(const weights *w, variant v, const int32_t *tok, int n, do
             mv(Q[t], w->wq[l], xn, DIM, HEADS * HD);
             mv(Kc[t], w->wk[l], xn, DIM, KV_HEADS * HD);
             mv(Vc[t], w->wv[l], xn, DIM, KV_HEADS * HD);
+            if (v == OLMOE) {
+                rms(Q[t], Q[t], w->q_normf[l], HEADS * HD);
+                rms(Kc[t], Kc[t], w->k_normf[l], KV_HEADS * HD);
+            }
             for (int h = 0; h < HEADS; h++) {
                 if (v == QWEN3MOE) rms(Q[t] + h * HD, Q[t] + h * HD, w->q_norm[l], HD);
                 rope(Q[t] + h * HD, t, halves);
@@ -376,6 +389,7 @@ int main(void) {
     check_variant(&w, MIXTRAL, dir);
     check_variant(&w, QWEN2MOE, dir);
     check_variant(&w, QWEN3MOE, dir);
+    check_variant(&w, OLMOE, dir);
     check_refused(&w, dir, E, E + 1, E, "expert_used_count");
     check_refused(&w, dir, E, 0, E, "expert_used_count");
     check_refused(&w, dir, E, K, E - 1, "ffn_gate_exps");   /* tensors hold fewer experts than expert_count */

@@ -41,7 +41,7 @@ static void gguf_impl_free(void *p) {
  * pairs: llama.cpp's converter permutes HF llama weights into that form. */
 static const char *const neox_archs[] = {
     "gptneox", "falcon", "qwen", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi2", "phi3",
-    "gemma",   "gemma2", "gemma3", "stablelm", "starcoder2", "olmo2", "codeshell", "orion",
+    "gemma",   "gemma2", "gemma3", "stablelm", "starcoder2", "olmo2", "olmoe", "codeshell", "orion",
 };
 
 static tk_rope_style rope_style_for(const char *arch) {

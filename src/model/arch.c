@@ -83,6 +83,15 @@ static const tk_tensor_role qwen3moe_layer[] = {
     MOE_ROLES,
 };
 
+/* OLMoE: q/k RMSNorm over the whole projections, routed FFN (top-8 of 64,
+ * norm_topk_prob false). */
+static const tk_tensor_role olmoe_layer[] = {
+    ATTN_ROLES,
+    {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_Q, TK_DIM_NONE},
+    {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_KV, TK_DIM_NONE},
+    MOE_ROLES,
+};
+
 #define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
 
 static const tk_arch archs[] = {
@@ -157,6 +166,16 @@ static const tk_arch archs[] = {
         .qk_norm = true,
         .moe = true,
         .moe_norm_topk = true,
+    },
+    {
+        .name = "olmoe",
+        .global_roles = llama_globals,
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = olmoe_layer,
+        .n_layer_roles = COUNT(olmoe_layer),
+        .ffn_act = TK_ACT_SILU,
+        .qk_norm_full = true,
+        .moe = true,
     },
 };
 

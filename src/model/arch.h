@@ -66,6 +66,9 @@ typedef struct tk_arch {
      * the chosen experts' softmax weights are renormalized to sum 1. */
     bool moe;
     bool moe_norm_topk;
+    /* RMSNorm over the whole q and k projections before RoPE (OLMoE;
+     * attn_q_norm [n_heads * head_dim], attn_k_norm [n_kv_heads * head_dim]) */
+    bool qk_norm_full;
 } tk_arch;
 
 const tk_arch *tk_arch_find(const char *name);

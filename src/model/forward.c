@@ -384,7 +384,8 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             ws->observe(ws->observe_ctx, l, L->wv, ws->xn, T, D);
         }
         const bool adjacent = hp->rope_style == TK_ROPE_ADJACENT;
-        const bool rope_q_fused = ws->fuse & TK_FUSE_ROPE_Q;
+        /* a norm over the whole projection needs the whole row before RoPE */
+        const bool rope_q_fused = (ws->fuse & TK_FUSE_ROPE_Q) && !a->qk_norm_full;
         {
             float *y[3] = {ws->q, ws->k, ws->v};
             int64_t ld[3] = {q_dim, kv_dim, kv_dim};
@@ -399,6 +400,11 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         }
         for (int t = 0; t < T; t++) {
             const float *c = rcos + (size_t)t * half, *s = rsin + (size_t)t * half;
+            if (a->qk_norm_full) {
+                float *q = ws->q + (size_t)t * q_dim, *k = ws->k + (size_t)t * kv_dim;
+                tk_rmsnorm(q, q, L->attn_q_norm, q_dim, hp->norm_eps);
+                tk_rmsnorm(k, k, L->attn_k_norm, kv_dim, hp->norm_eps);
+            }
             for (int h = 0; h < hp->n_heads && !rope_q_fused; h++) {
                 float *q = ws->q + (size_t)t * q_dim + (size_t)h * hd;
                 if (a->qk_norm) tk_rmsnorm(q, q, L->attn_q_norm, hd, hp->norm_eps);
