@@ -31,11 +31,10 @@ static const shape shapes[] = {
     {"llama-3.2-1b", 2048, 16, 32, 8, 8192, 128256, 8192, 500000.0f, true, "tokenizers/llama3/tokenizer.json", NULL, 0, 0, 0, 0},
     {"llama-2-7b", 4096, 32, 32, 32, 11008, 32000, 4096, 10000.0f, false, "tokenizers/llama2/tokenizer.model", NULL, 0, 0, 0, 0},
     {"stories-15m", 288, 6, 6, 6, 768, 32000, 256, 10000.0f, true, "tokenizers/llama2/tokenizer.model", NULL, 0, 0, 0, 0},
-    /* OLMoE-1B-7B's FFN and attention shapes (64 experts, top-8, 1024 wide)
-     * as a Mixtral-style "llama" MoE: no q/k norm, the llama2 vocabulary
-     * (32000, not 50304). */
+    /* OLMoE-1B-7B (olmoe: 64 experts, top-8, 1024 wide, q/k norm over the
+     * whole projections) with the llama2 vocabulary (32000, not 50304). */
     {.name = "olmoe-1b-7b", .dim = 2048, .layers = 16, .heads = 16, .kv_heads = 16, .ffn = 1024, .vocab = 32000,
-     .ctx = 4096, .theta = 10000.0f, .tokenizer = "tokenizers/llama2/tokenizer.model", .experts = 64,
+     .ctx = 4096, .theta = 10000.0f, .tokenizer = "tokenizers/llama2/tokenizer.model", .arch = "olmoe", .experts = 64,
      .experts_used = 8, .expert_ffn = 1024},
     /* Qwen3-30B-A3B (qwen3moe: 128 experts, top-8, 768 wide, 32 q / 4 KV heads
      * of 128) with 24 of its 48 layers, so a Q4_K_M file (about 9 GB) fits
@@ -163,11 +162,12 @@ static void add_spec(spec *specs, int *n, const char *name, int64_t ne0, int64_t
 /* Tensors a layer has at most (MoE: 11 with q/k norms). */
 #define MAX_LAYER_TENSORS 11
 
-/* A mixture-of-experts layer: attention (q/k norms for qwen3moe), the
- * router and stacked experts. */
+/* A mixture-of-experts layer: attention (q/k norms: per head for qwen3moe,
+ * over the whole projections for olmoe), the router and stacked experts. */
 static void list_moe_layer(const shape *sh, int l, spec *specs, int *n) {
     const int hd = head_dim_of(sh), q_dim = hd * sh->heads, kv_dim = hd * sh->kv_heads;
-    const bool qk_norm = sh->arch && !strcmp(sh->arch, "qwen3moe");
+    const bool head_norm = sh->arch && !strcmp(sh->arch, "qwen3moe");
+    const bool full_norm = sh->arch && !strcmp(sh->arch, "olmoe");
     char nm[64];
 #define SPEC(part, a, b)                                                 \
     do {                                                                 \
@@ -178,9 +178,9 @@ static void list_moe_layer(const shape *sh, int l, spec *specs, int *n) {
     SPEC("attn_q", sh->dim, q_dim);
     SPEC("attn_k", sh->dim, kv_dim);
     SPEC("attn_v", sh->dim, kv_dim);
-    if (qk_norm) {
-        SPEC("attn_q_norm", hd, 1);
-        SPEC("attn_k_norm", hd, 1);
+    if (head_norm || full_norm) {
+        SPEC("attn_q_norm", head_norm ? hd : q_dim, 1);
+        SPEC("attn_k_norm", head_norm ? hd : kv_dim, 1);
     }
     SPEC("attn_output", q_dim, sh->dim);
     SPEC("ffn_norm", sh->dim, 1);
