@@ -79,3 +79,22 @@ def test_mixtral_matches_transformers(tokamak_bin, shared, tmp_path, fmt):
     got = tk_logits(tokamak_bin, path, seq[:-1], tmp_path).argmax(axis=1)
     n0 = len(PROMPTS[0])
     assert got[n0 - 1:].tolist() == seq[n0:], f"{fmt}: greedy continuation differs"
+
+
+def test_bad_expert_config_refused(tokamak_bin, shared, tmp_path):
+    """More experts per token than experts, and an expert count the tensors do not have, are refused
+    naming the problem."""
+    import json
+    model = mixtral(tmp_path)
+    path = save(model, tmp_path, shared)
+    cfg_path = path / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["num_experts_per_tok"] = cfg["num_local_experts"] + 1
+    cfg_path.write_text(json.dumps(cfg))
+    r = subprocess.run([tokamak_bin, "logits", "-m", str(path), "--tokens", "1,2"], capture_output=True, text=True)
+    assert r.returncode != 0 and "expert_used_count" in r.stderr, r.stderr
+    cfg["num_experts_per_tok"] = 2
+    cfg["num_local_experts"] = 7  # the files hold 6
+    cfg_path.write_text(json.dumps(cfg))
+    r = subprocess.run([tokamak_bin, "logits", "-m", str(path), "--tokens", "1,2"], capture_output=True, text=True)
+    assert r.returncode != 0 and "block_sparse_moe.gate.weight" in r.stderr and "[7, 64]" in r.stderr, r.stderr
