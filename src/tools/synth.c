@@ -159,8 +159,8 @@ static void add_spec(spec *specs, int *n, const char *name, int64_t ne0, int64_t
     (*n)++;
 }
 
-/* Tensors a layer has at most (MoE: 11 with q/k norms). */
-#define MAX_LAYER_TENSORS 11
+/* Tensors a layer has at most (MoE with q/k norms: 5 attention, 2 norms, ffn_norm, router, 3 stacks). */
+#define MAX_LAYER_TENSORS 12
 
 /* A mixture-of-experts layer: attention (q/k norms: per head for qwen3moe,
  * over the whole projections for olmoe), the router and stacked experts. */
