@@ -41,7 +41,7 @@ static void gguf_impl_free(void *p) {
  * pairs: llama.cpp's converter permutes HF llama weights into that form. */
 static const char *const neox_archs[] = {
     "gptneox", "falcon", "qwen", "qwen2", "qwen2moe", "qwen3", "qwen3moe", "phi2", "phi3",
-    "gemma",   "gemma2", "gemma3", "stablelm", "starcoder2", "olmo2", "codeshell", "orion",
+    "gemma",   "gemma2", "gemma3", "stablelm", "starcoder2", "olmo2", "olmoe", "codeshell", "orion",
 };
 
 static tk_rope_style rope_style_for(const char *arch) {
@@ -215,6 +215,19 @@ static int read_gemma_style(const keyctx *k, tk_hparams *hp) {
     return 0;
 }
 
+/* Mixture-of-experts keys, all optional (absent: a dense model); their
+ * consistency with each other and with the tensors is checked at bind
+ * time (model/moe.c). */
+static int read_moe(const keyctx *k, tk_hparams *hp) {
+    bool given;
+    if (get_nonneg_int(k, "expert_count", 0, &hp->n_expert, &given) ||
+        get_nonneg_int(k, "expert_used_count", 0, &hp->n_expert_used, &given) ||
+        get_nonneg_int(k, "expert_feed_forward_length", hp->ffn_dim, &hp->expert_ffn_dim, &given) ||
+        get_nonneg_int(k, "expert_shared_feed_forward_length", 0, &hp->shexp_ffn_dim, &given))
+        return -1;
+    return 0;
+}
+
 static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
     memset(hp, 0, sizeof *hp);
     if (get_pos_int(k, "embedding_length", -1, GGUF_MAX_DIM, &hp->dim) ||
@@ -278,6 +291,7 @@ static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
                           k->path, key);
     }
     hp->tied_output = tk_gguf_find_tensor(g, "output.weight") == NULL;
+    if (read_moe(k, hp)) return -1;
     return read_gemma_style(k, hp);
 }
 

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 
 #include <tokamak.h> /* tk_mapfile, tk_read_file */
+#include "hf_experts.h"
 #include "safetensors.h"
 #include "source.h"
 
@@ -50,6 +51,7 @@ typedef struct hf_impl {
     tk_err tok_config_err;
     const char *tok_config_error; /* tok_config_err.msg when it could not be read */
     char *chat_template;
+    tk_hf_experts *experts; /* owns the stacked expert tensors' data */
 } hf_impl;
 
 static void hf_impl_free(void *p) {
@@ -66,6 +68,7 @@ static void hf_impl_free(void *p) {
     free(im->dir);
     json_decref(im->tok_config);
     free(im->chat_template);
+    tk_hf_experts_free(im->experts);
     free(im);
 }
 
@@ -227,9 +230,11 @@ static const struct {
     /* Phi-3 (no longrope, full rotary): Llama's layer once the fused
      * projections are split; loads as llama, or mistral with a window */
     {"phi3", "Phi3ForCausalLM", "phi3"},
+    /* Mixtral: Llama with experts (tk_arch_for picks the MoE entry) */
+    {"mixtral", "MixtralForCausalLM", "llama"},
 };
 #define N_HF_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
-#define HF_MODEL_TYPES "llama, mistral, qwen2, qwen3, phi3"
+#define HF_MODEL_TYPES "llama, mistral, qwen2, qwen3, phi3, mixtral"
 
 /* The architecture, from model_type or else the first supported entry of
  * 'architectures'; *arch is the tokamak architecture name. */
@@ -345,6 +350,22 @@ static int parse_sliding_window(const char *path, json_t *cfg, tk_hparams *hp, t
     return cfg_int(path, cfg, "sliding_window", false, 0, 1, INT_MAX, &hp->swa_window, err);
 }
 
+/* Mixture-of-experts keys (Mixtral: num_local_experts; Qwen-MoE:
+ * num_experts, moe_intermediate_size, shared_expert_intermediate_size);
+ * none: a dense model.  Consistency is checked when the model binds. */
+static int parse_moe(const char *path, json_t *cfg, tk_hparams *hp, tk_err *err) {
+    const char *count = cfg_get(cfg, "num_local_experts") ? "num_local_experts" : "num_experts";
+    if (cfg_int(path, cfg, count, false, 0, 0, 4096, &hp->n_expert, err)) return -1;
+    if (hp->n_expert == 0) return 0;
+    return cfg_int(path, cfg, "num_experts_per_tok", true, 0, 0, 4096, &hp->n_expert_used, err) ||
+                   cfg_int(path, cfg, "moe_intermediate_size", false, hp->ffn_dim, 1, 1 << 24, &hp->expert_ffn_dim,
+                           err) ||
+                   cfg_int(path, cfg, "shared_expert_intermediate_size", false, 0, 0, 1 << 24, &hp->shexp_ffn_dim,
+                           err)
+               ? -1
+               : 0;
+}
+
 static int parse_config(const char *dir, tk_hparams *hp, bool *tie, const char **arch, tk_err *err) {
     char *path = path_join(dir, "config.json");
     if (!path) return tk_err_set(err, "%s: out of memory", dir);
@@ -387,6 +408,7 @@ static int parse_config(const char *dir, tk_hparams *hp, bool *tie, const char *
         goto done;
     }
     if (parse_rope_scaling(path, cfg, hp, err) != 0) goto done;
+    if (parse_moe(path, cfg, hp, err) != 0) goto done;
     hp->rope_style = TK_ROPE_HALVES;
     /* A Mistral checkpoint with a window becomes the "mistral" architecture
      * (every layer slides); without one it is plain Llama. */
@@ -498,7 +520,8 @@ done:
 typedef enum hf_kind {
     K_EMBD, K_OUTPUT, K_NORM, K_Q, K_K, K_V, K_O, K_GATE, K_UP, K_DOWN,
     K_QB, K_KB, K_HEAD_NORM, /* q bias [q_dim]; k/v bias [kv_dim]; per-head q/k norm [head_dim] */
-    K_QKV, K_GATE_UP         /* Phi-3's fused projections, split into views at load */
+    K_QKV, K_GATE_UP,        /* Phi-3's fused projections, split into views at load */
+    K_ROUTER          /* the experts' router [n_expert, dim] */
 } hf_kind;
 
 /* Most tensors one checkpoint tensor becomes (fused q/k/v: 3). */
@@ -524,6 +547,7 @@ static const struct {
     {"mlp.gate_proj.weight", "ffn_gate.weight", K_GATE},
     {"mlp.up_proj.weight", "ffn_up.weight", K_UP},
     {"mlp.down_proj.weight", "ffn_down.weight", K_DOWN},
+    {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight", K_ROUTER}, /* Mixtral */
 };
 
 /* 1: mapped into out/kind; 0: not a tensor we use; -1: error (set). */
@@ -597,6 +621,7 @@ static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, co
     case K_HEAD_NORM: exp[0] = hp->head_dim; nd = 1; break;
     case K_QKV: exp[0] = q + 2 * kv; exp[1] = hp->dim; break;
     case K_GATE_UP: exp[0] = 2 * (int64_t)hp->ffn_dim; exp[1] = hp->dim; break;
+    case K_ROUTER: exp[0] = hp->n_expert; exp[1] = hp->dim; break;
     default: return tk_err_set(err, "internal error: bad tensor kind");
     }
     bool ok = t->ndim == nd;
@@ -664,6 +689,8 @@ static int add_rows(hf_load *L, const char *file, const tk_st_tensor *t, const c
 static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_err *err) {
     char gname[96];
     hf_kind kind = K_EMBD;
+    int x = tk_hf_experts_add(L->im->experts, file, t, err);
+    if (x != 0) return x < 0 ? -1 : 0;
     int m = map_name(t->name, L->hp->n_layers, gname, sizeof gname, &kind, err);
     if (m < 0) return tk_err_wrap(err, "%s", file);
     if (m == 0) return 0;
@@ -845,6 +872,7 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     if (read_tokenizer_config(im, err) != 0) goto fail;
 
     hf_load L = {.im = im, .hp = &hp, .arch = arch, .tie = tie};
+    if (tk_hf_experts_new(&hp, &im->experts, err) != 0) goto fail;
     index_path = path_join(dir, "model.safetensors.index.json");
     single_path = path_join(dir, "model.safetensors");
     if (!index_path || !single_path) {
@@ -866,6 +894,11 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     }
     free(index_path);
     free(single_path);
+    index_path = single_path = NULL;
+    if (tk_hf_experts_stack(im->experts, im->tensors, &im->n_tensors, L.cap, err) != 0) {
+        tk_err_wrap(err, "%s", dir);
+        goto fail;
+    }
 
     hp.tied_output = tie || !L.have_output;
     src->format = TK_FORMAT_HF;

@@ -118,6 +118,11 @@ int tk_gguf_set_llama_meta(tk_gguf_writer *w, const tk_source *src, int file_typ
     rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.key_length"), (uint32_t)hp->head_dim);
     rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.value_length"), (uint32_t)hp->head_dim);
     rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "vocab_size"), (uint32_t)hp->n_vocab);
+    if (hp->n_expert > 0) {
+        rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "expert_count"), (uint32_t)hp->n_expert);
+        rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "expert_used_count"), (uint32_t)hp->n_expert_used);
+        rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "expert_feed_forward_length"), (uint32_t)hp->expert_ffn_dim);
+    }
     if (hp->rope_scaling == TK_ROPE_SCALING_LINEAR) {
         rc |= tk_gguf_set_str(w, key(k, sizeof k, arch, "rope.scaling.type"), "linear");
         rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.factor"), hp->rope_factor);

@@ -57,6 +57,13 @@ typedef struct tk_hparams {
     float rope_theta_swa;         /* RoPE base of sliding layers; 0: the architecture's default */
     float attn_scale;             /* query scale; 0: 1/sqrt(head_dim) or the architecture's rule */
     float final_softcap;          /* logits = c * tanh(logits / c); 0: off */
+    /* Mixture of experts (n_expert 0: a dense FFN).  Each token's FFN is the
+     * weighted sum of n_expert_used of n_expert experts of expert_ffn_dim,
+     * plus a shared expert of shexp_ffn_dim when that is > 0. */
+    int n_expert;
+    int n_expert_used;
+    int expert_ffn_dim;
+    int shexp_ffn_dim;
 } tk_hparams;
 
 typedef enum tk_source_format {

@@ -77,6 +77,58 @@ static const tk_tensor_role gemma3_layer[] = {
     {"blk.%d.post_ffw_norm.weight", L(ffn_post_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
 };
 
+/* Mixture-of-experts FFN (llama.cpp's names): a router and experts stacked
+ * in 3-D tensors [in, out, n_expert], optionally a shared expert with a
+ * sigmoid gate (Qwen2-MoE). */
+#define MOE_ROLES                                                                                      \
+    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},                     \
+    {"blk.%d.ffn_gate_inp.weight", L(moe_router), false, true, TK_DIM_EMBD, TK_DIM_EXPERTS},           \
+    {"blk.%d.ffn_gate_exps.weight", L(gate_exps), false, true, TK_DIM_EMBD, TK_DIM_EXP_FFN},           \
+    {"blk.%d.ffn_up_exps.weight", L(up_exps), false, true, TK_DIM_EMBD, TK_DIM_EXP_FFN},               \
+    {"blk.%d.ffn_down_exps.weight", L(down_exps), false, true, TK_DIM_EXP_FFN, TK_DIM_EMBD}
+
+#define ATTN_ROLES                                                                                     \
+    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},                   \
+    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},                               \
+    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},                              \
+    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV},                              \
+    {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD}
+
+/* Mixtral: Llama attention, routed FFN. */
+static const tk_tensor_role llama_moe_layer[] = {ATTN_ROLES, MOE_ROLES};
+
+/* Qwen2-MoE: routed experts plus a shared expert scaled by
+ * sigmoid(ffn_gate_inp_shexp . x). */
+static const tk_tensor_role qwen2moe_layer[] = {
+    ATTN_ROLES,
+    /* q/k/v biases, as dense Qwen2 (optional: bias-free test files load too) */
+    {"blk.%d.attn_q.bias", L(bq), true, false, TK_DIM_Q, TK_DIM_NONE},
+    {"blk.%d.attn_k.bias", L(bk), true, false, TK_DIM_KV, TK_DIM_NONE},
+    {"blk.%d.attn_v.bias", L(bv), true, false, TK_DIM_KV, TK_DIM_NONE},
+    MOE_ROLES,
+    {"blk.%d.ffn_gate_inp_shexp.weight", L(shexp_gate), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    {"blk.%d.ffn_gate_shexp.weight", L(gate_shexp), false, true, TK_DIM_EMBD, TK_DIM_SHEXP_FFN},
+    {"blk.%d.ffn_up_shexp.weight", L(up_shexp), false, true, TK_DIM_EMBD, TK_DIM_SHEXP_FFN},
+    {"blk.%d.ffn_down_shexp.weight", L(down_shexp), false, true, TK_DIM_SHEXP_FFN, TK_DIM_EMBD},
+};
+
+/* Qwen3-MoE: per-head q/k RMSNorm, routed FFN, no shared expert. */
+static const tk_tensor_role qwen3moe_layer[] = {
+    ATTN_ROLES,
+    {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
+    {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
+    MOE_ROLES,
+};
+
+/* OLMoE: q/k RMSNorm over the whole projections, routed FFN (top-8 of 64,
+ * norm_topk_prob false). */
+static const tk_tensor_role olmoe_layer[] = {
+    ATTN_ROLES,
+    {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_Q, TK_DIM_NONE},
+    {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_KV, TK_DIM_NONE},
+    MOE_ROLES,
+};
+
 #define COUNT(a) (int)(sizeof(a) / sizeof((a)[0]))
 
 static const tk_arch archs[] = {
@@ -135,12 +187,60 @@ static const tk_arch archs[] = {
         .ffn_act = TK_ACT_SILU,
         .qk_norm = true,
     },
+    {
+        /* Mixtral: a "llama" file with {arch}.expert_count > 0 (see
+         * tk_arch_for); softmax over the chosen experts' logits. */
+        .name = "llama+moe",
+        .global_roles = llama_globals,
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = llama_moe_layer,
+        .n_layer_roles = COUNT(llama_moe_layer),
+        .ffn_act = TK_ACT_SILU,
+        .moe = true,
+        .moe_norm_topk = true,
+    },
+    {
+        /* Qwen2-MoE (norm_topk_prob false) */
+        .name = "qwen2moe",
+        .global_roles = llama_globals,
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = qwen2moe_layer,
+        .n_layer_roles = COUNT(qwen2moe_layer),
+        .ffn_act = TK_ACT_SILU,
+        .moe = true,
+    },
+    {
+        .name = "qwen3moe", /* norm_topk_prob true */
+        .global_roles = llama_globals,
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = qwen3moe_layer,
+        .n_layer_roles = COUNT(qwen3moe_layer),
+        .ffn_act = TK_ACT_SILU,
+        .qk_norm = true,
+        .moe = true,
+        .moe_norm_topk = true,
+    },
+    {
+        .name = "olmoe",
+        .global_roles = llama_globals,
+        .n_global_roles = COUNT(llama_globals),
+        .layer_roles = olmoe_layer,
+        .n_layer_roles = COUNT(olmoe_layer),
+        .ffn_act = TK_ACT_SILU,
+        .qk_norm_full = true,
+        .moe = true,
+    },
 };
 
-const char *tk_arch_names(void) { return "llama, gemma3, mistral, qwen2, qwen3"; }
+const char *tk_arch_names(void) { return "llama (with or without experts), gemma3, mistral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe"; }
 
 const tk_arch *tk_arch_find(const char *name) {
     for (int i = 0; i < COUNT(archs); i++)
         if (!strcmp(archs[i].name, name)) return &archs[i];
     return NULL;
+}
+
+const tk_arch *tk_arch_for(const char *name, bool has_experts) {
+    if (has_experts && !strcmp(name, "llama")) return tk_arch_find("llama+moe");
+    return tk_arch_find(name);
 }

@@ -15,7 +15,10 @@ typedef enum tk_dim_sym {
     TK_DIM_KV,       /* n_kv_heads * head_dim */
     TK_DIM_FFN,      /* ffn_dim */
     TK_DIM_VOCAB,    /* n_vocab */
-    TK_DIM_HEAD      /* head_dim */
+    TK_DIM_HEAD,     /* head_dim */
+    TK_DIM_EXPERTS,  /* n_expert */
+    TK_DIM_EXP_FFN,  /* expert_ffn_dim (of experts stacked in ne[2]) */
+    TK_DIM_SHEXP_FFN /* shexp_ffn_dim */
 } tk_dim_sym;
 
 typedef enum tk_act { TK_ACT_SILU = 0, TK_ACT_GELU_TANH = 1 } tk_act;
@@ -27,7 +30,7 @@ typedef struct tk_tensor_role {
     size_t offset;     /* offsetof into tk_layer or tk_model_weights */
     bool is_vector;
     bool required;
-    tk_dim_sym ne0, ne1;
+    tk_dim_sym ne0, ne1; /* a role with TK_DIM_EXP_FFN is stacked: ne2 = n_expert */
 } tk_tensor_role;
 
 /* How the attention scale is chosen when the file has no
@@ -59,10 +62,20 @@ typedef struct tk_arch {
      * file gives {arch}.rope.freq_base_swa */
     float rope_theta_swa;
     tk_attn_scale_rule attn_scale;
+    /* Mixture of experts (model/moe.c): the FFN is routed; moe_norm_topk:
+     * the chosen experts' softmax weights are renormalized to sum 1. */
+    bool moe;
+    bool moe_norm_topk;
+    /* RMSNorm over the whole q and k projections before RoPE (OLMoE;
+     * attn_q_norm [n_heads * head_dim], attn_k_norm [n_kv_heads * head_dim]) */
+    bool qk_norm_full;
 } tk_arch;
 
 const tk_arch *tk_arch_find(const char *name);
 /* The supported names, comma-separated (for error messages). */
 const char *tk_arch_names(void);
+/* The table entry for a file's general.architecture: "llama" with experts
+ * is Mixtral ("llama+moe"). */
+const tk_arch *tk_arch_for(const char *name, bool has_experts);
 
 #endif

@@ -9,6 +9,7 @@
 #include "../kernels/attention.h"
 #include "../kernels/ops.h"
 #include "model.h"
+#include "moe.h"
 
 /* Positions per attention segment (see attention() below); a multiple of
  * TK_ATTN_CHUNK. */
@@ -68,6 +69,11 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
     size_t longest = (size_t)hp->dim;
     if ((size_t)hp->ffn_dim > longest) longest = hp->ffn_dim;
     if (q_dim > longest) longest = q_dim;
+    if ((size_t)tk_moe_longest_input(m) > longest) longest = (size_t)tk_moe_longest_input(m);
+    if (tk_moe_ws_init(ws, m, max_tokens)) {
+        tk_forward_ws_free(ws);
+        return tk_err_set(err, "out of memory for the expert workspace (%d tokens)", max_tokens);
+    }
     const tk_isa isa = tk_cpu_isa();
     if (tk_matmul_ws_init(&ws->mm, isa, reference, max_tokens, (int64_t)longest, n_threads, err)) {
         tk_forward_ws_free(ws);
@@ -123,6 +129,7 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     free(ws->att_merge);
     free(ws->att_lo);
     free(ws->att_hi);
+    tk_moe_ws_free(ws);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -383,8 +390,9 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             ws->observe(ws->observe_ctx, l, L->wv, ws->xn, T, D);
         }
         const bool adjacent = hp->rope_style == TK_ROPE_ADJACENT;
-        /* a bias is added before RoPE, so Q with a bias is rotated unfused */
-        const bool rope_q_fused = (ws->fuse & TK_FUSE_ROPE_Q) && !L->bq;
+        /* a bias is added before RoPE, and a norm over the whole projection needs
+         * the whole row: either way Q is rotated unfused */
+        const bool rope_q_fused = (ws->fuse & TK_FUSE_ROPE_Q) && !L->bq && !a->qk_norm_full;
         {
             float *y[3] = {ws->q, ws->k, ws->v};
             int64_t ld[3] = {q_dim, kv_dim, kv_dim};
@@ -402,6 +410,11 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         if (L->bv) add_bias(ws->v, L->bv, T, kv_dim);
         for (int t = 0; t < T; t++) {
             const float *c = rcos + (size_t)t * half, *s = rsin + (size_t)t * half;
+            if (a->qk_norm_full) {
+                float *q = ws->q + (size_t)t * q_dim, *k = ws->k + (size_t)t * kv_dim;
+                tk_rmsnorm(q, q, L->attn_q_norm, q_dim, hp->norm_eps);
+                tk_rmsnorm(k, k, L->attn_k_norm, kv_dim, hp->norm_eps);
+            }
             for (int h = 0; h < hp->n_heads && !rope_q_fused; h++) {
                 float *q = ws->q + (size_t)t * q_dim + (size_t)h * hd;
                 if (a->qk_norm) tk_rmsnorm(q, q, L->attn_q_norm, hd, hp->norm_eps);
@@ -429,6 +442,12 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         residual_matmul(pool, ws, L->wo, ws->att, q_dim, T, D, a->post_norms ? L->attn_post_norm : NULL,
                         hp->norm_eps);
 
+        if (a->moe) {
+            for (int t = 0; t < T; t++)
+                tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->ffn_norm, D, hp->norm_eps);
+            tk_moe_ffn(m, l, T, ws, pool);
+            continue;
+        }
         const tk_tensor *gu[2] = {L->w_gate, L->w_up};
         if (ws->fuse & TK_FUSE_NORM_QUANT)
             tk_rmsnorm_pack(pool, &ws->mm, 2, gu, ws->x, L->ffn_norm, hp->norm_eps, T, D, ws->xn);

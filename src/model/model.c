@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../formats/dtype.h"
+#include "moe.h"
 
 static int64_t resolve_dim(const tk_hparams *hp, tk_dim_sym d) {
     switch (d) {
@@ -18,6 +19,9 @@ static int64_t resolve_dim(const tk_hparams *hp, tk_dim_sym d) {
     case TK_DIM_FFN: return hp->ffn_dim;
     case TK_DIM_VOCAB: return hp->n_vocab;
     case TK_DIM_HEAD: return hp->head_dim;
+    case TK_DIM_EXPERTS: return hp->n_expert;
+    case TK_DIM_EXP_FFN: return hp->expert_ffn_dim;
+    case TK_DIM_SHEXP_FFN: return hp->shexp_ffn_dim;
     }
     return -1;
 }
@@ -51,9 +55,14 @@ static const tk_tensor *role_tensor(const tk_model *m, const tk_tensor_role *rol
     return tk_source_find(&m->src, name);
 }
 
+/* Experts are stacked along ne[2]. */
+static int64_t role_ne2(const tk_model *m, const tk_tensor_role *role) {
+    return role->ne0 == TK_DIM_EXP_FFN || role->ne1 == TK_DIM_EXP_FFN ? m->hp.n_expert : 1;
+}
+
 static bool has_role_shape(const tk_model *m, const tk_tensor_role *role, const tk_tensor *t) {
     return t->ne[0] == resolve_dim(&m->hp, role->ne0) && t->ne[1] == resolve_dim(&m->hp, role->ne1) &&
-           t->ne[2] == 1 && t->ne[3] == 1;
+           t->ne[2] == role_ne2(m, role) && t->ne[3] == 1;
 }
 
 /* Floats of the float32 copy of a vector role's tensor: its length when the
@@ -76,14 +85,15 @@ static int bind_role(tk_model *m, const tk_tensor_role *role, int layer, void *b
         return 0;
     }
     int64_t ne0 = resolve_dim(&m->hp, role->ne0), ne1 = resolve_dim(&m->hp, role->ne1);
+    int64_t ne2 = role_ne2(m, role);
     if (!has_role_shape(m, role, t))
-        return tk_err_set(err, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+        return tk_err_set(err, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
                           (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                          (long long)ne0, (long long)ne1);
+                          (long long)ne0, (long long)ne1, (long long)ne2);
     const tk_dtype_info *info = tk_dtype_get(t->type);
     if (!info || !info->can_dequant)
         return tk_err_set(err, "tensor '%s' has unsupported type %d", name, (int)t->type);
-    if (tk_dtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1] > t->nbytes)
+    if (tk_dtype_row_bytes(t->type, t->ne[0]) * (size_t)t->ne[1] * (size_t)t->ne[2] > t->nbytes)
         return tk_err_set(err, "tensor '%s' data is shorter than its shape", name);
     m->weight_bytes += t->nbytes;
     char *slot = (char *)base + role->offset;
@@ -189,10 +199,10 @@ static int init_layer_options(tk_model *m, tk_err *err) {
 
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
     memset(m, 0, sizeof *m);
-    m->arch = tk_arch_find(src->arch);
+    m->arch = tk_arch_for(src->arch, src->hp.n_expert > 0);
     if (!m->arch) return tk_err_set(err, "unsupported architecture '%s' (supported: %s)", src->arch, tk_arch_names());
     m->hp = src->hp;
-    if (check_hparams(&m->hp, err)) return -1;
+    if (check_hparams(&m->hp, err) || tk_moe_check_hparams(m, err)) return -1;
     if (m->hp.rope_scaling == TK_ROPE_SCALING_LLAMA3 &&
         (m->hp.rope_orig_ctx <= 0 || m->hp.rope_low_freq_factor <= 0 ||
          m->hp.rope_high_freq_factor <= m->hp.rope_low_freq_factor))
@@ -225,6 +235,7 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
     for (int l = 0; l < m->hp.n_layers; l++)
         for (int i = 0; i < a->n_layer_roles; i++)
             if (bind_role(m, &a->layer_roles[i], l, &m->layers[l], &cursor, err)) goto fail;
+    if (m->arch->moe && tk_moe_bind(m, err)) goto fail;
     if (!m->w.output) {
         m->w.output = m->w.tok_embd;
         m->hp.tied_output = true;
@@ -269,6 +280,8 @@ int tk_model_load(const char *path, tk_model *m, tk_err *err) {
 
 void tk_model_free(tk_model *m) {
     free(m->vectors);
+    free(m->moe_router_f32);
+    free(m->moe_views);
     free(m->layers);
     free(m->rope_inv_freq);
     free(m->rope_inv_freq_swa);

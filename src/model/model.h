@@ -23,6 +23,14 @@ typedef struct tk_layer {
     float *bq, *bk, *bv;  /* optional projection biases (Qwen2): [q_dim], [kv_dim], [kv_dim] */
     float *attn_post_norm, *ffn_post_norm; /* [dim], arch->post_norms */
     bool swa;             /* sliding-window layer (not bound: derived from hparams) */
+    /* Mixture of experts (arch->moe): router [dim, n_expert], stacked
+     * experts [in, out, n_expert], optional shared expert and its gate. */
+    const tk_tensor *moe_router;
+    const tk_tensor *gate_exps, *up_exps, *down_exps;
+    const tk_tensor *gate_shexp, *up_shexp, *down_shexp;
+    float *shexp_gate;    /* [dim] */
+    float *router_f32;    /* [n_expert][dim]: the router in float (not bound: moe.c) */
+    tk_tensor *experts;   /* [n_expert][3]: gate, up, down views of expert e (moe.c) */
 } tk_layer;
 
 typedef struct tk_model_weights {
@@ -53,6 +61,8 @@ typedef struct tk_model {
     float attn_scale;     /* multiplies q.k: 1/sqrt(head_dim) or the architecture's rule */
     float embd_scale;     /* multiplies token embeddings (1 or sqrt(dim)) */
     float *vectors;       /* storage for all float32 vectors */
+    float *moe_router_f32; /* storage of the layers' router_f32 */
+    tk_tensor *moe_views;  /* storage of the layers' expert views */
     size_t weight_bytes;  /* bytes of all bound tensors */
 } tk_model;
 
@@ -103,6 +113,17 @@ typedef struct tk_forward_ws {
     int att_tasks_cap;
     int *att_merge;             /* per split (tile, KV head): first task, end task */
     int n_threads;
+    /* Mixture of experts (models with experts; sized at init): router
+     * logits [T][n_expert]; per token its chosen experts and weights
+     * [T][n_expert_used]; tokens grouped by expert (moe_order: offsets
+     * [n_expert + 1], moe_rows: token indices); gathered rows, their
+     * expert's output and the per-token sums [T][dim]; GLU halves
+     * [T][largest expert FFN]. */
+    float *moe_logits;
+    int *moe_choice;
+    float *moe_weight;
+    int *moe_order, *moe_rows;
+    float *moe_x, *moe_y, *moe_acc, *moe_h1, *moe_h2;
     /* Optional: called with the input of every weight matmul (calibration
      * for GPTQ/AWQ).  x holds n_tok rows of `dim` floats. */
     void (*observe)(void *ctx, int layer, const tk_tensor *w, const float *x, int n_tok, int dim);
