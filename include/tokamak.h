@@ -198,6 +198,22 @@ int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p,
  * Each step schedules one batch (decode tokens of running sequences plus
  * prefill chunks of new ones), runs it, samples, and reports events through
  * the request's callback (called on the stepping thread). */
+/* Constrained decoding: the sample's output must match. */
+typedef enum tk_constraint_kind {
+    TK_CONSTRAINT_NONE = 0,
+    TK_CONSTRAINT_JSON,         /* any JSON value of type object (response_format json_object) */
+    TK_CONSTRAINT_JSON_SCHEMA,  /* text: a JSON Schema document */
+    TK_CONSTRAINT_REGEX,        /* text: a regular expression the whole output matches */
+    TK_CONSTRAINT_GRAMMAR       /* text: a GBNF grammar, rule "root" */
+} tk_constraint_kind;
+
+typedef struct tk_constraint {
+    tk_constraint_kind kind;
+    const char *text;   /* schema / regex / grammar (copied at submit); unused for NONE and JSON */
+    const char *begin;  /* literal text the output starts with before the constrained part (e.g. a tool-call tag); NULL: none */
+    const char *end;    /* literal text after it; NULL: none */
+} tk_constraint;
+
 typedef struct tk_request_params {
     const int32_t *prompt;     /* prompt token ids (copied at submit) */
     int n_prompt;
@@ -210,6 +226,7 @@ typedef struct tk_request_params {
     int top_logprobs;          /* < 0: no logprobs; 0..20: chosen token's logprob + that many top alternatives */
     int speculative;           /* tk_spec_mode; 0 (TK_SPEC_DEFAULT): the engine's */
     int draft_max, draft_min;  /* adaptive draft length bounds; 0: the engine's */
+    tk_constraint constraint;
 } tk_request_params;
 
 typedef struct tk_event {

@@ -1,0 +1,101 @@
+/* Grammar IR for constrained decoding: a context-free grammar over bytes.
+ *
+ * Every compiler (GBNF now; regex and JSON Schema to follow) produces this
+ * form.  Rules are alternatives of element sequences, stored flat: a rule's
+ * alternatives follow one another, each ended by TK_GEL_END_ALT, the last
+ * followed by TK_GEL_END_RULE.  Elements match one byte in a range or refer
+ * to a rule.  Code-point classes are lowered to UTF-8 byte sequences at
+ * compile time, so the matcher (matcher.c) only ever sees bytes. */
+#ifndef TK_GRAMMAR_H
+#define TK_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../util/err.h"
+
+/* Bounds against hostile grammars. */
+#define TK_GRAMMAR_MAX_TEXT (1 << 20)      /* bytes of grammar source */
+#define TK_GRAMMAR_MAX_ELEMENTS (1 << 20)  /* flat elements after lowering */
+#define TK_GRAMMAR_MAX_RULES (1 << 16)
+#define TK_GRAMMAR_MAX_REPEAT 1000         /* m and n of {m,n} */
+#define TK_GRAMMAR_MAX_NESTING 128         /* parentheses */
+
+typedef enum tk_gel_kind {
+    TK_GEL_END_RULE = 0,
+    TK_GEL_END_ALT,
+    TK_GEL_BYTES, /* one byte in [lo, hi] */
+    TK_GEL_REF    /* rule `rule` */
+} tk_gel_kind;
+
+typedef struct tk_gel {
+    uint8_t kind, lo, hi;
+    int32_t rule;
+} tk_gel;
+
+typedef struct tk_grammar {
+    tk_gel *el;
+    int n_el;
+    int32_t *rule_start; /* index in el of each rule's first alternative */
+    int n_rules;
+    int root;
+} tk_grammar;
+
+void tk_grammar_free(tk_grammar *g);
+
+/* Compiles a GBNF grammar (docs/grammar.md) whose start rule is "root". */
+int tk_grammar_from_gbnf(tk_grammar *g, const char *text, tk_err *err);
+
+/* --- building (used by the compilers) --------------------------------- */
+
+/* Rules under construction, each its own element buffer (a compiler may
+ * open helper rules while in the middle of another). */
+typedef struct tk_gseq {
+    tk_gel *el;
+    int n, cap;
+} tk_gseq;
+
+typedef struct tk_gbuilder {
+    tk_gseq *rules;
+    int n_rules, cap_rules;
+    int total; /* elements over all rules, against TK_GRAMMAR_MAX_ELEMENTS */
+} tk_gbuilder;
+
+void tk_gbuilder_free(tk_gbuilder *b);
+/* A new empty rule; returns its id or -1. */
+int tk_gbuilder_new_rule(tk_gbuilder *b, tk_err *err);
+int tk_gbuilder_push(tk_gbuilder *b, int rule, tk_gel e, tk_err *err);
+/* Appends to `rule` one alternative per UTF-8 byte sequence covering the
+ * code points in the ranges lo[i]..hi[i] (surrogates excluded). */
+int tk_gbuilder_push_codepoints(tk_gbuilder *b, int rule, const uint32_t *lo, const uint32_t *hi, int n, tk_err *err);
+/* Flattens into g (every rule must have an alternative) and frees b. */
+int tk_gbuilder_finish(tk_gbuilder *b, int root, tk_grammar *g, tk_err *err);
+
+/* --- matching ---------------------------------------------------------- */
+
+/* The set of parse stacks reachable after the bytes fed so far: a
+ * pushdown recognizer's state.  Plain data: copy with tk_gstate_copy (n > 1
+ * forks, snapshots for speculative rollback). */
+typedef struct tk_gstate {
+    const tk_grammar *g;
+    int32_t *data;   /* stacks, each [len, el-index bottom..top] back to back */
+    int n_data, cap_data;
+    int n_stacks;
+    bool accepting;  /* an empty stack: the input so far is a full sentence */
+} tk_gstate;
+
+#define TK_GSTATE_MAX_STACKS 4096
+#define TK_GSTATE_MAX_DEPTH 1024
+
+int tk_gstate_init(tk_gstate *s, const tk_grammar *g, tk_err *err);
+void tk_gstate_free(tk_gstate *s);
+int tk_gstate_copy(tk_gstate *dst, const tk_gstate *src, tk_err *err);
+/* Advances by one byte.  Returns 1 if the byte is allowed (state updated),
+ * 0 if not (state unchanged), -1 on a bound exceeded (err set). */
+int tk_gstate_advance(tk_gstate *s, uint8_t byte, tk_gstate *scratch, tk_err *err);
+/* Advances by a byte string; on rejection the state is left unchanged. */
+int tk_gstate_advance_bytes(tk_gstate *s, const uint8_t *b, int n, tk_gstate *scratch, tk_err *err);
+/* True when no byte can follow (only end-of-generation is left). */
+bool tk_gstate_done(const tk_gstate *s);
+
+#endif
