@@ -122,11 +122,6 @@ static int push_utf8(gparser *ps, int rule, uint32_t c) {
     return 0;
 }
 
-static int cmp_range(const void *a, const void *b) {
-    uint32_t x = ((const uint32_t *)a)[0], y = ((const uint32_t *)b)[0];
-    return x < y ? -1 : x > y;
-}
-
 /* [..] or `.` (any = negated empty class): one BYTES element when it is a
  * single ASCII range, else a helper rule of UTF-8 alternatives. */
 static int parse_class(gparser *ps, int rule, bool any) {
@@ -170,87 +165,13 @@ static int parse_class(gparser *ps, int rule, bool any) {
         r[n][1] = hi;
         n++;
     }
-    if (n) qsort(r, (size_t)n, sizeof(*r), cmp_range);
-    int m = 0; /* merge overlapping / adjacent */
-    for (int i = 0; i < n; i++) {
-        if (m && r[i][0] <= r[m - 1][1] + 1) {
-            if (r[i][1] > r[m - 1][1]) r[m - 1][1] = r[i][1];
-        } else {
-            r[m][0] = r[i][0];
-            r[m][1] = r[i][1];
-            m++;
-        }
-    }
-    int cnt = m;
-    uint32_t *lo = malloc(sizeof(uint32_t) * (size_t)(cnt + 1)), *hi = malloc(sizeof(uint32_t) * (size_t)(cnt + 1));
-    if (!lo || !hi) {
-        free(lo);
-        free(hi);
-        tk_err_set(ps->err, "out of memory");
-        goto done;
-    }
-    int k = 0;
-    if (neg) {
-        uint32_t next = 0;
-        for (int i = 0; i < cnt; i++) {
-            if (r[i][0] > next) {
-                lo[k] = next;
-                hi[k++] = r[i][0] - 1;
-            }
-            next = r[i][1] + 1;
-        }
-        if (next <= 0x10FFFF) {
-            lo[k] = next;
-            hi[k++] = 0x10FFFF;
-        }
-    } else {
-        for (int i = 0; i < cnt; i++) {
-            lo[k] = r[i][0];
-            hi[k++] = r[i][1];
-        }
-    }
-    if (k == 0) {
-        fail(ps, "character class matches nothing");
-    } else if (k == 1 && hi[0] < 0x80) {
-        rc = push_el(ps, rule, (tk_gel){.kind = TK_GEL_BYTES, .lo = (uint8_t)lo[0], .hi = (uint8_t)hi[0]});
-    } else {
-        int sub = tk_gbuilder_new_rule(&ps->b, ps->err);
-        rc = sub < 0 || tk_gbuilder_push_codepoints(&ps->b, sub, lo, hi, k, ps->err) ||
-                     push_el(ps, rule, (tk_gel){.kind = TK_GEL_REF, .rule = sub})
-                 ? -1
-                 : 0;
-    }
-    free(lo);
-    free(hi);
+    rc = tk_gbuilder_push_class(&ps->b, rule, r, n, neg, ps->err);
 done:
     free(r);
     return rc;
 }
 
 static int parse_alternates(gparser *ps, int rule, int depth);
-
-/* Moves the elements of `rule` from `start` on into a helper rule, leaving
- * one REF to it; returns that element. */
-static int single_element(gparser *ps, int rule, int start, tk_gel *out) {
-    tk_gseq *q = &ps->b.rules[rule];
-    if (q->n - start == 1) {
-        *out = q->el[start];
-        q->n--;
-        ps->b.total--;
-        return 0;
-    }
-    int sub = tk_gbuilder_new_rule(&ps->b, ps->err);
-    if (sub < 0) return -1;
-    q = &ps->b.rules[rule]; /* the builder may have moved */
-    for (int i = start; i < q->n; i++)
-        if (push_el(ps, sub, q->el[i])) return -1;
-    if (push_el(ps, sub, (tk_gel){.kind = TK_GEL_END_ALT})) return -1;
-    q = &ps->b.rules[rule];
-    ps->b.total -= q->n - start;
-    q->n = start;
-    *out = (tk_gel){.kind = TK_GEL_REF, .rule = sub};
-    return 0;
-}
 
 static int parse_count(gparser *ps, int *v) {
     if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9') return fail(ps, "expected a number in {m,n}");
@@ -261,34 +182,6 @@ static int parse_count(gparser *ps, int *v) {
     }
     *v = (int)x;
     return 0;
-}
-
-/* X{m,n} (n < 0: unbounded) as m copies of X then a chain of optional X
- * or a right-recursive star rule, which the matcher runs in constant depth. */
-static int repeat(gparser *ps, int rule, int start, int m, int n) {
-    tk_gel x;
-    if (single_element(ps, rule, start, &x)) return -1;
-    for (int i = 0; i < m; i++)
-        if (push_el(ps, rule, x)) return -1;
-    if (n >= 0 && n == m) return 0;
-    int tail = tk_gbuilder_new_rule(&ps->b, ps->err);
-    if (tail < 0) return -1;
-    if (n < 0) { /* tail ::= x tail | "" */
-        if (push_el(ps, tail, x) || push_el(ps, tail, (tk_gel){.kind = TK_GEL_REF, .rule = tail}) ||
-            push_el(ps, tail, (tk_gel){.kind = TK_GEL_END_ALT}) || push_el(ps, tail, (tk_gel){.kind = TK_GEL_END_ALT}))
-            return -1;
-    } else { /* opt_1 ::= x | "";  opt_k ::= x opt_{k-1} | "" */
-        int prev = -1;
-        for (int k = 1; k <= n - m; k++) {
-            int r = k == n - m ? tail : tk_gbuilder_new_rule(&ps->b, ps->err);
-            if (r < 0 || push_el(ps, r, x)) return -1;
-            if (prev >= 0 && push_el(ps, r, (tk_gel){.kind = TK_GEL_REF, .rule = prev})) return -1;
-            if (push_el(ps, r, (tk_gel){.kind = TK_GEL_END_ALT}) || push_el(ps, r, (tk_gel){.kind = TK_GEL_END_ALT}))
-                return -1;
-            prev = r;
-        }
-    }
-    return push_el(ps, rule, (tk_gel){.kind = TK_GEL_REF, .rule = tail});
 }
 
 static int parse_postfix(gparser *ps, int rule, int start) {
@@ -318,7 +211,7 @@ static int parse_postfix(gparser *ps, int rule, int start) {
     } else {
         return 0;
     }
-    return repeat(ps, rule, start, m, n);
+    return tk_gbuilder_repeat(&ps->b, rule, start, m, n, ps->err);
 }
 
 static int parse_sequence(gparser *ps, int rule, int depth) {

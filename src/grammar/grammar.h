@@ -68,6 +68,13 @@ int tk_gbuilder_push(tk_gbuilder *b, int rule, tk_gel e, tk_err *err);
 /* Appends to `rule` one alternative per UTF-8 byte sequence covering the
  * code points in the ranges lo[i]..hi[i] (surrogates excluded). */
 int tk_gbuilder_push_codepoints(tk_gbuilder *b, int rule, const uint32_t *lo, const uint32_t *hi, int n, tk_err *err);
+/* Appends a class of code points (ranges r[i][0]..r[i][1], any order;
+ * sorted in place), complemented when negate: one BYTES element when it is
+ * one ASCII range, else a REF to a helper rule of UTF-8 alternatives. */
+int tk_gbuilder_push_class(tk_gbuilder *b, int rule, uint32_t (*r)[2], int n, bool negate, tk_err *err);
+/* Replaces the elements of `rule` from `start` on (X) by X{m,n}; n < 0:
+ * unbounded.  m, n <= TK_GRAMMAR_MAX_REPEAT (the caller checks). */
+int tk_gbuilder_repeat(tk_gbuilder *b, int rule, int start, int m, int n, tk_err *err);
 /* Flattens into g (every rule must have an alternative) and frees b. */
 int tk_gbuilder_finish(tk_gbuilder *b, int root, tk_grammar *g, tk_err *err);
 

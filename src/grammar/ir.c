@@ -122,3 +122,119 @@ done:
     if (rc) tk_grammar_free(g);
     return rc;
 }
+
+static int cmp_range(const void *a, const void *b) {
+    uint32_t x = ((const uint32_t *)a)[0], y = ((const uint32_t *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+int tk_gbuilder_push_class(tk_gbuilder *b, int rule, uint32_t (*r)[2], int n, bool negate, tk_err *err) {
+    int rc = -1;
+    bool neg = negate;
+    if (n) qsort(r, (size_t)n, sizeof(*r), cmp_range);
+    int m = 0; /* merge overlapping / adjacent */
+    for (int i = 0; i < n; i++) {
+        if (m && r[i][0] <= r[m - 1][1] + 1) {
+            if (r[i][1] > r[m - 1][1]) r[m - 1][1] = r[i][1];
+        } else {
+            r[m][0] = r[i][0];
+            r[m][1] = r[i][1];
+            m++;
+        }
+    }
+    int cnt = m;
+    uint32_t *lo = malloc(sizeof(uint32_t) * (size_t)(cnt + 1)), *hi = malloc(sizeof(uint32_t) * (size_t)(cnt + 1));
+    if (!lo || !hi) {
+        free(lo);
+        free(hi);
+        tk_err_set(err, "out of memory");
+        return -1;
+    }
+    int k = 0;
+    if (neg) {
+        uint32_t next = 0;
+        for (int i = 0; i < cnt; i++) {
+            if (r[i][0] > next) {
+                lo[k] = next;
+                hi[k++] = r[i][0] - 1;
+            }
+            next = r[i][1] + 1;
+        }
+        if (next <= 0x10FFFF) {
+            lo[k] = next;
+            hi[k++] = 0x10FFFF;
+        }
+    } else {
+        for (int i = 0; i < cnt; i++) {
+            lo[k] = r[i][0];
+            hi[k++] = r[i][1];
+        }
+    }
+    if (k == 0) {
+        tk_err_set(err, "grammar: character class matches nothing");
+    } else if (k == 1 && hi[0] < 0x80) {
+        rc = tk_gbuilder_push(b, rule, (tk_gel){.kind = TK_GEL_BYTES, .lo = (uint8_t)lo[0], .hi = (uint8_t)hi[0]}, err);
+    } else {
+        int sub = tk_gbuilder_new_rule(b, err);
+        rc = sub < 0 || tk_gbuilder_push_codepoints(b, sub, lo, hi, k, err) ||
+                     tk_gbuilder_push(b, rule, (tk_gel){.kind = TK_GEL_REF, .rule = sub}, err)
+                 ? -1
+                 : 0;
+    }
+    free(lo);
+    free(hi);
+    return rc;
+}
+
+/* Moves the elements of `rule` from `start` on into a helper rule, leaving
+ * one REF to it; returns that element. */
+static int single_element(tk_gbuilder *b, int rule, int start, tk_gel *out, tk_err *err) {
+    tk_gseq *q = &b->rules[rule];
+    if (q->n - start == 1) {
+        *out = q->el[start];
+        q->n--;
+        b->total--;
+        return 0;
+    }
+    int sub = tk_gbuilder_new_rule(b, err);
+    if (sub < 0) return -1;
+    q = &b->rules[rule]; /* the builder may have moved */
+    for (int i = start; i < q->n; i++)
+        if (tk_gbuilder_push(b, sub, q->el[i], err)) return -1;
+    if (tk_gbuilder_push(b, sub, (tk_gel){.kind = TK_GEL_END_ALT}, err)) return -1;
+    q = &b->rules[rule];
+    b->total -= q->n - start;
+    q->n = start;
+    *out = (tk_gel){.kind = TK_GEL_REF, .rule = sub};
+    return 0;
+}
+
+
+/* X{m,n} (n < 0: unbounded) as m copies of X then a chain of optional X
+ * or a right-recursive star rule, which the matcher runs in constant depth. */
+int tk_gbuilder_repeat(tk_gbuilder *b, int rule, int start, int m, int n, tk_err *err) {
+    tk_gel x;
+    if (single_element(b, rule, start, &x, err)) return -1;
+    for (int i = 0; i < m; i++)
+        if (tk_gbuilder_push(b, rule, x, err)) return -1;
+    if (n >= 0 && n == m) return 0;
+    int tail = tk_gbuilder_new_rule(b, err);
+    if (tail < 0) return -1;
+    if (n < 0) { /* tail ::= x tail | "" */
+        if (tk_gbuilder_push(b, tail, x, err) || tk_gbuilder_push(b, tail, (tk_gel){.kind = TK_GEL_REF, .rule = tail}, err) ||
+            tk_gbuilder_push(b, tail, (tk_gel){.kind = TK_GEL_END_ALT}, err) || tk_gbuilder_push(b, tail, (tk_gel){.kind = TK_GEL_END_ALT}, err))
+            return -1;
+    } else { /* opt_1 ::= x | "";  opt_k ::= x opt_{k-1} | "" */
+        int prev = -1;
+        for (int k = 1; k <= n - m; k++) {
+            int r = k == n - m ? tail : tk_gbuilder_new_rule(b, err);
+            if (r < 0 || tk_gbuilder_push(b, r, x, err)) return -1;
+            if (prev >= 0 && tk_gbuilder_push(b, r, (tk_gel){.kind = TK_GEL_REF, .rule = prev}, err)) return -1;
+            if (tk_gbuilder_push(b, r, (tk_gel){.kind = TK_GEL_END_ALT}, err) || tk_gbuilder_push(b, r, (tk_gel){.kind = TK_GEL_END_ALT}, err))
+                return -1;
+            prev = r;
+        }
+    }
+    return tk_gbuilder_push(b, rule, (tk_gel){.kind = TK_GEL_REF, .rule = tail}, err);
+}
+
