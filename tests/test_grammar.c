@@ -66,7 +66,55 @@ static const char *const hostile[] = {
     "root ::= \"\xff\"",                 /* invalid UTF-8 */
 };
 
+typedef struct rcase {
+    const char *pattern;
+    const char *accept[6];
+    const char *reject[6];
+} rcase;
+
+static const rcase regexes[] = {
+    {"^[a-z]+@[a-z]+\\.(com|org)$", {"bob@example.com", "a@b.org"}, {"bob@example.net", "@a.com", "A@b.com"}},
+    {"\\d{3}-\\d{4}", {"555-1234"}, {"5555-1234", "555-123", "abc-defg"}},
+    {"(ab|cd)*e?", {"", "ab", "abcdab", "cde", "e"}, {"a", "abc", "ee"}},
+    {"\\w+\\s\\W", {"a_1 !", "x\t."}, {"a b", "a  !"}},
+    {"[^0-9]{2,3}", {"ab", "\xc3\xa9x", "abc"}, {"a1", "a", "abcd"}},
+    {".+?", {"x", "\xe2\x82\xac"}, {"", "\n"}},
+    {"a\\.b\\[\\]", {"a.b[]"}, {"axb[]"}},
+};
+
+static const char *const bad_regexes[] = {"(", "a)", "[a-", "a**", "*a", "a{2,1}", "a{1001}", "(?=x)", "\\1", "a^b", "\\p{L}"};
+
 int main(void) {
+    for (size_t i = 0; i < sizeof(regexes) / sizeof(regexes[0]); i++) {
+        tk_grammar g;
+        tk_err err = {{0}};
+        int rc = tk_grammar_from_regex(&g, regexes[i].pattern, &err);
+        CHECK(rc == 0, "regex %zu: %s", i, err.msg);
+        if (rc) continue;
+        for (int j = 0; j < 6 && regexes[i].accept[j]; j++)
+            CHECK(matches(&g, regexes[i].accept[j]) == 1, "regex %zu should accept \"%s\"", i, regexes[i].accept[j]);
+        for (int j = 0; j < 6 && regexes[i].reject[j]; j++)
+            CHECK(matches(&g, regexes[i].reject[j]) == 0, "regex %zu should reject \"%s\"", i, regexes[i].reject[j]);
+        tk_grammar_free(&g);
+    }
+    for (size_t i = 0; i < sizeof(bad_regexes) / sizeof(bad_regexes[0]); i++) {
+        tk_grammar g;
+        tk_err err = {{0}};
+        int rc = tk_grammar_from_regex(&g, bad_regexes[i], &err);
+        CHECK(rc == -1 && strncmp(err.msg, "regex:", 6) == 0, "bad regex %s: %s", bad_regexes[i], err.msg);
+        if (rc == 0) tk_grammar_free(&g);
+    }
+    {
+        tk_grammar g;
+        tk_err err = {{0}};
+        CHECK(tk_grammar_json_object(&g, &err) == 0, "%s", err.msg);
+        const char *ok[] = {"{}", "{\"a\": [1, -2.5e3, true, null, {\"b\": \"\\u00e9\\n\"}]}", "{ \"x\" : { } }"};
+        const char *bad[] = {"[]", "{\"a\"}", "{'a': 1}", "{\"a\": 01}", "{\"a\": \"\x01\"}", "{} x"};
+        for (size_t j = 0; j < 3; j++) CHECK(matches(&g, ok[j]) == 1, "json should accept %s", ok[j]);
+        for (size_t j = 0; j < 6; j++) CHECK(matches(&g, bad[j]) == 0, "json should reject %s", bad[j]);
+        tk_grammar_free(&g);
+    }
+
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         tk_grammar g;
         tk_err err = {{0}};

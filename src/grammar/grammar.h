@@ -10,6 +10,7 @@
 #define TK_GRAMMAR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../util/err.h"
@@ -20,6 +21,7 @@
 #define TK_GRAMMAR_MAX_RULES (1 << 16)
 #define TK_GRAMMAR_MAX_REPEAT 1000         /* m and n of {m,n} */
 #define TK_GRAMMAR_MAX_NESTING 128         /* parentheses */
+#define TK_GRAMMAR_MAX_PATTERN 16384       /* bytes of a regex (also JSON Schema "pattern") */
 
 typedef enum tk_gel_kind {
     TK_GEL_END_RULE = 0,
@@ -45,6 +47,12 @@ void tk_grammar_free(tk_grammar *g);
 
 /* Compiles a GBNF grammar (docs/grammar.md) whose start rule is "root". */
 int tk_grammar_from_gbnf(tk_grammar *g, const char *text, tk_err *err);
+
+/* Compiles a regular expression (docs/grammar.md) the whole output must match. */
+int tk_grammar_from_regex(tk_grammar *g, const char *pattern, tk_err *err);
+/* Any JSON object (response_format json_object); whitespace between tokens
+ * bounded to 20 bytes so that a model cannot emit it forever. */
+int tk_grammar_json_object(tk_grammar *g, tk_err *err);
 
 /* --- building (used by the compilers) --------------------------------- */
 
@@ -75,6 +83,8 @@ int tk_gbuilder_push_class(tk_gbuilder *b, int rule, uint32_t (*r)[2], int n, bo
 /* Replaces the elements of `rule` from `start` on (X) by X{m,n}; n < 0:
  * unbounded.  m, n <= TK_GRAMMAR_MAX_REPEAT (the caller checks). */
 int tk_gbuilder_repeat(tk_gbuilder *b, int rule, int start, int m, int n, tk_err *err);
+/* Adds a rule for a regex (pattern[0..len)); returns its id or -1. */
+int tk_grammar_regex_rule(tk_gbuilder *b, const char *pattern, size_t len, tk_err *err);
 /* Flattens into g (every rule must have an alternative) and frees b. */
 int tk_gbuilder_finish(tk_gbuilder *b, int root, tk_grammar *g, tk_err *err);
 
