@@ -5,6 +5,8 @@
 #include "grammar/grammar.h"
 #include "tk_test.h"
 
+#include <tokamak.h>
+
 /* 1: the grammar accepts s completely; 0: it rejects; -1: error. */
 static int matches(const tk_grammar *g, const char *s) {
     tk_err err = {{0}};
@@ -84,7 +86,72 @@ static const rcase regexes[] = {
 
 static const char *const bad_regexes[] = {"(", "a)", "[a-", "a**", "*a", "a{2,1}", "a{1001}", "(?=x)", "\\1", "a^b", "\\p{L}"};
 
+/* The trie-walk mask equals a token-by-token check at each state along a
+ * sentence of the grammar fed byte by byte. */
+static void mask_differential(const char *tok_path, const tk_grammar *g, const char *path_text) {
+    tk_tokenizer *t;
+    tk_err err = {{0}};
+    if (tk_tokenizer_open(tok_path, NULL, &t, &err)) {
+        printf("skip mask test: %s\n", err.msg);
+        return;
+    }
+    tk_gvocab v;
+    CHECK(tk_gvocab_init(&v, t, &err) == 0, "%s", err.msg);
+    tk_gstate st, scratch = {0}, probe = {0};
+    tk_gmasker m = {0};
+    CHECK(tk_gstate_init(&st, g, &err) == 0, "%s", err.msg);
+    uint32_t *mask = calloc((size_t)(v.n_vocab + 31) / 32, 4);
+    size_t n = strlen(path_text);
+    for (size_t pos = 0; pos <= n; pos++) {
+        int allowed = tk_gmask_compute(&m, &v, &st, mask, &err);
+        CHECK(allowed > 0, "%s at %zu: %s", tok_path, pos, err.msg);
+        int mismatches = 0, count = 0;
+        for (int id = 0; id < v.n_vocab; id++) {
+            bool want;
+            if (tk_tokenizer_is_eog(t, id)) {
+                want = st.accepting;
+            } else {
+                int ty = tk_tokenizer_token_type(t, id);
+                char buf[TK_GVOCAB_MAX_TOKEN_BYTES];
+                int k = ty == TK_TOKEN_CONTROL || ty == TK_TOKEN_UNKNOWN || ty == TK_TOKEN_UNUSED
+                            ? 0
+                            : tk_token_to_bytes(t, -1, id, false, buf, (int)sizeof buf);
+                want = k > 0 && tk_gstate_copy(&probe, &st, &err) == 0 &&
+                       tk_gstate_advance_bytes(&probe, (const uint8_t *)buf, k, &scratch, &err) == 1;
+            }
+            bool got = (mask[id >> 5] >> (id & 31)) & 1;
+            count += want;
+            if (got != want && mismatches++ < 3) fprintf(stderr, "  token %d: mask %d, direct %d\n", id, got, want);
+        }
+        CHECK(mismatches == 0 && count == allowed, "%s at byte %zu: %d mismatches", tok_path, pos, mismatches);
+        if (pos < n) CHECK(tk_gstate_advance(&st, (uint8_t)path_text[pos], &scratch, &err) == 1, "path byte %zu", pos);
+    }
+    CHECK(st.accepting, "path is a sentence");
+    free(mask);
+    tk_gmasker_free(&m);
+    tk_gstate_free(&st);
+    tk_gstate_free(&scratch);
+    tk_gstate_free(&probe);
+    tk_gvocab_free(&v);
+    tk_tokenizer_free(t);
+}
+
 int main(void) {
+    {
+        tk_grammar json, name;
+        tk_err err = {{0}};
+        CHECK(tk_grammar_json_object(&json, &err) == 0, "%s", err.msg);
+        CHECK(tk_grammar_from_gbnf(&name, "root ::= \"{\\\"name\\\": \\\"\" [a-z\\u00e0-\\u00ff]+ \"\\\"}\"", &err) == 0,
+              "%s", err.msg);
+        const char *toks[] = {"tokenizer-tests/ggml-vocab-llama-spm.gguf", "tokenizers/llama3/tokenizer.json"};
+        for (int i = 0; i < 2; i++) {
+            mask_differential(tk_shared(toks[i]), &json, "{\"a\": [1, -2.5e3, {\"b\": \"\xc3\xa9\\n\"}], \"c\":null}");
+            mask_differential(tk_shared(toks[i]), &name, "{\"name\": \"\xc3\xa9t\xc3\xa9\"}");
+        }
+        tk_grammar_free(&json);
+        tk_grammar_free(&name);
+    }
+
     for (size_t i = 0; i < sizeof(regexes) / sizeof(regexes[0]); i++) {
         tk_grammar g;
         tk_err err = {{0}};

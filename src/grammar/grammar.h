@@ -107,6 +107,9 @@ typedef struct tk_gstate {
 int tk_gstate_init(tk_gstate *s, const tk_grammar *g, tk_err *err);
 void tk_gstate_free(tk_gstate *s);
 int tk_gstate_copy(tk_gstate *dst, const tk_gstate *src, tk_err *err);
+/* dst = src advanced by one byte.  Returns 1 if allowed, 0 if not (dst
+ * then meaningless), -1 on a bound exceeded. */
+int tk_gstate_step(const tk_gstate *src, uint8_t byte, tk_gstate *dst, tk_err *err);
 /* Advances by one byte.  Returns 1 if the byte is allowed (state updated),
  * 0 if not (state unchanged), -1 on a bound exceeded (err set). */
 int tk_gstate_advance(tk_gstate *s, uint8_t byte, tk_gstate *scratch, tk_err *err);
@@ -114,5 +117,42 @@ int tk_gstate_advance(tk_gstate *s, uint8_t byte, tk_gstate *scratch, tk_err *er
 int tk_gstate_advance_bytes(tk_gstate *s, const uint8_t *b, int n, tk_gstate *scratch, tk_err *err);
 /* True when no byte can follow (only end-of-generation is left). */
 bool tk_gstate_done(const tk_gstate *s);
+
+/* --- token masks ------------------------------------------------------- */
+
+/* A vocabulary's token byte strings (tk_token_to_bytes, no BOS context),
+ * sorted so that tokens sharing a prefix are adjacent: walking them in
+ * order with one state per prefix depth is a walk of the vocabulary trie,
+ * and a rejected prefix skips every token under it. */
+typedef struct tk_gvocab {
+    int n_vocab;
+    int32_t *order;    /* token ids with bytes, sorted by bytes (control, unused, empty left out) */
+    int n_order;
+    uint16_t *lcp;     /* common prefix length of order[i] with order[i-1] */
+    uint32_t *off;     /* bytes of token id at blob + off[id], len[id] */
+    uint16_t *len;
+    uint8_t *blob;
+    int32_t *eog;      /* end-of-generation ids: allowed exactly when the grammar accepts */
+    int n_eog;
+    int max_len;
+} tk_gvocab;
+
+#define TK_GVOCAB_MAX_TOKEN_BYTES 1024
+
+struct tk_tokenizer;
+int tk_gvocab_init(tk_gvocab *v, const struct tk_tokenizer *t, tk_err *err);
+void tk_gvocab_free(tk_gvocab *v);
+
+/* States per prefix depth, reused across mask computations. */
+typedef struct tk_gmasker {
+    tk_gstate *depth;
+    int n_depth;
+} tk_gmasker;
+
+void tk_gmasker_free(tk_gmasker *m);
+/* Clears mask (n_vocab bits, 32 a word) and sets the bit of every token
+ * whose bytes the state allows, and of the end-of-generation tokens when it
+ * accepts.  Returns the number of allowed tokens or -1. */
+int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err);
 
 #endif

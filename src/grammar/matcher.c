@@ -47,14 +47,16 @@ static int add_stack(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
     return 0;
 }
 
-/* Expands the stack `st` (top last) into s's stacks whose tops are BYTES. */
-static int expand(tk_gstate *s, const int32_t *st0, int len0, tk_err *err) {
+/* Expands the stack `st0` (top last; with bump, its top moved one element
+ * on, past a matched byte) into s's stacks whose tops are BYTES. */
+static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err *err) {
     const tk_gel *el = s->g->el;
     ibuf work = {0}; /* pending stacks, [len, ...] back to back, used as a LIFO */
     int rc = -1, steps = 0;
     if (ibuf_reserve(&work, len0 + 1, err)) goto done;
     work.v[0] = len0;
     memcpy(work.v + 1, st0, sizeof(int32_t) * (size_t)len0);
+    if (bump) work.v[len0]++;
     work.n = len0 + 1;
     int32_t *tmp = malloc(sizeof(int32_t) * (TK_GSTATE_MAX_DEPTH + 1));
     int *starts = NULL;
@@ -143,7 +145,7 @@ int tk_gstate_init(tk_gstate *s, const tk_grammar *g, tk_err *err) {
     reset(s, g);
     /* one one-element stack per alternative of the root */
     for (int32_t alt = g->rule_start[g->root]; g->el[alt].kind != TK_GEL_END_RULE;) {
-        if (expand(s, &alt, 1, err)) {
+        if (expand(s, &alt, 1, false, err)) {
             tk_gstate_free(s);
             return -1;
         }
@@ -171,24 +173,26 @@ int tk_gstate_copy(tk_gstate *dst, const tk_gstate *src, tk_err *err) {
     return 0;
 }
 
-int tk_gstate_advance(tk_gstate *s, uint8_t byte, tk_gstate *scratch, tk_err *err) {
-    reset(scratch, s->g);
-    const tk_gel *el = s->g->el;
-    for (int off = 0; off < s->n_data; off += 1 + s->data[off]) {
-        int len = s->data[off];
-        int32_t *st = s->data + off + 1;
+int tk_gstate_step(const tk_gstate *src, uint8_t byte, tk_gstate *dst, tk_err *err) {
+    reset(dst, src->g);
+    const tk_gel *el = src->g->el;
+    for (int off = 0; off < src->n_data; off += 1 + src->data[off]) {
+        int len = src->data[off];
+        const int32_t *st = src->data + off + 1;
         const tk_gel *top = &el[st[len - 1]];
-        if (byte < top->lo || byte > top->hi) continue;
-        st[len - 1]++; /* past the byte; restored below */
-        int rc = expand(scratch, st, len, err);
-        st[len - 1]--;
-        if (rc) return -1;
+        if (byte >= top->lo && byte <= top->hi && expand(dst, st, len, true, err)) return -1;
     }
-    if (scratch->n_stacks == 0 && !scratch->accepting) return 0;
-    tk_gstate t = *s;
-    *s = *scratch;
-    *scratch = t;
-    return 1;
+    return dst->n_stacks > 0 || dst->accepting;
+}
+
+int tk_gstate_advance(tk_gstate *s, uint8_t byte, tk_gstate *scratch, tk_err *err) {
+    int rc = tk_gstate_step(s, byte, scratch, err);
+    if (rc == 1) {
+        tk_gstate t = *s;
+        *s = *scratch;
+        *scratch = t;
+    }
+    return rc;
 }
 
 int tk_gstate_advance_bytes(tk_gstate *s, const uint8_t *b, int n, tk_gstate *scratch, tk_err *err) {
