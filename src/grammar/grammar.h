@@ -99,6 +99,10 @@ typedef struct tk_gstate {
     int n_data, cap_data;
     int n_stacks;
     bool accepting;  /* an empty stack: the input so far is a full sentence */
+    /* expansion buffers, kept between steps (not part of the state's value) */
+    int32_t *work, *tmp;
+    int *starts;
+    int cap_work, cap_starts;
 } tk_gstate;
 
 #define TK_GSTATE_MAX_STACKS 4096

@@ -51,33 +51,28 @@ static int add_stack(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
  * on, past a matched byte) into s's stacks whose tops are BYTES. */
 static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err *err) {
     const tk_gel *el = s->g->el;
-    ibuf work = {0}; /* pending stacks, [len, ...] back to back, used as a LIFO */
+    /* pending stacks, [len, ...] back to back; starts[] indexes them as a LIFO */
+    ibuf work = {s->work, 0, s->cap_work};
     int rc = -1, steps = 0;
-    if (ibuf_reserve(&work, len0 + 1, err)) goto done;
+    if (!s->tmp && !(s->tmp = malloc(sizeof(int32_t) * (TK_GSTATE_MAX_DEPTH + 1)))) return tk_err_set(err, "out of memory");
+    if (!s->starts) {
+        s->cap_starts = 64;
+        if (!(s->starts = malloc(sizeof(int) * (size_t)s->cap_starts))) return tk_err_set(err, "out of memory");
+    }
+    int32_t *tmp = s->tmp;
+    if (ibuf_reserve(&work, len0 + 1, err)) goto out;
     work.v[0] = len0;
     memcpy(work.v + 1, st0, sizeof(int32_t) * (size_t)len0);
     if (bump) work.v[len0]++;
     work.n = len0 + 1;
-    int32_t *tmp = malloc(sizeof(int32_t) * (TK_GSTATE_MAX_DEPTH + 1));
-    int *starts = NULL;
-    if (!tmp) {
-        tk_err_set(err, "out of memory");
-        goto done;
-    }
-    /* LIFO of variable-length records: find the last record by a side list of starts */
-    int n_starts = 1, cap_starts = 64;
-    starts = malloc(sizeof(int) * (size_t)cap_starts);
-    if (!starts) {
-        tk_err_set(err, "out of memory");
-        goto out;
-    }
-    starts[0] = 0;
+    int n_starts = 1;
+    s->starts[0] = 0;
     while (n_starts > 0) {
         if (++steps > EXPAND_MAX_STEPS) {
             tk_err_set(err, "grammar: expansion does not terminate (left recursion?)");
             goto out;
         }
-        int off = starts[--n_starts];
+        int off = s->starts[--n_starts];
         int len = work.v[off];
         memcpy(tmp, work.v + off + 1, sizeof(int32_t) * (size_t)len);
         work.n = off;
@@ -103,18 +98,18 @@ static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err 
                 tk_err_set(err, "grammar: parse stack deeper than %d", TK_GSTATE_MAX_DEPTH);
                 goto out;
             }
-            if (n_starts == cap_starts) {
-                cap_starts *= 2;
-                int *n = realloc(starts, sizeof(int) * (size_t)cap_starts);
+            if (n_starts == s->cap_starts) {
+                int *n = realloc(s->starts, sizeof(int) * (size_t)s->cap_starts * 2);
                 if (!n) {
                     tk_err_set(err, "out of memory");
                     goto out;
                 }
-                starts = n;
+                s->starts = n;
+                s->cap_starts *= 2;
             }
             int rec = len + (alt >= 0);
             if (ibuf_reserve(&work, rec + 1, err)) goto out;
-            starts[n_starts++] = work.n;
+            s->starts[n_starts++] = work.n;
             work.v[work.n] = rec;
             memcpy(work.v + work.n + 1, tmp, sizeof(int32_t) * (size_t)len);
             if (alt >= 0) work.v[work.n + 1 + len] = alt;
@@ -126,10 +121,8 @@ static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err 
     }
     rc = 0;
 out:
-    free(starts);
-    free(tmp);
-done:
-    free(work.v);
+    s->work = work.v;
+    s->cap_work = work.cap;
     return rc;
 }
 
@@ -157,6 +150,9 @@ int tk_gstate_init(tk_gstate *s, const tk_grammar *g, tk_err *err) {
 
 void tk_gstate_free(tk_gstate *s) {
     free(s->data);
+    free(s->work);
+    free(s->tmp);
+    free(s->starts);
     *s = (tk_gstate){0};
 }
 
