@@ -103,6 +103,7 @@ typedef struct tk_gstate {
     int32_t *work, *tmp;
     int *starts;
     int cap_work, cap_starts;
+    int expand_steps; /* since the last reset, against the matcher's bound */
 } tk_gstate;
 
 #define TK_GSTATE_MAX_STACKS 4096

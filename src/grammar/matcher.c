@@ -6,8 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Expansion steps per advance: stops grammars that loop without consuming
- * (left recursion, A ::= B  B ::= A) with an error instead of hanging. */
+/* Expansion steps per byte (all stacks together): stops grammars that loop
+ * without consuming (left recursion, A ::= B  B ::= A) with an error
+ * instead of hanging. */
 #define EXPAND_MAX_STEPS (1 << 20)
 
 typedef struct ibuf {
@@ -53,7 +54,7 @@ static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err 
     const tk_gel *el = s->g->el;
     /* pending stacks, [len, ...] back to back; starts[] indexes them as a LIFO */
     ibuf work = {s->work, 0, s->cap_work};
-    int rc = -1, steps = 0;
+    int rc = -1;
     if (!s->tmp && !(s->tmp = malloc(sizeof(int32_t) * (TK_GSTATE_MAX_DEPTH + 1)))) return tk_err_set(err, "out of memory");
     if (!s->starts) {
         s->cap_starts = 64;
@@ -68,7 +69,7 @@ static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err 
     int n_starts = 1;
     s->starts[0] = 0;
     while (n_starts > 0) {
-        if (++steps > EXPAND_MAX_STEPS) {
+        if (++s->expand_steps > EXPAND_MAX_STEPS) {
             tk_err_set(err, "grammar: expansion does not terminate (left recursion?)");
             goto out;
         }
@@ -131,6 +132,7 @@ static void reset(tk_gstate *s, const tk_grammar *g) {
     s->n_data = 0;
     s->n_stacks = 0;
     s->accepting = false;
+    s->expand_steps = 0;
 }
 
 int tk_gstate_init(tk_gstate *s, const tk_grammar *g, tk_err *err) {
