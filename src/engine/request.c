@@ -116,6 +116,11 @@ static int validate(tk_engine *e, const tk_request_params *p, tk_err *err) {
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= nv)
             return tk_err_set(err, "prompt token %d (id %d) is out of range [0, %d)", i, p->prompt[i], nv);
+    /* The grammar matcher (src/grammar) is not wired into sampling yet: a
+     * constraint is refused rather than silently ignored. */
+    if (p->constraint.kind != TK_CONSTRAINT_NONE)
+        return tk_err_set(err, "constrained decoding (constraint kind %d) is not supported by the engine yet",
+                          (int)p->constraint.kind);
     int n = p->n > 0 ? p->n : 1;
     if (n > TK_REQUEST_MAX_N || n > e->max_seqs)
         return tk_err_set(err, "n = %d exceeds the limit (%d)", n, e->max_seqs < TK_REQUEST_MAX_N ? e->max_seqs : TK_REQUEST_MAX_N);

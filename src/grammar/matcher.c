@@ -1,0 +1,211 @@
+/* Byte-level pushdown recognizer over the grammar IR: the state is the set
+ * of parse stacks whose tops are byte ranges (every REF and finished
+ * alternative expanded away), as llama.cpp's grammar sampler keeps it. */
+#include "grammar.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Expansion steps per byte (all stacks together): stops grammars that loop
+ * without consuming (left recursion, A ::= B  B ::= A) with an error
+ * instead of hanging. */
+#define EXPAND_MAX_STEPS (1 << 20)
+
+typedef struct ibuf {
+    int32_t *v;
+    int n, cap;
+} ibuf;
+
+static int ibuf_reserve(ibuf *b, int extra, tk_err *err) {
+    if (b->n + extra <= b->cap) return 0;
+    int cap = b->cap ? b->cap : 64;
+    while (cap < b->n + extra) cap *= 2;
+    int32_t *n = realloc(b->v, sizeof(int32_t) * (size_t)cap);
+    if (!n) return tk_err_set(err, "out of memory");
+    b->v = n;
+    b->cap = cap;
+    return 0;
+}
+
+static bool has_stack(const tk_gstate *s, const int32_t *st, int len) {
+    for (int off = 0; off < s->n_data; off += 1 + s->data[off])
+        if (s->data[off] == len && memcmp(s->data + off + 1, st, sizeof(int32_t) * (size_t)len) == 0) return true;
+    return false;
+}
+
+static int add_stack(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
+    if (has_stack(s, st, len)) return 0;
+    if (s->n_stacks >= TK_GSTATE_MAX_STACKS)
+        return tk_err_set(err, "grammar: more than %d parse stacks (ambiguous grammar)", TK_GSTATE_MAX_STACKS);
+    ibuf b = {s->data, s->n_data, s->cap_data};
+    if (ibuf_reserve(&b, len + 1, err)) return -1;
+    s->data = b.v;
+    s->cap_data = b.cap;
+    s->data[s->n_data] = len;
+    memcpy(s->data + s->n_data + 1, st, sizeof(int32_t) * (size_t)len);
+    s->n_data += len + 1;
+    s->n_stacks++;
+    return 0;
+}
+
+/* Expands the stack `st0` (top last; with bump, its top moved one element
+ * on, past a matched byte) into s's stacks whose tops are BYTES. */
+static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err *err) {
+    const tk_gel *el = s->g->el;
+    /* pending stacks, [len, ...] back to back; starts[] indexes them as a LIFO */
+    ibuf work = {s->work, 0, s->cap_work};
+    int rc = -1;
+    if (!s->tmp && !(s->tmp = malloc(sizeof(int32_t) * (TK_GSTATE_MAX_DEPTH + 1)))) return tk_err_set(err, "out of memory");
+    if (!s->starts) {
+        s->cap_starts = 64;
+        if (!(s->starts = malloc(sizeof(int) * (size_t)s->cap_starts))) return tk_err_set(err, "out of memory");
+    }
+    int32_t *tmp = s->tmp;
+    if (ibuf_reserve(&work, len0 + 1, err)) goto out;
+    work.v[0] = len0;
+    memcpy(work.v + 1, st0, sizeof(int32_t) * (size_t)len0);
+    if (bump) work.v[len0]++;
+    work.n = len0 + 1;
+    int n_starts = 1;
+    s->starts[0] = 0;
+    while (n_starts > 0) {
+        if (++s->expand_steps > EXPAND_MAX_STEPS) {
+            tk_err_set(err, "grammar: expansion does not terminate (left recursion?)");
+            goto out;
+        }
+        int off = s->starts[--n_starts];
+        int len = work.v[off];
+        memcpy(tmp, work.v + off + 1, sizeof(int32_t) * (size_t)len);
+        work.n = off;
+        if (len == 0) {
+            s->accepting = true;
+            continue;
+        }
+        const tk_gel *top = &el[tmp[len - 1]];
+        if (top->kind == TK_GEL_BYTES) {
+            if (add_stack(s, tmp, len, err)) goto out;
+            continue;
+        }
+        if (top->kind == TK_GEL_END_ALT) {
+            len--;
+        } else { /* REF: the continuation, unless it is the alternative's end (tail call) */
+            int32_t cont = tmp[len - 1] + 1;
+            len--;
+            if (el[cont].kind != TK_GEL_END_ALT) tmp[len++] = cont;
+        }
+        int32_t alt = top->kind == TK_GEL_REF ? s->g->rule_start[top->rule] : -1;
+        do {
+            if (len + 1 > TK_GSTATE_MAX_DEPTH) {
+                tk_err_set(err, "grammar: parse stack deeper than %d", TK_GSTATE_MAX_DEPTH);
+                goto out;
+            }
+            if (n_starts == s->cap_starts) {
+                int *n = realloc(s->starts, sizeof(int) * (size_t)s->cap_starts * 2);
+                if (!n) {
+                    tk_err_set(err, "out of memory");
+                    goto out;
+                }
+                s->starts = n;
+                s->cap_starts *= 2;
+            }
+            int rec = len + (alt >= 0);
+            if (ibuf_reserve(&work, rec + 1, err)) goto out;
+            s->starts[n_starts++] = work.n;
+            work.v[work.n] = rec;
+            memcpy(work.v + work.n + 1, tmp, sizeof(int32_t) * (size_t)len);
+            if (alt >= 0) work.v[work.n + 1 + len] = alt;
+            work.n += rec + 1;
+            if (alt < 0) break;
+            while (el[alt].kind != TK_GEL_END_ALT) alt++; /* the next alternative */
+            alt++;
+        } while (el[alt].kind != TK_GEL_END_RULE);
+    }
+    rc = 0;
+out:
+    s->work = work.v;
+    s->cap_work = work.cap;
+    return rc;
+}
+
+static void reset(tk_gstate *s, const tk_grammar *g) {
+    s->g = g;
+    s->n_data = 0;
+    s->n_stacks = 0;
+    s->accepting = false;
+    s->expand_steps = 0;
+}
+
+int tk_gstate_init(tk_gstate *s, const tk_grammar *g, tk_err *err) {
+    *s = (tk_gstate){0};
+    reset(s, g);
+    /* one one-element stack per alternative of the root */
+    for (int32_t alt = g->rule_start[g->root]; g->el[alt].kind != TK_GEL_END_RULE;) {
+        if (expand(s, &alt, 1, false, err)) {
+            tk_gstate_free(s);
+            return -1;
+        }
+        while (g->el[alt].kind != TK_GEL_END_ALT) alt++;
+        alt++;
+    }
+    return 0;
+}
+
+void tk_gstate_free(tk_gstate *s) {
+    free(s->data);
+    free(s->work);
+    free(s->tmp);
+    free(s->starts);
+    *s = (tk_gstate){0};
+}
+
+int tk_gstate_copy(tk_gstate *dst, const tk_gstate *src, tk_err *err) {
+    reset(dst, src->g);
+    ibuf b = {dst->data, 0, dst->cap_data};
+    if (ibuf_reserve(&b, src->n_data, err)) return -1;
+    dst->data = b.v;
+    dst->cap_data = b.cap;
+    memcpy(dst->data, src->data, sizeof(int32_t) * (size_t)src->n_data);
+    dst->n_data = src->n_data;
+    dst->n_stacks = src->n_stacks;
+    dst->accepting = src->accepting;
+    return 0;
+}
+
+int tk_gstate_step(const tk_gstate *src, uint8_t byte, tk_gstate *dst, tk_err *err) {
+    reset(dst, src->g);
+    const tk_gel *el = src->g->el;
+    for (int off = 0; off < src->n_data; off += 1 + src->data[off]) {
+        int len = src->data[off];
+        const int32_t *st = src->data + off + 1;
+        const tk_gel *top = &el[st[len - 1]];
+        if (byte >= top->lo && byte <= top->hi && expand(dst, st, len, true, err)) return -1;
+    }
+    return dst->n_stacks > 0 || dst->accepting;
+}
+
+int tk_gstate_advance(tk_gstate *s, uint8_t byte, tk_gstate *scratch, tk_err *err) {
+    int rc = tk_gstate_step(s, byte, scratch, err);
+    if (rc == 1) {
+        tk_gstate t = *s;
+        *s = *scratch;
+        *scratch = t;
+    }
+    return rc;
+}
+
+int tk_gstate_advance_bytes(tk_gstate *s, const uint8_t *b, int n, tk_gstate *scratch, tk_err *err) {
+    if (n == 0) return 1;
+    tk_gstate save = {0};
+    if (tk_gstate_copy(&save, s, err)) return -1;
+    int rc = 1;
+    for (int i = 0; i < n && rc == 1; i++) rc = tk_gstate_advance(s, b[i], scratch, err);
+    if (rc != 1) {
+        tk_gstate t = *s;
+        *s = save;
+        save = t;
+    }
+    tk_gstate_free(&save);
+    return rc;
+}
+
+bool tk_gstate_done(const tk_gstate *s) { return s->n_stacks == 0; }

@@ -1,0 +1,246 @@
+/* Grammar compilers and the byte-level matcher: accept / reject strings,
+ * hostile grammars rejected with an error. */
+#include <string.h>
+
+#include "grammar/grammar.h"
+#include "tk_test.h"
+
+#include <tokamak.h>
+
+/* 1: the grammar accepts s completely; 0: it rejects; -1: error. */
+static int matches(const tk_grammar *g, const char *s) {
+    tk_err err = {{0}};
+    tk_gstate st, scratch = {0};
+    if (tk_gstate_init(&st, g, &err)) return -1;
+    int rc = tk_gstate_advance_bytes(&st, (const uint8_t *)s, (int)strlen(s), &scratch, &err);
+    int res = rc < 0 ? -1 : rc == 1 && st.accepting;
+    tk_gstate_free(&st);
+    tk_gstate_free(&scratch);
+    return res;
+}
+
+/* 1: s is a prefix of some sentence. */
+static int prefix_ok(const tk_grammar *g, const char *s) {
+    tk_err err = {{0}};
+    tk_gstate st, scratch = {0};
+    if (tk_gstate_init(&st, g, &err)) return -1;
+    int rc = tk_gstate_advance_bytes(&st, (const uint8_t *)s, (int)strlen(s), &scratch, &err);
+    tk_gstate_free(&st);
+    tk_gstate_free(&scratch);
+    return rc;
+}
+
+typedef struct gcase {
+    const char *grammar;
+    const char *accept[6];
+    const char *reject[6];
+} gcase;
+
+static const gcase cases[] = {
+    {"root ::= \"yes\" | \"no\"", {"yes", "no"}, {"", "ye", "yesno", "No"}},
+    {"root ::= [a-c]+ \"!\"", {"a!", "abcabc!"}, {"!", "ad!", "a"}},
+    {"root ::= [^\"\\\\]* # comment\n", {"", "abc", "\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"}, {"\"", "a\\b", "\xc3", "\xed\xa0\x80"}},
+    {"root ::= x{2,3}\nx ::= \"ab\"", {"abab", "ababab"}, {"ab", "abababab", "aba"}},
+    {"root ::= [0-9]{3}", {"123"}, {"12", "1234", "12a"}},
+    {"root ::= [0-9]{2,}", {"12", "12345"}, {"1", ""}},
+    {"root ::= (\"a\" | \"b\")? \"c\"", {"c", "ac", "bc"}, {"abc", "a"}},
+    {"root ::= \"(\" root \")\" | \"\"", {"", "()", "((()))"}, {"(", "(()", ")("}},
+    {"root ::= obj\nobj ::= \"{\" ws ( pair ( \",\" ws pair )* )? \"}\"\npair ::= str ws \":\" ws str ws\n"
+     "str ::= \"\\\"\" [a-z]* \"\\\"\"\nws ::= [ \\t\\n]*",
+     {"{}", "{\"a\": \"b\"}", "{\"a\":\"b\",  \"c\" : \"\"}"}, {"{", "{\"a\"}", "{\"a\":\"b\",}"}},
+    {"root ::= \"\\x41\\u00e9\\n\" .", {"A\xc3\xa9\nz", "A\xc3\xa9\n\xe2\x82\xac"}, {"A\xc3\xa9\n", "A\xc3\xa9\nzz"}},
+    {"root ::= [\\u0100-\\U0010FFFF]", {"\xc4\x80", "\xf4\x8f\xbf\xbf", "\xef\xbf\xbf"}, {"\xc3\xbf", "a"}},
+};
+
+static const char *const hostile[] = {
+    "",                                  /* no root */
+    "root ::= foo",                      /* undefined rule */
+    "root ::= \"a\"\nroot ::= \"b\"",    /* defined twice */
+    "root ::= \"abc",                    /* unterminated literal */
+    "root ::= [a-",                      /* unterminated class */
+    "root ::= [z-a]",                    /* range out of order */
+    "root ::= \"a\"{1001}",              /* repetition over the limit */
+    "root ::= \"a\"{3,2}",               /* n < m */
+    "root ::= \"\\q\"",                  /* unknown escape */
+    "root ::= \"\\uD800\"",              /* surrogate */
+    "root ::= (\"a\"",                   /* unclosed group */
+    "root \"a\"",                        /* no ::= */
+    "root ::= \"\xff\"",                 /* invalid UTF-8 */
+};
+
+typedef struct rcase {
+    const char *pattern;
+    const char *accept[6];
+    const char *reject[6];
+} rcase;
+
+static const rcase regexes[] = {
+    {"^[a-z]+@[a-z]+\\.(com|org)$", {"bob@example.com", "a@b.org"}, {"bob@example.net", "@a.com", "A@b.com"}},
+    {"\\d{3}-\\d{4}", {"555-1234"}, {"5555-1234", "555-123", "abc-defg"}},
+    {"(ab|cd)*e?", {"", "ab", "abcdab", "cde", "e"}, {"a", "abc", "ee"}},
+    {"\\w+\\s\\W", {"a_1 !", "x\t."}, {"a b", "a  !"}},
+    {"[^0-9]{2,3}", {"ab", "\xc3\xa9x", "abc"}, {"a1", "a", "abcd"}},
+    {".+?", {"x", "\xe2\x82\xac"}, {"", "\n"}},
+    {"a\\.b\\[\\]", {"a.b[]"}, {"axb[]"}},
+};
+
+static const char *const bad_regexes[] = {"(", "a)", "[a-", "a**", "*a", "a{2,1}", "a{1001}", "(?=x)", "\\1", "a^b", "\\p{L}"};
+
+/* The trie-walk mask equals a token-by-token check at each state along a
+ * sentence of the grammar fed byte by byte. */
+static void mask_differential(const char *tok_path, const tk_grammar *g, const char *path_text) {
+    tk_tokenizer *t;
+    tk_err err = {{0}};
+    if (tk_tokenizer_open(tok_path, NULL, &t, &err)) {
+        printf("skip mask test: %s\n", err.msg);
+        return;
+    }
+    tk_gvocab v;
+    CHECK(tk_gvocab_init(&v, t, &err) == 0, "%s", err.msg);
+    tk_gstate st, scratch = {0}, probe = {0};
+    tk_gmasker m = {0};
+    CHECK(tk_gstate_init(&st, g, &err) == 0, "%s", err.msg);
+    uint32_t *mask = calloc((size_t)(v.n_vocab + 31) / 32, 4);
+    size_t n = strlen(path_text);
+    for (size_t pos = 0; pos <= n; pos++) {
+        int allowed = tk_gmask_compute(&m, &v, &st, mask, &err);
+        CHECK(allowed > 0, "%s at %zu: %s", tok_path, pos, err.msg);
+        int mismatches = 0, count = 0;
+        for (int id = 0; id < v.n_vocab; id++) {
+            bool want;
+            if (tk_tokenizer_is_eog(t, id)) {
+                want = st.accepting;
+            } else {
+                int ty = tk_tokenizer_token_type(t, id);
+                char buf[TK_GVOCAB_MAX_TOKEN_BYTES];
+                int k = ty == TK_TOKEN_CONTROL || ty == TK_TOKEN_UNKNOWN || ty == TK_TOKEN_UNUSED
+                            ? 0
+                            : tk_token_to_bytes(t, -1, id, false, buf, (int)sizeof buf);
+                want = k > 0 && tk_gstate_copy(&probe, &st, &err) == 0 &&
+                       tk_gstate_advance_bytes(&probe, (const uint8_t *)buf, k, &scratch, &err) == 1;
+            }
+            bool got = (mask[id >> 5] >> (id & 31)) & 1;
+            count += want;
+            if (got != want && mismatches++ < 3) fprintf(stderr, "  token %d: mask %d, direct %d\n", id, got, want);
+        }
+        CHECK(mismatches == 0 && count == allowed, "%s at byte %zu: %d mismatches", tok_path, pos, mismatches);
+        if (pos < n) CHECK(tk_gstate_advance(&st, (uint8_t)path_text[pos], &scratch, &err) == 1, "path byte %zu", pos);
+    }
+    CHECK(st.accepting, "path is a sentence");
+    free(mask);
+    tk_gmasker_free(&m);
+    tk_gstate_free(&st);
+    tk_gstate_free(&scratch);
+    tk_gstate_free(&probe);
+    tk_gvocab_free(&v);
+    tk_tokenizer_free(t);
+}
+
+int main(void) {
+    {
+        tk_grammar json, name;
+        tk_err err = {{0}};
+        CHECK(tk_grammar_json_object(&json, &err) == 0, "%s", err.msg);
+        CHECK(tk_grammar_from_gbnf(&name, "root ::= \"{\\\"name\\\": \\\"\" [a-z\\u00e0-\\u00ff]+ \"\\\"}\"", &err) == 0,
+              "%s", err.msg);
+        const char *toks[] = {"tokenizer-tests/ggml-vocab-llama-spm.gguf", "tokenizers/llama3/tokenizer.json"};
+        for (int i = 0; i < 2; i++) {
+            mask_differential(tk_shared(toks[i]), &json, "{\"a\": [1, -2.5e3, {\"b\": \"\xc3\xa9\\n\"}], \"c\":null}");
+            mask_differential(tk_shared(toks[i]), &name, "{\"name\": \"\xc3\xa9t\xc3\xa9\"}");
+        }
+        tk_grammar_free(&json);
+        tk_grammar_free(&name);
+    }
+
+    for (size_t i = 0; i < sizeof(regexes) / sizeof(regexes[0]); i++) {
+        tk_grammar g;
+        tk_err err = {{0}};
+        int rc = tk_grammar_from_regex(&g, regexes[i].pattern, &err);
+        CHECK(rc == 0, "regex %zu: %s", i, err.msg);
+        if (rc) continue;
+        for (int j = 0; j < 6 && regexes[i].accept[j]; j++)
+            CHECK(matches(&g, regexes[i].accept[j]) == 1, "regex %zu should accept \"%s\"", i, regexes[i].accept[j]);
+        for (int j = 0; j < 6 && regexes[i].reject[j]; j++)
+            CHECK(matches(&g, regexes[i].reject[j]) == 0, "regex %zu should reject \"%s\"", i, regexes[i].reject[j]);
+        tk_grammar_free(&g);
+    }
+    for (size_t i = 0; i < sizeof(bad_regexes) / sizeof(bad_regexes[0]); i++) {
+        tk_grammar g;
+        tk_err err = {{0}};
+        int rc = tk_grammar_from_regex(&g, bad_regexes[i], &err);
+        CHECK(rc == -1 && strncmp(err.msg, "regex:", 6) == 0, "bad regex %s: %s", bad_regexes[i], err.msg);
+        if (rc == 0) tk_grammar_free(&g);
+    }
+    {
+        tk_grammar g;
+        tk_err err = {{0}};
+        CHECK(tk_grammar_json_object(&g, &err) == 0, "%s", err.msg);
+        const char *ok[] = {"{}", "{\"a\": [1, -2.5e3, true, null, {\"b\": \"\\u00e9\\n\"}]}", "{ \"x\" : { } }"};
+        const char *bad[] = {"[]", "{\"a\"}", "{'a': 1}", "{\"a\": 01}", "{\"a\": \"\x01\"}", "{} x"};
+        for (size_t j = 0; j < 3; j++) CHECK(matches(&g, ok[j]) == 1, "json should accept %s", ok[j]);
+        for (size_t j = 0; j < 6; j++) CHECK(matches(&g, bad[j]) == 0, "json should reject %s", bad[j]);
+        tk_grammar_free(&g);
+    }
+
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        tk_grammar g;
+        tk_err err = {{0}};
+        int rc = tk_grammar_from_gbnf(&g, cases[i].grammar, &err);
+        CHECK(rc == 0, "case %zu: %s", i, err.msg);
+        if (rc) continue;
+        for (int j = 0; j < 6 && cases[i].accept[j]; j++)
+            CHECK(matches(&g, cases[i].accept[j]) == 1, "case %zu should accept \"%s\"", i, cases[i].accept[j]);
+        for (int j = 0; j < 6 && cases[i].reject[j]; j++)
+            CHECK(matches(&g, cases[i].reject[j]) == 0, "case %zu should reject \"%s\"", i, cases[i].reject[j]);
+        tk_grammar_free(&g);
+    }
+
+    /* prefixes: a state can be left partial and continue */
+    tk_grammar g;
+    tk_err err = {{0}};
+    CHECK(tk_grammar_from_gbnf(&g, "root ::= \"hello\" [0-9]+", &err) == 0, "%s", err.msg);
+    CHECK(prefix_ok(&g, "hel") == 1, "prefix");
+    CHECK(prefix_ok(&g, "help") == 0, "non-prefix");
+    /* fork: a copied state advances independently */
+    tk_gstate a, b = {0}, scratch = {0};
+    CHECK(tk_gstate_init(&a, &g, &err) == 0, "%s", err.msg);
+    CHECK(tk_gstate_advance_bytes(&a, (const uint8_t *)"hello", 5, &scratch, &err) == 1, "advance");
+    CHECK(tk_gstate_copy(&b, &a, &err) == 0, "copy");
+    CHECK(tk_gstate_advance(&a, '1', &scratch, &err) == 1 && a.accepting, "a accepts");
+    CHECK(!b.accepting, "b unchanged by a's advance");
+    CHECK(tk_gstate_advance(&b, 'x', &scratch, &err) == 0 && !b.accepting, "b rejects x, state kept");
+    CHECK(tk_gstate_advance(&b, '7', &scratch, &err) == 1 && b.accepting && !tk_gstate_done(&b), "b accepts 7, more possible");
+    tk_gstate_free(&a);
+    tk_gstate_free(&b);
+    tk_gstate_free(&scratch);
+    tk_grammar_free(&g);
+
+    CHECK(tk_grammar_from_gbnf(&g, "root ::= \"ab\"", &err) == 0, "%s", err.msg);
+    CHECK(tk_gstate_init(&a, &g, &err) == 0, "%s", err.msg);
+    CHECK(tk_gstate_advance_bytes(&a, (const uint8_t *)"ab", 2, &scratch, &err) == 1 && tk_gstate_done(&a) && a.accepting,
+          "complete: only end of generation is left");
+    tk_gstate_free(&a);
+    tk_gstate_free(&scratch);
+    tk_grammar_free(&g);
+
+    for (size_t i = 0; i < sizeof(hostile) / sizeof(hostile[0]); i++) {
+        err.msg[0] = 0;
+        int rc = tk_grammar_from_gbnf(&g, hostile[i], &err);
+        CHECK(rc == -1 && strncmp(err.msg, "grammar:", 8) == 0, "hostile %zu accepted or unclear error: %s", i, err.msg);
+        if (rc == 0) tk_grammar_free(&g);
+    }
+    /* non-terminating expansion is an error, not a hang */
+    CHECK(tk_grammar_from_gbnf(&g, "root ::= a\na ::= root | \"x\"", &err) == 0, "%s", err.msg);
+    CHECK(matches(&g, "x") == -1, "A ::= B, B ::= A loops are bounded");
+    tk_grammar_free(&g);
+    CHECK(tk_grammar_from_gbnf(&g, "root ::= root \"x\" | \"y\"", &err) == 0, "%s", err.msg);
+    CHECK(matches(&g, "yx") == -1, "left recursion is bounded");
+    tk_grammar_free(&g);
+    /* deep nesting bounded */
+    char deep[600];
+    int k = snprintf(deep, sizeof deep, "root ::= ");
+    for (int i = 0; i < 200; i++) deep[k++] = '(';
+    deep[k] = 0;
+    CHECK(tk_grammar_from_gbnf(&g, deep, &err) == -1, "deep nesting refused");
+    TK_TEST_END();
+}
