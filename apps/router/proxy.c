@@ -148,6 +148,23 @@ static int take_buffered(void *user, const char *data, size_t n) {
     return f->out.failed;
 }
 
+/* One try of the request on the k-th replica of f's order (k > 0: a
+ * retry), counted in the replica's metrics; the answer goes to take. */
+static int attempt(forward *f, int k, const char *method, int *status, tk_http_body_cb take) {
+    tk_router *r = f->r;
+    tk_backend *b = &r->backends[f->order[k]];
+    if (k > 0) atomic_fetch_add(&r->retries, 1);
+    atomic_fetch_add(&b->requests, 1);
+    char path[sizeof b->u.path + sizeof f->path];
+    snprintf(path, sizeof path, "%s%s", b->u.path, f->path);
+    tk_err err;
+    atomic_fetch_add(&b->inflight, 1);
+    int rc = tk_http_request(&b->u, method, path, f->api_key, f->body, f->body ? f->body_len : 0,
+                             r->backend_timeout_s, status, take, f, &err);
+    atomic_fetch_sub(&b->inflight, 1);
+    return rc;
+}
+
 /* Non-streaming: each replica in turn until one answers (a 503 counts as
  * not answering: that replica is full or stopping; the last one's 503 is
  * passed on when no replica answered). */
@@ -156,17 +173,9 @@ static enum MHD_Result forward_buffered(struct MHD_Connection *c, forward *f, co
     int status = 0, rc = -1;
     for (int k = 0; k < f->n_order; k++) {
         tk_backend *b = &r->backends[f->order[k]];
-        if (k > 0) atomic_fetch_add(&r->retries, 1);
-        atomic_fetch_add(&b->requests, 1);
-        char path[sizeof b->u.path + sizeof f->path];
-        snprintf(path, sizeof path, "%s%s", b->u.path, f->path);
-        tk_err err;
         f->out.len = 0;
         f->overflow = false;
-        atomic_fetch_add(&b->inflight, 1);
-        rc = tk_http_request(&b->u, method, path, f->api_key, f->body, f->body ? f->body_len : 0,
-                             r->backend_timeout_s, &status, take_buffered, f, &err);
-        atomic_fetch_sub(&b->inflight, 1);
+        rc = attempt(f, k, method, &status, take_buffered);
         if (rc == 0 && f->overflow) {
             atomic_fetch_add(&r->failures, 1);
             return reply_error(c, 502, "response_too_large", "the replica's response is over the router's limit");
@@ -206,15 +215,7 @@ static void *stream_thread(void *arg) {
     int status = 0, rc = -1;
     for (int k = 0; k < f->n_order; k++) {
         tk_backend *b = &r->backends[f->order[k]];
-        if (k > 0) atomic_fetch_add(&r->retries, 1);
-        atomic_fetch_add(&b->requests, 1);
-        char path[sizeof b->u.path + sizeof f->path];
-        snprintf(path, sizeof path, "%s%s", b->u.path, f->path);
-        tk_err err;
-        atomic_fetch_add(&b->inflight, 1);
-        rc = tk_http_request(&b->u, "POST", path, f->api_key, f->body, f->body_len, r->backend_timeout_s,
-                             &f->backend_status, take_stream, f, &err);
-        atomic_fetch_sub(&b->inflight, 1);
+        rc = attempt(f, k, "POST", &f->backend_status, take_stream);
         pthread_mutex_lock(&f->mu);
         bool started = f->started, gone = f->client_gone;
         status = f->backend_status;

@@ -174,14 +174,8 @@ done:
 static int parse_alternates(gparser *ps, int rule, int depth);
 
 static int parse_count(gparser *ps, int *v) {
-    if (ps->p >= ps->end || *ps->p < '0' || *ps->p > '9') return fail(ps, "expected a number in {m,n}");
-    long x = 0;
-    while (ps->p < ps->end && *ps->p >= '0' && *ps->p <= '9') {
-        x = x * 10 + (*ps->p++ - '0');
-        if (x > TK_GRAMMAR_MAX_REPEAT) return fail(ps, "repetition count over the limit (1000)");
-    }
-    *v = (int)x;
-    return 0;
+    const char *why = tk_grammar_read_count(&ps->p, ps->end, v);
+    return why ? fail(ps, why) : 0;
 }
 
 static int parse_postfix(gparser *ps, int rule, int start) {

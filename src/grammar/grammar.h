@@ -83,6 +83,9 @@ int tk_gbuilder_push_class(tk_gbuilder *b, int rule, uint32_t (*r)[2], int n, bo
 /* Replaces the elements of `rule` from `start` on (X) by X{m,n}; n < 0:
  * unbounded.  m, n <= TK_GRAMMAR_MAX_REPEAT (the caller checks). */
 int tk_gbuilder_repeat(tk_gbuilder *b, int rule, int start, int m, int n, tk_err *err);
+/* Reads the decimal count of a {m,n} at *p (advanced past it), for the GBNF
+ * and regex parsers; returns NULL, or what is wrong for their error message. */
+const char *tk_grammar_read_count(const char **p, const char *end, int *v);
 /* Adds a rule for a regex (pattern[0..len)); returns its id or -1. */
 int tk_grammar_regex_rule(tk_gbuilder *b, const char *pattern, size_t len, tk_err *err);
 /* Flattens into g (every rule must have an alternative) and frees b. */

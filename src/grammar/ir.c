@@ -212,6 +212,17 @@ static int single_element(tk_gbuilder *b, int rule, int start, tk_gel *out, tk_e
 
 /* X{m,n} (n < 0: unbounded) as m copies of X then a chain of optional X
  * or a right-recursive star rule, which the matcher runs in constant depth. */
+const char *tk_grammar_read_count(const char **p, const char *end, int *v) {
+    if (*p >= end || **p < '0' || **p > '9') return "expected a number in {m,n}";
+    long x = 0;
+    while (*p < end && **p >= '0' && **p <= '9') {
+        x = x * 10 + (*(*p)++ - '0');
+        if (x > TK_GRAMMAR_MAX_REPEAT) return "repetition count over the limit (1000)";
+    }
+    *v = (int)x;
+    return NULL;
+}
+
 int tk_gbuilder_repeat(tk_gbuilder *b, int rule, int start, int m, int n, tk_err *err) {
     tk_gel x;
     if (single_element(b, rule, start, &x, err)) return -1;
