@@ -235,6 +235,19 @@ def test_tool_choice_forces_a_call(server, client, choice):
             assert set(names) == {"get_weather"} and all("city" in a for a in args)
 
 
+@pytest.mark.parametrize("choice", ["required", "named"])
+def test_tool_choice_refused_without_constraints(server, choice):
+    """Until constrained decoding reaches sampling, a forced call is refused
+    (400, naming why), never answered unconstrained."""
+    if constraints_supported(server):
+        pytest.skip("constrained decoding is in this build")
+    tc = "required" if choice == "required" else {"type": "function", "function": {"name": "get_weather"}}
+    r = raw_post(server, "/v1/chat/completions", {"messages": CONVERSATION, "tools": [WEATHER, TIME],
+                                                  "tool_choice": tc, "max_tokens": 16})
+    assert r.status_code == 400, r.text
+    assert "constrained decoding" in r.json()["error"]["message"]
+
+
 # ---------------------------------------------------------------- errors
 
 @pytest.mark.parametrize("body, param", [
