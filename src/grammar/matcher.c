@@ -164,7 +164,7 @@ int tk_gstate_copy(tk_gstate *dst, const tk_gstate *src, tk_err *err) {
     if (ibuf_reserve(&b, src->n_data, err)) return -1;
     dst->data = b.v;
     dst->cap_data = b.cap;
-    memcpy(dst->data, src->data, sizeof(int32_t) * (size_t)src->n_data);
+    if (src->n_data) memcpy(dst->data, src->data, sizeof(int32_t) * (size_t)src->n_data);
     dst->n_data = src->n_data;
     dst->n_stacks = src->n_stacks;
     dst->accepting = src->accepting;
