@@ -115,6 +115,7 @@ static int f_last(cj_ctx *c, cj_val v, const cj_args *a, cj_val *out) { return f
 
 /* Jinja's make_attrgetter: "a.b.0" looks up a, then b, then item 0. */
 static int attr_path(cj_ctx *c, cj_val item, cj_val attr, const cj_val *dflt, cj_val *out) {
+    *out = cj_undef(); /* defined on failure too: callers release it either way */
     int r;
     if (attr.kind != CJ_STR) {
         r = cj_getitem(c, item, attr, out);
