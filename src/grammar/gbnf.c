@@ -173,39 +173,14 @@ done:
 
 static int parse_alternates(gparser *ps, int rule, int depth);
 
-static int parse_count(gparser *ps, int *v) {
-    const char *why = tk_grammar_read_count(&ps->p, ps->end, v);
-    return why ? fail(ps, why) : 0;
-}
+static void skip_inline(void *ps) { skip_space(ps, false); }
 
 static int parse_postfix(gparser *ps, int rule, int start) {
-    if (ps->p >= ps->end) return 0;
-    char c = *ps->p;
     int m, n;
-    if (c == '*' || c == '+' || c == '?') {
-        ps->p++;
-        m = c == '+';
-        n = c == '?' ? 1 : -1;
-    } else if (c == '{') {
-        ps->p++;
-        skip_space(ps, false);
-        if (parse_count(ps, &m)) return -1;
-        skip_space(ps, false);
-        n = m;
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            skip_space(ps, false);
-            n = -1;
-            if (ps->p < ps->end && *ps->p != '}' && parse_count(ps, &n)) return -1;
-            skip_space(ps, false);
-        }
-        if (ps->p >= ps->end || *ps->p != '}') return fail(ps, "expected '}'");
-        ps->p++;
-        if (n >= 0 && n < m) return fail(ps, "{m,n} with n < m");
-    } else {
-        return 0;
-    }
-    return tk_gbuilder_repeat(&ps->b, rule, start, m, n, ps->err);
+    const char *why;
+    int q = tk_grammar_read_quantifier(&ps->p, ps->end, skip_inline, ps, &m, &n, &why);
+    if (q < 0) return fail(ps, why);
+    return q ? tk_gbuilder_repeat(&ps->b, rule, start, m, n, ps->err) : 0;
 }
 
 static int parse_sequence(gparser *ps, int rule, int depth) {

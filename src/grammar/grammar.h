@@ -83,9 +83,13 @@ int tk_gbuilder_push_class(tk_gbuilder *b, int rule, uint32_t (*r)[2], int n, bo
 /* Replaces the elements of `rule` from `start` on (X) by X{m,n}; n < 0:
  * unbounded.  m, n <= TK_GRAMMAR_MAX_REPEAT (the caller checks). */
 int tk_gbuilder_repeat(tk_gbuilder *b, int rule, int start, int m, int n, tk_err *err);
-/* Reads the decimal count of a {m,n} at *p (advanced past it), for the GBNF
- * and regex parsers; returns NULL, or what is wrong for their error message. */
-const char *tk_grammar_read_count(const char **p, const char *end, int *v);
+/* Reads a quantifier at *p (* + ? {m} {m,} {m,n}), for the GBNF and regex
+ * parsers.  Returns 0 when there is none (*p unchanged); 1 with *m, *n (n < 0:
+ * unbounded) and *p past it; -1 with *why for the caller's error message.
+ * skip(ctx), when not NULL, skips what the syntax allows around the numbers
+ * inside the braces (it advances the same *p). */
+int tk_grammar_read_quantifier(const char **p, const char *end, void (*skip)(void *), void *ctx, int *m, int *n,
+                               const char **why);
 /* Adds a rule for a regex (pattern[0..len)); returns its id or -1. */
 int tk_grammar_regex_rule(tk_gbuilder *b, const char *pattern, size_t len, tk_err *err);
 /* Flattens into g (every rule must have an alternative) and frees b. */

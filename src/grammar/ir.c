@@ -212,7 +212,7 @@ static int single_element(tk_gbuilder *b, int rule, int start, tk_gel *out, tk_e
 
 /* X{m,n} (n < 0: unbounded) as m copies of X then a chain of optional X
  * or a right-recursive star rule, which the matcher runs in constant depth. */
-const char *tk_grammar_read_count(const char **p, const char *end, int *v) {
+static const char *read_count(const char **p, const char *end, int *v) {
     if (*p >= end || **p < '0' || **p > '9') return "expected a number in {m,n}";
     long x = 0;
     while (*p < end && **p >= '0' && **p <= '9') {
@@ -221,6 +221,41 @@ const char *tk_grammar_read_count(const char **p, const char *end, int *v) {
     }
     *v = (int)x;
     return NULL;
+}
+
+int tk_grammar_read_quantifier(const char **p, const char *end, void (*skip)(void *), void *ctx, int *m, int *n,
+                               const char **why) {
+    if (*p >= end) return 0;
+    char c = **p;
+    if (c == '*' || c == '+' || c == '?') {
+        (*p)++;
+        *m = c == '+';
+        *n = c == '?' ? 1 : -1;
+        return 1;
+    }
+    if (c != '{') return 0;
+    (*p)++;
+    if (skip) skip(ctx);
+    if ((*why = read_count(p, end, m))) return -1;
+    if (skip) skip(ctx);
+    *n = *m;
+    if (*p < end && **p == ',') {
+        (*p)++;
+        if (skip) skip(ctx);
+        *n = -1;
+        if (*p < end && **p != '}' && (*why = read_count(p, end, n))) return -1;
+        if (skip) skip(ctx);
+    }
+    if (*p >= end || **p != '}') {
+        *why = "expected '}'";
+        return -1;
+    }
+    (*p)++;
+    if (*n >= 0 && *n < *m) {
+        *why = "{m,n} with n < m";
+        return -1;
+    }
+    return 1;
 }
 
 int tk_gbuilder_repeat(tk_gbuilder *b, int rule, int start, int m, int n, tk_err *err) {

@@ -120,34 +120,11 @@ static int parse_class(rparser *ps, int rule) {
     return tk_gbuilder_push_class(ps->b, rule, r, n, neg, ps->err);
 }
 
-static int parse_count(rparser *ps, int *v) {
-    const char *why = tk_grammar_read_count(&ps->p, ps->end, v);
-    return why ? fail(ps, why) : 0;
-}
-
 static int quantifier(rparser *ps, int rule, int start) {
-    if (ps->p >= ps->end) return 0;
-    char c = *ps->p;
     int m, n;
-    if (c == '*' || c == '+' || c == '?') {
-        ps->p++;
-        m = c == '+';
-        n = c == '?' ? 1 : -1;
-    } else if (c == '{') {
-        ps->p++;
-        if (parse_count(ps, &m)) return -1;
-        n = m;
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            n = -1;
-            if (ps->p < ps->end && *ps->p != '}' && parse_count(ps, &n)) return -1;
-        }
-        if (ps->p >= ps->end || *ps->p != '}') return fail(ps, "expected '}'");
-        ps->p++;
-        if (n >= 0 && n < m) return fail(ps, "{m,n} with n < m");
-    } else {
-        return 0;
-    }
+    const char *why;
+    int q = tk_grammar_read_quantifier(&ps->p, ps->end, NULL, NULL, &m, &n, &why);
+    if (q <= 0) return q < 0 ? fail(ps, why) : 0;
     if (ps->p < ps->end && *ps->p == '?') ps->p++; /* lazy: same language */
     if (ps->p < ps->end && strchr("*+?{", *ps->p)) return fail(ps, "quantifier after a quantifier");
     return tk_gbuilder_repeat(ps->b, rule, start, m, n, ps->err);
