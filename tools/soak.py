@@ -483,16 +483,21 @@ class Soak:
         finally:
             c.close()
 
-    def op_disconnect(self, rng):
-        """A stream abandoned after k events (k = 0: before the answer), by FIN or reset."""
+    def generation_to_abandon(self, rng, stream, max_tokens):
+        """A random completion or chat request (max_tokens drawn from the range)
+        and a fresh connection for it: (connection, request bytes)."""
         chat = rng.random() < 0.5
-        req, n = gen_body(rng, chat, True, self.a.model_name)
-        req["max_tokens"] = rng.randint(16, 64)
+        req, _ = gen_body(rng, chat, stream, self.a.model_name)
+        req["max_tokens"] = rng.randint(*max_tokens)
         head, body = request_bytes("POST", "/v1/chat/completions" if chat else "/v1/completions",
                                    json.dumps(req).encode())
-        c = self.conn(time.monotonic() + REQ_TIMEOUT)
+        return self.conn(time.monotonic() + REQ_TIMEOUT), head + body
+
+    def op_disconnect(self, rng):
+        """A stream abandoned after k events (k = 0: before the answer), by FIN or reset."""
+        c, data = self.generation_to_abandon(rng, True, (16, 64))
         try:
-            c.send(head + body)
+            c.send(data)
             self.count("gen_sent")
             k = rng.randint(0, 8)
             if k:
@@ -510,14 +515,9 @@ class Soak:
 
     def op_abort(self, rng):
         """A non-streaming request abandoned after a random wait (a client-side cancel)."""
-        chat = rng.random() < 0.5
-        req, n = gen_body(rng, chat, False, self.a.model_name)
-        req["max_tokens"] = rng.randint(8, 64)
-        head, body = request_bytes("POST", "/v1/chat/completions" if chat else "/v1/completions",
-                                   json.dumps(req).encode())
-        c = self.conn(time.monotonic() + REQ_TIMEOUT)
+        c, data = self.generation_to_abandon(rng, False, (8, 64))
         try:
-            c.send(head + body)
+            c.send(data)
             self.count("gen_sent")
             time.sleep(rng.uniform(0, 3))
         finally:
