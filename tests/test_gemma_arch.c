@@ -20,6 +20,7 @@
 
 #include "formats/gguf.h"
 #include "tokenizer/tokenizer.h"
+#include "ref64.h"
 #include "tk_test.h"
 
 enum { DIM = 32, LAYERS = 6, HEADS = 4, KV_HEADS = 2, HD = 16, FFN = 48, VOCAB = 64, WINDOW = 5, SEQ = 23 };
@@ -120,22 +121,6 @@ static int write_model(const weights *w, const char *path, int pattern_key) {
 
 /* ---- naive float64 reference ---- */
 
-static void rms(double *y, const double *x, const float *w, int n) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    double s = 1.0 / sqrt(ss / n + EPS);
-    for (int i = 0; i < n; i++) y[i] = x[i] * s * w[i];
-}
-
-/* y[out] = W[out][in] x[in] */
-static void mv(double *y, const float *W, const double *x, int in, int out) {
-    for (int r = 0; r < out; r++) {
-        double s = 0;
-        for (int c = 0; c < in; c++) s += (double)W[(size_t)r * in + c] * x[c];
-        y[r] = s;
-    }
-}
-
 static void rope(double *x, int pos, double theta) {
     for (int i = 0; i < HD / 2; i++) {
         double a = pos * pow(theta, -2.0 * i / HD), c = cos(a), s = sin(a);
@@ -159,16 +144,16 @@ static void reference(const weights *w, const int32_t *tok, int n, int window, i
         bool swa = window > 0 && l % pattern < pattern - 1;
         double theta = swa ? THETA_SWA : THETA;
         for (int t = 0; t < n; t++) {
-            rms(xn, x[t], w->attn_norm[l], DIM);
-            mv(Q[t], w->wq[l], xn, DIM, HEADS * HD);
-            mv(K[t], w->wk[l], xn, DIM, KV_HEADS * HD);
-            mv(V[t], w->wv[l], xn, DIM, KV_HEADS * HD);
+            ref64_rmsnorm(xn, x[t], w->attn_norm[l], DIM, EPS);
+            ref64_matvec(Q[t], w->wq[l], xn, DIM, HEADS * HD);
+            ref64_matvec(K[t], w->wk[l], xn, DIM, KV_HEADS * HD);
+            ref64_matvec(V[t], w->wv[l], xn, DIM, KV_HEADS * HD);
             for (int h = 0; h < HEADS; h++) {
-                rms(Q[t] + h * HD, Q[t] + h * HD, w->q_norm[l], HD);
+                ref64_rmsnorm(Q[t] + h * HD, Q[t] + h * HD, w->q_norm[l], HD, EPS);
                 rope(Q[t] + h * HD, t, theta);
             }
             for (int h = 0; h < KV_HEADS; h++) {
-                rms(K[t] + h * HD, K[t] + h * HD, w->k_norm[l], HD);
+                ref64_rmsnorm(K[t] + h * HD, K[t] + h * HD, w->k_norm[l], HD, EPS);
                 rope(K[t] + h * HD, t, theta);
             }
         }
@@ -191,21 +176,21 @@ static void reference(const weights *w, const int32_t *tok, int n, int window, i
                 }
                 for (int d = 0; d < HD; d++) att[h * HD + d] /= sum;
             }
-            mv(o, w->wo[l], att, HEADS * HD, DIM);
-            rms(o, o, w->post_attn[l], DIM);
+            ref64_matvec(o, w->wo[l], att, HEADS * HD, DIM);
+            ref64_rmsnorm(o, o, w->post_attn[l], DIM, EPS);
             for (int i = 0; i < DIM; i++) x[t][i] += o[i];
-            rms(xn, x[t], w->ffn_norm[l], DIM);
-            mv(g, w->wg[l], xn, DIM, FFN);
-            mv(u, w->wu[l], xn, DIM, FFN);
+            ref64_rmsnorm(xn, x[t], w->ffn_norm[l], DIM, EPS);
+            ref64_matvec(g, w->wg[l], xn, DIM, FFN);
+            ref64_matvec(u, w->wu[l], xn, DIM, FFN);
             for (int i = 0; i < FFN; i++) g[i] = gelu_tanh(g[i]) * u[i];
-            mv(o, w->wd[l], g, FFN, DIM);
-            rms(o, o, w->post_ffw[l], DIM);
+            ref64_matvec(o, w->wd[l], g, FFN, DIM);
+            ref64_rmsnorm(o, o, w->post_ffw[l], DIM, EPS);
             for (int i = 0; i < DIM; i++) x[t][i] += o[i];
         }
     }
     for (int t = 0; t < n; t++) {
-        rms(xn, x[t], w->out_norm, DIM);
-        mv(logits + (size_t)t * VOCAB, w->embd, xn, DIM, VOCAB);
+        ref64_rmsnorm(xn, x[t], w->out_norm, DIM, EPS);
+        ref64_matvec(logits + (size_t)t * VOCAB, w->embd, xn, DIM, VOCAB);
         for (int i = 0; i < VOCAB; i++)
             logits[(size_t)t * VOCAB + i] = SOFTCAP * tanh(logits[(size_t)t * VOCAB + i] / SOFTCAP);
     }

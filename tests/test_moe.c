@@ -17,6 +17,7 @@
 #include <tokamak.h>
 
 #include "formats/gguf.h"
+#include "ref64.h"
 #include "tk_test.h"
 
 enum { DIM = 32, LAYERS = 2, HEADS = 4, KV_HEADS = 2, HD = 8, E = 6, K = 2, EFF = 24, SHFF = 16, VOCAB = 64 };
@@ -144,21 +145,6 @@ static int write_model(const weights *w, variant v, const char *path, int n_expe
 
 /* ---- naive float64 reference ---- */
 
-static void rms(double *y, const double *x, const float *w, int n) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += x[i] * x[i];
-    double s = 1.0 / sqrt(ss / n + EPS);
-    for (int i = 0; i < n; i++) y[i] = x[i] * s * w[i];
-}
-
-static void mv(double *y, const float *W, const double *x, int in, int out) {
-    for (int r = 0; r < out; r++) {
-        double s = 0;
-        for (int c = 0; c < in; c++) s += (double)W[(size_t)r * in + c] * x[c];
-        y[r] = s;
-    }
-}
-
 /* Llama GGUFs rotate adjacent pairs; the Qwen families rotate halves. */
 static void rope(double *x, int pos, bool halves) {
     for (int i = 0; i < HD / 2; i++) {
@@ -175,15 +161,15 @@ static double silu(double x) { return x / (1.0 + exp(-x)); }
 /* y = down(silu(gate x) * up x) for one expert's matrices. */
 static void glu(double *y, const float *wg, const float *wu, const float *wd, const double *x, int f) {
     double g[EFF > SHFF ? EFF : SHFF], u[EFF > SHFF ? EFF : SHFF];
-    mv(g, wg, x, DIM, f);
-    mv(u, wu, x, DIM, f);
+    ref64_matvec(g, wg, x, DIM, f);
+    ref64_matvec(u, wu, x, DIM, f);
     for (int i = 0; i < f; i++) g[i] = silu(g[i]) * u[i];
-    mv(y, wd, g, f, DIM);
+    ref64_matvec(y, wd, g, f, DIM);
 }
 
 static void moe_ref(const weights *w, variant v, int l, const double *xn, double *out) {
     double lg[E], p[E], y[DIM], mx = -1e300, z = 0;
-    mv(lg, w->router[l], xn, DIM, E);
+    ref64_matvec(lg, w->router[l], xn, DIM, E);
     for (int e = 0; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
     for (int e = 0; e < E; e++) z += p[e] = exp(lg[e] - mx);
     for (int e = 0; e < E; e++) p[e] /= z;
@@ -224,20 +210,20 @@ static void reference(const weights *w, variant v, const int32_t *tok, int n, do
         for (int i = 0; i < DIM; i++) x[t][i] = w->embd[tok[t] * DIM + i];
     for (int l = 0; l < LAYERS; l++) {
         for (int t = 0; t < n; t++) {
-            rms(xn, x[t], w->attn_norm[l], DIM);
-            mv(Q[t], w->wq[l], xn, DIM, HEADS * HD);
-            mv(Kc[t], w->wk[l], xn, DIM, KV_HEADS * HD);
-            mv(Vc[t], w->wv[l], xn, DIM, KV_HEADS * HD);
+            ref64_rmsnorm(xn, x[t], w->attn_norm[l], DIM, EPS);
+            ref64_matvec(Q[t], w->wq[l], xn, DIM, HEADS * HD);
+            ref64_matvec(Kc[t], w->wk[l], xn, DIM, KV_HEADS * HD);
+            ref64_matvec(Vc[t], w->wv[l], xn, DIM, KV_HEADS * HD);
             if (v == OLMOE) {
-                rms(Q[t], Q[t], w->q_normf[l], HEADS * HD);
-                rms(Kc[t], Kc[t], w->k_normf[l], KV_HEADS * HD);
+                ref64_rmsnorm(Q[t], Q[t], w->q_normf[l], HEADS * HD, EPS);
+                ref64_rmsnorm(Kc[t], Kc[t], w->k_normf[l], KV_HEADS * HD, EPS);
             }
             for (int h = 0; h < HEADS; h++) {
-                if (v == QWEN3MOE) rms(Q[t] + h * HD, Q[t] + h * HD, w->q_norm[l], HD);
+                if (v == QWEN3MOE) ref64_rmsnorm(Q[t] + h * HD, Q[t] + h * HD, w->q_norm[l], HD, EPS);
                 rope(Q[t] + h * HD, t, halves);
             }
             for (int h = 0; h < KV_HEADS; h++) {
-                if (v == QWEN3MOE) rms(Kc[t] + h * HD, Kc[t] + h * HD, w->k_norm[l], HD);
+                if (v == QWEN3MOE) ref64_rmsnorm(Kc[t] + h * HD, Kc[t] + h * HD, w->k_norm[l], HD, EPS);
                 rope(Kc[t] + h * HD, t, halves);
             }
         }
@@ -259,16 +245,16 @@ static void reference(const weights *w, variant v, const int32_t *tok, int n, do
                 }
                 for (int d = 0; d < HD; d++) att[h * HD + d] /= sum;
             }
-            mv(o, w->wo[l], att, HEADS * HD, DIM);
+            ref64_matvec(o, w->wo[l], att, HEADS * HD, DIM);
             for (int i = 0; i < DIM; i++) x[t][i] += o[i];
-            rms(xn, x[t], w->ffn_norm[l], DIM);
+            ref64_rmsnorm(xn, x[t], w->ffn_norm[l], DIM, EPS);
             moe_ref(w, v, l, xn, o);
             for (int i = 0; i < DIM; i++) x[t][i] += o[i];
         }
     }
     for (int t = 0; t < n; t++) {
-        rms(xn, x[t], w->out_norm, DIM);
-        mv(logits + (size_t)t * VOCAB, w->output, xn, DIM, VOCAB);
+        ref64_rmsnorm(xn, x[t], w->out_norm, DIM, EPS);
+        ref64_matvec(logits + (size_t)t * VOCAB, w->output, xn, DIM, VOCAB);
     }
 }
 
