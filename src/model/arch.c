@@ -13,73 +13,34 @@ static const tk_tensor_role llama_globals[] = {
     {"output.weight", G(output), false, false, TK_DIM_EMBD, TK_DIM_VOCAB},
 };
 
-static const tk_tensor_role llama_layer[] = {
-    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},
-    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},
-    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV},
-    {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD},
-    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"blk.%d.ffn_gate.weight", L(w_gate), false, true, TK_DIM_EMBD, TK_DIM_FFN},
-    {"blk.%d.ffn_up.weight", L(w_up), false, true, TK_DIM_EMBD, TK_DIM_FFN},
-    {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
-};
+/* Rows the layer tables share (llama.cpp's tensor names). */
+#define ATTN_IN_ROLES                                                                                  \
+    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},                   \
+    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},                               \
+    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},                              \
+    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV}
 
-/* Qwen2 / Qwen2.5: Llama's tensors plus Q/K/V biases (GGUF q/k rows in
- * NeoX order, see gguf_source.c). */
-static const tk_tensor_role qwen2_layer[] = {
-    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},
-    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},
-    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV},
-    {"blk.%d.attn_q.bias", L(bq), true, true, TK_DIM_Q, TK_DIM_NONE},
-    {"blk.%d.attn_k.bias", L(bk), true, true, TK_DIM_KV, TK_DIM_NONE},
-    {"blk.%d.attn_v.bias", L(bv), true, true, TK_DIM_KV, TK_DIM_NONE},
-    {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD},
-    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"blk.%d.ffn_gate.weight", L(w_gate), false, true, TK_DIM_EMBD, TK_DIM_FFN},
-    {"blk.%d.ffn_up.weight", L(w_up), false, true, TK_DIM_EMBD, TK_DIM_FFN},
-    {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
-};
+#define ATTN_OUT_ROLE {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD}
 
-/* Qwen3 (dense): Llama's tensors plus per-head q/k RMSNorm (weights used
- * as-is), no biases. */
-static const tk_tensor_role qwen3_layer[] = {
-    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},
-    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},
-    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV},
-    {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
-    {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
-    {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD},
-    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"blk.%d.ffn_gate.weight", L(w_gate), false, true, TK_DIM_EMBD, TK_DIM_FFN},
-    {"blk.%d.ffn_up.weight", L(w_up), false, true, TK_DIM_EMBD, TK_DIM_FFN},
-    {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
-};
+#define QKV_BIAS_ROLES(required)                                                                       \
+    {"blk.%d.attn_q.bias", L(bq), true, required, TK_DIM_Q, TK_DIM_NONE},                              \
+    {"blk.%d.attn_k.bias", L(bk), true, required, TK_DIM_KV, TK_DIM_NONE},                             \
+    {"blk.%d.attn_v.bias", L(bv), true, required, TK_DIM_KV, TK_DIM_NONE}
 
-/* Gemma 3 (text): Llama's tensors plus per-head q/k norms and post-norms
- * after attention and FFN.  llama.cpp's converter stores Gemma's RMSNorm
- * weights with the "+1" of (1 + w) already added, so they are used as-is. */
-static const tk_tensor_role gemma3_layer[] = {
-    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},
-    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},
-    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV},
-    {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
-    {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
-    {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD},
-    {"blk.%d.post_attention_norm.weight", L(attn_post_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"blk.%d.ffn_gate.weight", L(w_gate), false, true, TK_DIM_EMBD, TK_DIM_FFN},
-    {"blk.%d.ffn_up.weight", L(w_up), false, true, TK_DIM_EMBD, TK_DIM_FFN},
-    {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
-    {"blk.%d.post_ffw_norm.weight", L(ffn_post_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-};
+/* per-head q/k RMSNorm */
+#define QK_HEAD_NORM_ROLES                                                                             \
+    {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},               \
+    {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE}
 
-/* Mixture-of-experts FFN (llama.cpp's names): a router and experts stacked
- * in 3-D tensors [in, out, n_expert], optionally a shared expert with a
- * sigmoid gate (Qwen2-MoE). */
+#define FFN_ROLES                                                                                      \
+    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},                     \
+    {"blk.%d.ffn_gate.weight", L(w_gate), false, true, TK_DIM_EMBD, TK_DIM_FFN},                       \
+    {"blk.%d.ffn_up.weight", L(w_up), false, true, TK_DIM_EMBD, TK_DIM_FFN},                           \
+    {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD}
+
+/* Mixture-of-experts FFN: a router and experts stacked in 3-D tensors
+ * [in, out, n_expert], optionally a shared expert with a sigmoid gate
+ * (Qwen2-MoE). */
 #define MOE_ROLES                                                                                      \
     {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},                     \
     {"blk.%d.ffn_gate_inp.weight", L(moe_router), false, true, TK_DIM_EMBD, TK_DIM_EXPERTS},           \
@@ -87,24 +48,37 @@ static const tk_tensor_role gemma3_layer[] = {
     {"blk.%d.ffn_up_exps.weight", L(up_exps), false, true, TK_DIM_EMBD, TK_DIM_EXP_FFN},               \
     {"blk.%d.ffn_down_exps.weight", L(down_exps), false, true, TK_DIM_EXP_FFN, TK_DIM_EMBD}
 
-#define ATTN_ROLES                                                                                     \
-    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},                   \
-    {"blk.%d.attn_q.weight", L(wq), false, true, TK_DIM_EMBD, TK_DIM_Q},                               \
-    {"blk.%d.attn_k.weight", L(wk), false, true, TK_DIM_EMBD, TK_DIM_KV},                              \
-    {"blk.%d.attn_v.weight", L(wv), false, true, TK_DIM_EMBD, TK_DIM_KV},                              \
-    {"blk.%d.attn_output.weight", L(wo), false, true, TK_DIM_Q, TK_DIM_EMBD}
+static const tk_tensor_role llama_layer[] = {ATTN_IN_ROLES, ATTN_OUT_ROLE, FFN_ROLES};
+
+/* Qwen2 / Qwen2.5: Llama's tensors plus Q/K/V biases (GGUF q/k rows in
+ * NeoX order, see gguf_source.c). */
+static const tk_tensor_role qwen2_layer[] = {ATTN_IN_ROLES, QKV_BIAS_ROLES(true), ATTN_OUT_ROLE, FFN_ROLES};
+
+/* Qwen3 (dense): Llama's tensors plus per-head q/k RMSNorm (weights used
+ * as-is), no biases. */
+static const tk_tensor_role qwen3_layer[] = {ATTN_IN_ROLES, QK_HEAD_NORM_ROLES, ATTN_OUT_ROLE, FFN_ROLES};
+
+/* Gemma 3 (text): Llama's tensors plus per-head q/k norms and post-norms
+ * after attention and FFN.  llama.cpp's converter stores Gemma's RMSNorm
+ * weights with the "+1" of (1 + w) already added, so they are used as-is. */
+static const tk_tensor_role gemma3_layer[] = {
+    ATTN_IN_ROLES,
+    QK_HEAD_NORM_ROLES,
+    ATTN_OUT_ROLE,
+    {"blk.%d.post_attention_norm.weight", L(attn_post_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    FFN_ROLES,
+    {"blk.%d.post_ffw_norm.weight", L(ffn_post_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+};
 
 /* Mixtral: Llama attention, routed FFN. */
-static const tk_tensor_role llama_moe_layer[] = {ATTN_ROLES, MOE_ROLES};
+static const tk_tensor_role llama_moe_layer[] = {ATTN_IN_ROLES, ATTN_OUT_ROLE, MOE_ROLES};
 
 /* Qwen2-MoE: routed experts plus a shared expert scaled by
  * sigmoid(ffn_gate_inp_shexp . x). */
 static const tk_tensor_role qwen2moe_layer[] = {
-    ATTN_ROLES,
-    /* q/k/v biases, as dense Qwen2 (optional: bias-free test files load too) */
-    {"blk.%d.attn_q.bias", L(bq), true, false, TK_DIM_Q, TK_DIM_NONE},
-    {"blk.%d.attn_k.bias", L(bk), true, false, TK_DIM_KV, TK_DIM_NONE},
-    {"blk.%d.attn_v.bias", L(bv), true, false, TK_DIM_KV, TK_DIM_NONE},
+    ATTN_IN_ROLES,
+    ATTN_OUT_ROLE,
+    QKV_BIAS_ROLES(false), /* as dense Qwen2 (optional: bias-free test files load too) */
     MOE_ROLES,
     {"blk.%d.ffn_gate_inp_shexp.weight", L(shexp_gate), true, true, TK_DIM_EMBD, TK_DIM_NONE},
     {"blk.%d.ffn_gate_shexp.weight", L(gate_shexp), false, true, TK_DIM_EMBD, TK_DIM_SHEXP_FFN},
@@ -113,17 +87,13 @@ static const tk_tensor_role qwen2moe_layer[] = {
 };
 
 /* Qwen3-MoE: per-head q/k RMSNorm, routed FFN, no shared expert. */
-static const tk_tensor_role qwen3moe_layer[] = {
-    ATTN_ROLES,
-    {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
-    {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_HEAD, TK_DIM_NONE},
-    MOE_ROLES,
-};
+static const tk_tensor_role qwen3moe_layer[] = {ATTN_IN_ROLES, ATTN_OUT_ROLE, QK_HEAD_NORM_ROLES, MOE_ROLES};
 
 /* OLMoE: q/k RMSNorm over the whole projections, routed FFN (top-8 of 64,
  * norm_topk_prob false). */
 static const tk_tensor_role olmoe_layer[] = {
-    ATTN_ROLES,
+    ATTN_IN_ROLES,
+    ATTN_OUT_ROLE,
     {"blk.%d.attn_q_norm.weight", L(attn_q_norm), true, true, TK_DIM_Q, TK_DIM_NONE},
     {"blk.%d.attn_k_norm.weight", L(attn_k_norm), true, true, TK_DIM_KV, TK_DIM_NONE},
     MOE_ROLES,
