@@ -234,7 +234,6 @@ static const struct {
     {"mixtral", "MixtralForCausalLM", "llama"},
 };
 #define N_HF_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
-#define HF_MODEL_TYPES "llama, mistral, qwen2, qwen3, phi3, mixtral"
 
 /* The architecture, from model_type or else the first supported entry of
  * 'architectures'; *arch is the tokamak architecture name. */
@@ -247,8 +246,13 @@ static int parse_arch(const char *path, json_t *cfg, const char **arch, tk_err *
         const char *s = json_string_value(mt);
         for (size_t i = 0; i < N_HF_ARCHS; i++)
             if (!strcmp(s, hf_archs[i].model_type)) *arch = hf_archs[i].arch;
-        if (!*arch)
-            return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: " HF_MODEL_TYPES ")", path, s);
+        if (!*arch) {
+            char types[256];
+            size_t len = 0;
+            for (size_t i = 0; i < N_HF_ARCHS && len < sizeof types; i++)
+                len += (size_t)snprintf(types + len, sizeof types - len, "%s%s", i ? ", " : "", hf_archs[i].model_type);
+            return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: %s)", path, s, types);
+        }
         return 0;
     }
     if (!ar) return tk_err_set(err, "%s: missing 'model_type'", path);

@@ -1,5 +1,6 @@
 #include "arch.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "model.h"
@@ -202,7 +203,13 @@ static const tk_arch archs[] = {
     },
 };
 
-const char *tk_arch_names(void) { return "llama (with or without experts), gemma3, mistral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe"; }
+void tk_arch_names(char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < COUNT(archs) && len < n; i++)
+        if (!strchr(archs[i].name, '+')) /* "base+variant": chosen by tk_arch_for, never named by a file */
+            len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? ", " : "", archs[i].name);
+}
 
 const tk_arch *tk_arch_find(const char *name) {
     for (int i = 0; i < COUNT(archs); i++)

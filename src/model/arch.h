@@ -72,8 +72,9 @@ typedef struct tk_arch {
 } tk_arch;
 
 const tk_arch *tk_arch_find(const char *name);
-/* The supported names, comma-separated (for error messages). */
-const char *tk_arch_names(void);
+/* The names a file may give, comma-separated into buf (for error
+ * messages; cut to fit). */
+void tk_arch_names(char *buf, size_t n);
 /* The table entry for a file's general.architecture: "llama" with experts
  * is Mixtral ("llama+moe"). */
 const tk_arch *tk_arch_for(const char *name, bool has_experts);

@@ -200,7 +200,11 @@ static int init_layer_options(tk_model *m, tk_err *err) {
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
     memset(m, 0, sizeof *m);
     m->arch = tk_arch_for(src->arch, src->hp.n_expert > 0);
-    if (!m->arch) return tk_err_set(err, "unsupported architecture '%s' (supported: %s)", src->arch, tk_arch_names());
+    if (!m->arch) {
+        char names[256];
+        tk_arch_names(names, sizeof names);
+        return tk_err_set(err, "unsupported architecture '%s' (supported: %s)", src->arch, names);
+    }
     m->hp = src->hp;
     if (check_hparams(&m->hp, err) || tk_moe_check_hparams(m, err)) return -1;
     if (m->hp.rope_scaling == TK_ROPE_SCALING_LLAMA3 &&
