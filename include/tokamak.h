@@ -210,7 +210,9 @@ int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p,
  * Each step schedules one batch (decode tokens of running sequences plus
  * prefill chunks of new ones), runs it, samples, and reports events through
  * the request's callback (called on the stepping thread). */
-/* Constrained decoding: the sample's output must match. */
+
+/* Constrained decoding: the sample's output must match.  Not yet wired into
+ * sampling (docs/grammar.md): tk_engine_submit refuses any kind but NONE. */
 typedef enum tk_constraint_kind {
     TK_CONSTRAINT_NONE = 0,
     TK_CONSTRAINT_JSON,         /* any JSON value of type object (response_format json_object) */

@@ -974,8 +974,8 @@ static int render_chat(http_req *r, char **text, tk_err *err) {
 
 /* tool_choice "required" or a named function: the output is one call,
  * enforced by a JSON Schema of the format's call object between its tags
- * (the engine's constrained decoding; an engine without it samples freely
- * and the output is parsed as with "auto").  *schema is malloc'd. */
+ * (the engine's constrained decoding; while the engine has none, it refuses
+ * the request at submit, a 400).  *schema is malloc'd. */
 static int tool_constraint(http_req *r, tk_constraint *c, char **schema) {
     *schema = NULL; /* c is left alone otherwise (response_format may have set it) */
     if (r->api.tool_choice != TK_TOOL_CHOICE_REQUIRED && r->api.tool_choice != TK_TOOL_CHOICE_NAMED) return 0;
