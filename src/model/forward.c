@@ -344,6 +344,27 @@ static void add_bias(float *y, const float *b, int T, int n) {
         for (int i = 0; i < n; i++) y[(size_t)t * n + i] += b[i];
 }
 
+void tk_forward_glu(const tk_model *m, int layer, const tk_tensor *gate, const tk_tensor *up, const float *in, int n,
+                    float *h1, float *h2, tk_forward_ws *ws, tk_threadpool *pool) {
+    const int D = m->hp.dim;
+    const int64_t F = gate->ne[1];
+    const tk_tensor *gu[2] = {gate, up};
+    if (ws->observe) {
+        ws->observe(ws->observe_ctx, layer, gate, in, n, D);
+        ws->observe(ws->observe_ctx, layer, up, in, n, D);
+    }
+    float *y[2] = {h1, h2};
+    int64_t ld[2] = {F, F};
+    bool gelu = m->arch->ffn_act == TK_ACT_GELU_TANH;
+    if (ws->fuse & TK_FUSE_GLU) {
+        tk_matmul_fused(pool, &ws->mm, 2, gu, in, D, n, y, ld, gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU, NULL);
+    } else {
+        tk_matmul_n(pool, &ws->mm, 2, gu, in, D, n, y, ld);
+        for (size_t i = 0; i < (size_t)n * F; i++) h1[i] = (gelu ? tk_gelu_tanh(h1[i]) : tk_silu(h1[i])) * h2[i];
+    }
+    tk_matmul_ws_forget(&ws->mm);
+}
+
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
                float *logits, tk_forward_ws *ws, tk_threadpool *pool, tk_err *err) {
     if (validate_batch(m, kv, seqs, n_seqs, batch, ws, err)) return -1;
@@ -454,24 +475,7 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         else
             for (int t = 0; t < T; t++)
                 tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->ffn_norm, D, hp->norm_eps);
-        if (ws->observe) {
-            ws->observe(ws->observe_ctx, l, L->w_gate, ws->xn, T, D);
-            ws->observe(ws->observe_ctx, l, L->w_up, ws->xn, T, D);
-        }
-        {
-            float *y[2] = {ws->h1, ws->h2};
-            int64_t ld[2] = {F, F};
-            bool gelu = a->ffn_act == TK_ACT_GELU_TANH;
-            if (ws->fuse & TK_FUSE_GLU) {
-                tk_matmul_fused(pool, &ws->mm, 2, gu, ws->xn, D, T, y, ld, gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU,
-                                NULL);
-            } else {
-                tk_matmul_n(pool, &ws->mm, 2, gu, ws->xn, D, T, y, ld);
-                for (size_t i = 0; i < (size_t)T * F; i++)
-                    ws->h1[i] = (gelu ? tk_gelu_tanh(ws->h1[i]) : tk_silu(ws->h1[i])) * ws->h2[i];
-            }
-            tk_matmul_ws_forget(&ws->mm);
-        }
+        tk_forward_glu(m, l, L->w_gate, L->w_up, ws->xn, T, ws->h1, ws->h2, ws, pool);
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->w_down, ws->h1, T, F);
         residual_matmul(pool, ws, L->w_down, ws->h1, F, T, D, a->post_norms ? L->ffn_post_norm : NULL,
                         hp->norm_eps);

@@ -157,20 +157,9 @@ static void route_token(const tk_model *m, const float *logits, int *choice, flo
 /* out (n rows of dim floats) = down(act(gate(in)) * up(in)). */
 static void glu_ffn(const tk_model *m, int layer, const tk_tensor *gate, const tk_tensor *up, const tk_tensor *down,
                     const float *in, int n, float *out, tk_forward_ws *ws, tk_threadpool *pool) {
-    const int D = m->hp.dim;
-    const int64_t F = gate->ne[1];
-    const tk_tensor *gu[2] = {gate, up};
-    float *y[2] = {ws->moe_h1, ws->moe_h2};
-    int64_t ld[2] = {F, F};
-    if (ws->observe) {
-        ws->observe(ws->observe_ctx, layer, gate, in, n, D);
-        ws->observe(ws->observe_ctx, layer, up, in, n, D);
-    }
-    bool gelu = m->arch->ffn_act == TK_ACT_GELU_TANH;
-    tk_matmul_fused(pool, &ws->mm, 2, gu, in, D, n, y, ld, gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU, NULL);
-    tk_matmul_ws_forget(&ws->mm);
-    if (ws->observe) ws->observe(ws->observe_ctx, layer, down, ws->moe_h1, n, (int)F);
-    tk_matmul(pool, &ws->mm, down, ws->moe_h1, F, n, out, D);
+    tk_forward_glu(m, layer, gate, up, in, n, ws->moe_h1, ws->moe_h2, ws, pool);
+    if (ws->observe) ws->observe(ws->observe_ctx, layer, down, ws->moe_h1, n, (int)gate->ne[1]);
+    tk_matmul(pool, &ws->mm, down, ws->moe_h1, gate->ne[1], n, out, m->hp.dim);
 }
 
 void tk_moe_ffn(const tk_model *m, int layer, int T, tk_forward_ws *ws, tk_threadpool *pool) {
