@@ -384,6 +384,15 @@ int cj_len(cj_ctx *c, cj_val v, int64_t *out) {
     }
 }
 
+/* The string of one character (n bytes at p); an ASCII one is shared. */
+static int one_char(cj_ctx *c, const char *p, size_t n, cj_val *out) {
+    unsigned char b = (unsigned char)p[0];
+    if (n != 1 || b >= 128) return cj_new_str(c, p, n, out);
+    if (c->ascii[b].kind != CJ_STR && cj_new_str(c, p, 1, &c->ascii[b])) return -1;
+    *out = cj_ref(c->ascii[b]);
+    return 0;
+}
+
 int cj_iter_list(cj_ctx *c, cj_val v, cj_val *out) {
     switch (v.kind) {
     case CJ_LIST: /* lists are immutable here (sandbox); the caller walks the items: charged */
@@ -409,7 +418,7 @@ int cj_iter_list(cj_ctx *c, cj_val v, cj_val *out) {
             size_t start = i;
             cj_u8_next(s->s, s->len, &i);
             cj_val ch;
-            if (cj_new_str(c, s->s + start, i - start, &ch) || cj_list_push(c, *out, ch)) {
+            if (one_char(c, s->s + start, i - start, &ch) || cj_list_push(c, *out, ch)) {
                 cj_unref(c, *out);
                 return -1;
             }

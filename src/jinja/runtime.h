@@ -103,6 +103,7 @@ typedef struct cj_ctx {
     size_t out_limit;
     cj_scope *scope, *root;
     int line; /* line of the node being evaluated, for error messages */
+    cj_val ascii[128]; /* one-character strings, made once per render: iterating a string hands out references */
 } cj_ctx;
 
 /* Arguments of a call, filter, test or method (borrowed values). */

@@ -140,6 +140,7 @@ void cj_ctx_sweep(cj_ctx *c) {
         o = next;
     }
     c->live.next = c->live.prev = &c->live;
+    memset(c->ascii, 0, sizeof c->ascii); /* they were live objects */
 }
 
 int cj_new_str(cj_ctx *c, const char *s, size_t n, cj_val *out) {
