@@ -360,8 +360,9 @@ done:
 }
 
 /* "properties" (in schema order), "required", "additionalProperties".  An
- * absent additionalProperties adds nothing to the grammar (OpenAI's strict
- * mode): only the listed properties are written. */
+ * absent additionalProperties beside properties or required adds nothing
+ * to the grammar (OpenAI's strict mode: only the listed properties are
+ * written); on an object schema without either it means any members. */
 static int object_rule(tk_schema_c *c, const json_t *s) {
     const json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required"),
                  *extra_schema = json_object_get(s, "additionalProperties");
@@ -416,6 +417,7 @@ static int object_rule(tk_schema_c *c, const json_t *s) {
         m[n++] = (member){name, strlen(name), r, true};
     }
     int extra = -1, extra_key = -1;
+    if (!extra_schema && !props && !req) extra_schema = json_true();
     if (extra_schema && !json_is_false(extra_schema)) {
         int old = path_push(c, "additionalProperties");
         extra = compile(c, extra_schema);

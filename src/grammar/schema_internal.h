@@ -67,8 +67,9 @@ int tk_schema_any_string(tk_schema_c *c);
 int tk_schema_string(tk_schema_c *c, const json_t *s);
 int tk_schema_integer(tk_schema_c *c, const json_t *s);
 int tk_schema_number(tk_schema_c *c, const json_t *s);
-/* Appends v in its one canonical serialization (compact, keys in order,
- * strings escaped only where JSON requires). */
+/* Appends v in its canonical serialization (keys in order, strings
+ * escaped only where JSON requires, numbers in their shortest form), with
+ * whitespace allowed between the tokens of arrays and objects. */
 int tk_schema_literal(tk_schema_c *c, int rule, const json_t *v);
 /* The canonical JSON string literal of s[0..n) (UTF-8). */
 int tk_schema_quoted(tk_schema_c *c, int rule, const char *s, size_t n);

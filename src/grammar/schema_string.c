@@ -212,9 +212,17 @@ static int push_real(tk_schema_c *c, int rule, double d) {
     return tk_schema_lit(c, rule, buf, strlen(buf));
 }
 
+/* Bytes then whitespace (inside arrays and objects). */
+static int lit_ws(tk_schema_c *c, int rule, const char *s) {
+    int ws = tk_schema_ws(c);
+    return ws < 0 || tk_schema_lit(c, rule, s, strlen(s)) || tk_schema_ref_el(c, rule, ws) ? -1 : 0;
+}
+
 static int literal(tk_schema_c *c, int rule, const json_t *v, int depth) {
     if (depth > TK_GRAMMAR_MAX_NESTING) return tk_schema_fail(c, "a literal value nested deeper than %d", TK_GRAMMAR_MAX_NESTING);
     char buf[32];
+    int ws = tk_schema_ws(c);
+    if (ws < 0) return -1;
     switch (json_typeof(v)) {
     case JSON_NULL: return tk_schema_lit(c, rule, "null", 4);
     case JSON_TRUE: return tk_schema_lit(c, rule, "true", 4);
@@ -225,18 +233,21 @@ static int literal(tk_schema_c *c, int rule, const json_t *v, int depth) {
     case JSON_REAL: return push_real(c, rule, json_real_value(v));
     case JSON_STRING: return tk_schema_quoted(c, rule, json_string_value(v), json_string_length(v));
     case JSON_ARRAY:
-        if (tk_schema_lit(c, rule, "[", 1)) return -1;
+        if (lit_ws(c, rule, "[")) return -1;
         for (size_t i = 0; i < json_array_size(v); i++)
-            if ((i && tk_schema_lit(c, rule, ",", 1)) || literal(c, rule, json_array_get(v, i), depth + 1)) return -1;
+            if ((i && lit_ws(c, rule, ",")) || literal(c, rule, json_array_get(v, i), depth + 1) ||
+                tk_schema_ref_el(c, rule, ws))
+                return -1;
         return tk_schema_lit(c, rule, "]", 1);
     case JSON_OBJECT: {
-        if (tk_schema_lit(c, rule, "{", 1)) return -1;
+        if (lit_ws(c, rule, "{")) return -1;
         const char *k;
         json_t *x;
         bool first = true;
         json_object_foreach((json_t *)v, k, x) {
-            if ((!first && tk_schema_lit(c, rule, ",", 1)) || tk_schema_quoted(c, rule, k, strlen(k)) ||
-                tk_schema_lit(c, rule, ":", 1) || literal(c, rule, x, depth + 1))
+            if ((!first && lit_ws(c, rule, ",")) || tk_schema_quoted(c, rule, k, strlen(k)) ||
+                tk_schema_ref_el(c, rule, ws) || lit_ws(c, rule, ":") || literal(c, rule, x, depth + 1) ||
+                tk_schema_ref_el(c, rule, ws))
                 return -1;
             first = false;
         }
