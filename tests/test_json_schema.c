@@ -42,6 +42,10 @@ static const scase cases[] = {
     {"{\"properties\":{\"ab\":{\"type\":\"string\"}},\"required\":[\"ab\"],\"additionalProperties\":{\"type\":\"integer\"}}",
      {"{\"ab\":\"x\"}", "{\"ab\":\"x\",\"a\":1}", "{\"ab\":\"x\",\"abc\":2,\"b\":3}", "{\"ab\":\"x\",\"\":4}"},
      {"{\"ab\":\"x\",\"ab\":1}", "{\"ab\":\"x\",\"a\":\"s\"}", "{\"a\":1}"}},
+    /* excluded names sharing a prefix, one with a multi-byte character (a fuzz find) */
+    {"{\"properties\":{\"ab\":{},\"a\\u00e9\":{}},\"additionalProperties\":{\"type\":\"null\"}}",
+     {"{\"a\":null}", "{\"ab\":1,\"a\xc3\xa9\":[],\"aa\":null,\"a\xc3\xa8\":null}", "{\"abc\":null}"},
+     {"{\"ab\":1,\"ab\":null}", "{\"a\xc3\xa9\":null,\"ab\":1}", "{\"b\":1}"}},
     /* strings: lengths count code points and escapes as one */
     {"{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}",
      {"\"ab\"", "\"abc\"", "\"\\u00e9\\n\"", "\"\xc3\xa9\xe2\x82\xac\"", "\"\\ud83d\\ude00x\""},

@@ -4,6 +4,7 @@
  * schema_number.c.  Every keyword is either compiled or refused with an
  * error naming it and the JSON pointer of its schema; annotations are
  * accepted and ignored. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -279,10 +280,8 @@ static int value_type(const json_t *v) {
     case JSON_ARRAY: return T_ARRAY;
     case JSON_STRING: return T_STRING;
     case JSON_INTEGER: return T_INTEGER;
-    default: { /* an integral real is an integer to JSON Schema */
-        double d = json_real_value(v);
-        return d == (double)(long long)d ? T_INTEGER : 64;
-    }
+    default: /* an integral real is an integer to JSON Schema */
+        return json_real_value(v) == floor(json_real_value(v)) ? T_INTEGER : T_NUMBER & ~T_INTEGER;
     }
 }
 
@@ -375,11 +374,11 @@ static int object_rule(tk_schema_c *c, const json_t *s) {
     const char **names = malloc(sizeof(char *) * (cap ? cap : 1));
     size_t *lens = malloc(sizeof(size_t) * (cap ? cap : 1));
     int n = 0, rc = -1, n_names = 0;
+    c->nest++;
     if (!m || !names || !lens) {
         tk_err_set(c->err, "out of memory");
         goto done;
     }
-    c->nest++;
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)props, k, v) {

@@ -306,7 +306,7 @@ static int not_in_from(tk_schema_c *c, const char *const *names, const size_t *l
         int m = 0;
         for (int j = 0; j < n; j++) {
             const char *t = names[idx[j]];
-            if (lens[idx[j]] > d && memcmp(t + d, s + d, (size_t)len) == 0 && lens[idx[j]] >= d + (size_t)len) sub[m++] = idx[j];
+            if (lens[idx[j]] >= d + (size_t)len && memcmp(t + d, s + d, (size_t)len) == 0) sub[m++] = idx[j];
         }
         int child = not_in_from(c, names, lens, sub, m, d + (size_t)len);
         if (child < 0) goto done;
