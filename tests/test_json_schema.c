@@ -147,6 +147,10 @@ static const ecase errors[] = {
     {"{\"properties\":{\"a~b/c\":{\"minProperties\":1}}}", "at /properties/a~0b~1c"},
     {"{\"type\":\"number\",\"maximum\":1e300}", "beyond +-1e18"},
     {"{\"anyOf\":[]}", "'anyOf' must be a non-empty array"},
+    /* self-merging recursion: each level merges the sibling into a branch that refers back */
+    {"{\"$defs\":{\"a\":{\"type\":\"object\",\"anyOf\":[{\"$ref\":\"#/$defs/a\"},{\"type\":\"null\"}]}},"
+     "\"$ref\":\"#/$defs/a\"}",
+     "nested deeper than 64"},
 };
 
 /* A schema nested deeper than the compiler allows: properties in properties. */
@@ -196,6 +200,18 @@ int main(void) {
     if (deep) {
         tk_grammar_free(&g);
         free(deep);
+    }
+    /* d_i: two branches merging a sibling into d_{i+1}: 2^24 subschemas without the work bound */
+    char *dag = malloc(24 * 120 + 64);
+    if (dag) {
+        strcpy(dag, "{\"$defs\":{");
+        for (int i = 0; i < 24; i++)
+            sprintf(dag + strlen(dag), "\"d%d\":{\"type\":\"object\",\"anyOf\":[{\"$ref\":\"#/$defs/d%d\"},{\"$ref\":\"#/$defs/d%d\"}]},",
+                    i, i + 1, i + 1);
+        strcat(dag, "\"d24\":{}},\"$ref\":\"#/$defs/d0\"}");
+        CHECK(tk_grammar_from_json_schema(&g, dag, strlen(dag), &err) == -1 && strstr(err.msg, "subschemas to compile"),
+              "exponential merging refused: %s", err.msg);
+        free(dag);
     }
     size_t big = 5000 * 4 + 16;
     char *en = malloc(big);

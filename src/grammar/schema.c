@@ -730,6 +730,10 @@ static json_t *merge(tk_schema_c *c, const json_t *a, const json_t *b, int depth
         tk_schema_fail(c, "allOf nested deeper than %d", TK_SCHEMA_MAX_DEPTH);
         return NULL;
     }
+    if (++c->work > TK_SCHEMA_MAX_WORK) {
+        tk_schema_fail(c, "more than %d subschemas to compile", TK_SCHEMA_MAX_WORK);
+        return NULL;
+    }
     if (json_is_false(a) || json_is_true(b)) return json_incref((json_t *)a);
     if (json_is_false(b) || json_is_true(a)) return json_incref((json_t *)b);
     if (!json_is_object(a) || !json_is_object(b)) {
@@ -906,6 +910,7 @@ static int compile(tk_schema_c *c, const json_t *s) {
     if (json_is_false(s)) return TK_SCHEMA_NONE;
     if (!json_is_object(s)) return tk_schema_fail(c, "a schema must be an object or a boolean");
     if (c->depth >= TK_SCHEMA_MAX_DEPTH) return tk_schema_fail(c, "schemas nested deeper than %d", TK_SCHEMA_MAX_DEPTH);
+    if (++c->work > TK_SCHEMA_MAX_WORK) return tk_schema_fail(c, "more than %d subschemas to compile", TK_SCHEMA_MAX_WORK);
     c->depth++;
     int r = schema_object(c, s);
     c->depth--;

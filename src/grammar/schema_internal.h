@@ -11,6 +11,7 @@
 
 #define TK_SCHEMA_MAX_DEPTH 64    /* nested subschemas (and $ref hops in one chain) */
 #define TK_SCHEMA_MAX_ENUM 4096   /* values of one enum */
+#define TK_SCHEMA_MAX_WORK 65536  /* subschemas compiled + merges: anyOf over self-merging $ref is exponential */
 #define TK_SCHEMA_NONE (-2)       /* a schema no JSON value satisfies (e.g. false) */
 #define TK_SCHEMA_N_FORMATS 5     /* "format" values: schema_string.c */
 
@@ -33,6 +34,7 @@ typedef struct tk_schema_c {
     char path[1024];   /* JSON pointer of the subschema being compiled */
     int path_len;
     int depth;
+    int work; /* against TK_SCHEMA_MAX_WORK */
     int nest; /* objects / arrays entered: recursion through them consumes input */
     tk_schema_ref *refs;
     int n_refs, cap_refs;
