@@ -57,18 +57,21 @@ int tk_schema_any_string(tk_schema_c *c) {
 
 static bool needs_escape(uint8_t x) { return x < 0x20 || x == '"' || x == '\\'; }
 
-/* Appends the escapes that decode to byte x: the short one if any, and
- * \u00XX in either case. */
-static int push_escapes(tk_schema_c *c, int rule, uint8_t x) {
+/* The letter of x's short escape (\n for a newline), or 0. */
+static char short_escape(uint8_t x) {
     static const char shorts[] = "\"\"\\\\\bb\ff\nn\rr\tt";
     for (int i = 0; shorts[i]; i += 2)
-        if ((uint8_t)shorts[i] == x && (tk_schema_lit(c, rule, "\\", 1) || tk_schema_lit(c, rule, shorts + i + 1, 1) ||
-                                        tk_schema_alt(c, rule)))
-            return -1;
-    static const char digits[] = "0123456789abcdef", upper[] = "0123456789ABCDEF";
-    int hi = x >> 4, lo = x & 15;
-    for (int ch = 0; ch < (lo >= 10 ? 2 : 1); ch++) {
-        char esc[6] = {'\\', 'u', '0', '0', digits[hi], ch ? upper[lo] : digits[lo]};
+        if ((uint8_t)shorts[i] == x) return shorts[i + 1];
+    return 0;
+}
+
+/* Appends one alternative per escape that decodes to byte x: the short
+ * one if any, and \u00XX in either case. */
+static int push_escapes(tk_schema_c *c, int rule, uint8_t x) {
+    char esc[8] = {'\\', short_escape(x)};
+    if (esc[1] && (tk_schema_lit(c, rule, esc, 2) || tk_schema_alt(c, rule))) return -1;
+    for (int upper = 0; upper < ((x & 15) >= 10 ? 2 : 1); upper++) {
+        snprintf(esc, sizeof esc, upper ? "\\u%04X" : "\\u%04x", x);
         if (tk_schema_lit(c, rule, esc, 6) || tk_schema_alt(c, rule)) return -1;
     }
     return 0;
@@ -183,13 +186,11 @@ int tk_schema_string(tk_schema_c *c, const json_t *s) {
 
 /* --- literal values --------------------------------------------------- */
 
+/* The one escape of x written in literals and keys: short, else \u00xx. */
 static int push_canonical_escape(tk_schema_c *c, int rule, uint8_t x) {
-    static const char shorts[] = "\"\"\\\\\bb\ff\nn\rr\tt";
-    for (int i = 0; shorts[i]; i += 2)
-        if ((uint8_t)shorts[i] == x) return tk_schema_lit(c, rule, "\\", 1) || tk_schema_lit(c, rule, shorts + i + 1, 1);
-    char esc[7];
-    snprintf(esc, sizeof esc, "\\u%04x", x);
-    return tk_schema_lit(c, rule, esc, 6);
+    char esc[8] = {'\\', short_escape(x)};
+    if (!esc[1]) snprintf(esc, sizeof esc, "\\u%04x", x);
+    return tk_schema_lit(c, rule, esc, strlen(esc));
 }
 
 int tk_schema_quoted(tk_schema_c *c, int rule, const char *s, size_t n) {
