@@ -53,6 +53,9 @@ int tk_grammar_from_regex(tk_grammar *g, const char *pattern, tk_err *err);
 /* Any JSON object (response_format json_object); whitespace between tokens
  * bounded to 20 bytes so that a model cannot emit it forever. */
 int tk_grammar_json_object(tk_grammar *g, tk_err *err);
+/* Compiles a JSON Schema document (schema[0..len), JSON text) into a grammar
+ * of the JSON texts that validate against it (docs/grammar.md lists the keywords). */
+int tk_grammar_from_json_schema(tk_grammar *g, const char *schema, size_t len, tk_err *err);
 
 /* --- building (used by the compilers) --------------------------------- */
 
