@@ -211,8 +211,10 @@ int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p,
  * prefill chunks of new ones), runs it, samples, and reports events through
  * the request's callback (called on the stepping thread). */
 
-/* Constrained decoding: the sample's output must match.  Not yet wired into
- * sampling (docs/grammar.md): tk_engine_submit refuses any kind but NONE. */
+/* Constrained decoding (docs/grammar.md): every sample's output matches;
+ * it ends ("stop") when the grammar is complete, or with "length" when
+ * max_tokens comes first.  Compiled grammars are cached by the engine,
+ * keyed by (kind, text, begin, end). */
 typedef enum tk_constraint_kind {
     TK_CONSTRAINT_NONE = 0,
     TK_CONSTRAINT_JSON,         /* any JSON value of type object (response_format json_object) */
@@ -269,6 +271,10 @@ typedef void (*tk_event_cb)(void *user, const tk_event *ev);
  * full (message starts with "queue full"). */
 int tk_engine_submit(tk_engine *e, const tk_request_params *p, tk_event_cb cb, void *user, uint64_t *id,
                      tk_err *err);
+/* Compiles a constraint into the engine's cache without submitting
+ * anything: a malformed schema, regex or grammar fails here with the
+ * compiler's message (so a server can name the field).  Any thread. */
+int tk_engine_constraint_check(tk_engine *e, const tk_constraint *c, tk_err *err);
 /* Cancels a request: its blocks are freed at the next step and each of its
  * unfinished samples gets a final event with finish_reason "cancelled". */
 void tk_engine_cancel(tk_engine *e, uint64_t id);
