@@ -1,6 +1,7 @@
 /* Grammar micro-benchmark (not a test): build/bench_grammar TOKENIZER
- * Prints the JSON-object grammar's compile time, then the token-mask time
- * per step (median, p99) at every byte along a fixed JSON document. */
+ * Prints the JSON-object grammar's compile time, the JSON Schema compile
+ * time of a few realistic schemas, then the token-mask time per step
+ * (median, p99) at every byte along a fixed JSON document. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,46 @@
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Realistic schemas: OpenAI-style function parameters, nested objects with
+ * arrays and enums, a recursive $ref tree with formats and patterns. */
+static const char *const schemas[][2] = {
+    {"function parameters",
+     "{\"type\":\"object\",\"properties\":{\"location\":{\"type\":\"string\",\"description\":\"City and country\"},"
+     "\"unit\":{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\"]},\"days\":{\"type\":\"integer\",\"minimum\":1,"
+     "\"maximum\":14},\"hourly\":{\"type\":\"boolean\"}},\"required\":[\"location\",\"unit\"],\"additionalProperties\":false}"},
+    {"nested order",
+     "{\"type\":\"object\",\"properties\":{\"id\":{\"type\":\"string\",\"format\":\"uuid\"},\"customer\":{\"type\":\"object\","
+     "\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":100},\"email\":{\"type\":\"string\",\"format\":\"email\"},"
+     "\"tier\":{\"enum\":[\"free\",\"pro\",\"enterprise\"]}},\"required\":[\"name\",\"email\"]},\"items\":{\"type\":\"array\","
+     "\"minItems\":1,\"maxItems\":50,\"items\":{\"type\":\"object\",\"properties\":{\"sku\":{\"type\":\"string\",\"pattern\":"
+     "\"^[A-Z]{3}-[0-9]{4}$\"},\"qty\":{\"type\":\"integer\",\"minimum\":1,\"maximum\":999},\"price\":{\"type\":\"number\","
+     "\"minimum\":0}},\"required\":[\"sku\",\"qty\",\"price\"]}},\"placed\":{\"type\":\"string\",\"format\":\"date-time\"},"
+     "\"notes\":{\"type\":[\"string\",\"null\"]}},\"required\":[\"id\",\"customer\",\"items\"]}"},
+    {"recursive tree",
+     "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"kind\":{\"enum\":[\"file\","
+     "\"dir\",\"link\"]},\"size\":{\"type\":\"integer\",\"minimum\":0},\"modified\":{\"type\":\"string\",\"format\":\"date\"},"
+     "\"children\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}},\"meta\":{\"type\":\"object\","
+     "\"additionalProperties\":{\"anyOf\":[{\"type\":\"string\"},{\"type\":\"number\"}]}}},\"required\":[\"name\",\"kind\"]}},"
+     "\"$ref\":\"#/$defs/node\"}"},
+};
+
+static int bench_schemas(tk_err *err) {
+    for (size_t i = 0; i < sizeof schemas / sizeof schemas[0]; i++) {
+        int reps = 100;
+        tk_grammar g;
+        double t0 = tk_clock_seconds(TK_CLOCK_WALL);
+        for (int r = 0; r < reps; r++) {
+            if (tk_grammar_from_json_schema(&g, schemas[i][1], strlen(schemas[i][1]), err)) return -1;
+            if (r + 1 < reps) tk_grammar_free(&g);
+        }
+        double t = (tk_clock_seconds(TK_CLOCK_WALL) - t0) / reps;
+        printf("json schema '%s' (%zu bytes): %d rules, %d elements, compile %.1f us\n", schemas[i][0], strlen(schemas[i][1]),
+               g.n_rules, g.n_el, t * 1e6);
+        tk_grammar_free(&g);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -46,6 +87,10 @@ int main(int argc, char **argv) {
     double t2 = tk_clock_seconds(TK_CLOCK_WALL);
     printf("vocabulary: %d tokens (%d with bytes), index built in %.1f ms\n", v.n_vocab, v.n_order, (t1 - t0) * 1e3);
     printf("json_object grammar: %d rules, %d elements, compile %.1f us\n", g.n_rules, g.n_el, (t2 - t1) / reps * 1e6);
+    if (bench_schemas(&err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
     tk_gstate st, scratch = {0};
     tk_gmasker m = {0};
     uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)(v.n_vocab + 31) / 32 + 4);
