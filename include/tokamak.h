@@ -181,36 +181,6 @@ typedef enum tk_pooling { TK_POOLING_MEAN = 0, TK_POOLING_LAST = 1, TK_POOLING_C
 int tk_engine_embed(tk_engine *e, const int32_t *const *tokens, const int *n_tokens, int n_inputs, tk_pooling pooling,
                     bool normalize, float *out, tk_err *err);
 
-typedef struct tk_gen_params {
-    int max_tokens;     /* < 0: until end of generation or context */
-    tk_sampling sampling;
-    bool add_bos;       /* prepend BOS if the tokenizer has one */
-    bool ignore_eos;
-    int speculative;    /* tk_spec_mode; 0: the engine's */
-    int draft_max, draft_min; /* 0: the engine's */
-} tk_gen_params;
-
-typedef struct tk_gen_stats {
-    int n_prompt, n_generated;
-    double prompt_seconds, gen_seconds;
-    const char *stop_reason; /* "eos", "length", "context" */
-    /* speculative decoding (zero when off) */
-    int spec_drafted, spec_accepted; /* draft tokens proposed / accepted */
-    int spec_target_passes;          /* decode passes of the model for this sequence */
-} tk_gen_stats;
-
-/* Called with each piece of complete UTF-8 text; return nonzero to stop. */
-typedef int (*tk_text_cb)(void *user, const char *text, int len);
-
-int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p, tk_text_cb cb, void *user,
-                       tk_gen_stats *stats, tk_err *err);
-
-/* ---- continuous batching: requests ----
- * Any thread may submit or cancel; one thread runs tk_engine_step in a loop.
- * Each step schedules one batch (decode tokens of running sequences plus
- * prefill chunks of new ones), runs it, samples, and reports events through
- * the request's callback (called on the stepping thread). */
-
 /* Constrained decoding (docs/grammar.md): every sample's output matches;
  * it ends ("stop") when the grammar is complete, or with "length" when
  * max_tokens comes first.  Compiled grammars are cached by the engine,
@@ -229,6 +199,37 @@ typedef struct tk_constraint {
     const char *begin;  /* literal text the output starts with before the constrained part (e.g. a tool-call tag); NULL: none */
     const char *end;    /* literal text after it; NULL: none */
 } tk_constraint;
+
+typedef struct tk_gen_params {
+    int max_tokens;     /* < 0: until end of generation or context */
+    tk_sampling sampling;
+    bool add_bos;       /* prepend BOS if the tokenizer has one */
+    bool ignore_eos;
+    int speculative;    /* tk_spec_mode; 0: the engine's */
+    int draft_max, draft_min; /* 0: the engine's */
+    tk_constraint constraint; /* kind NONE: free text */
+} tk_gen_params;
+
+typedef struct tk_gen_stats {
+    int n_prompt, n_generated;
+    double prompt_seconds, gen_seconds;
+    const char *stop_reason; /* "eos" (also: the constraint's grammar complete), "length", "context", "error" */
+    /* speculative decoding (zero when off) */
+    int spec_drafted, spec_accepted; /* draft tokens proposed / accepted */
+    int spec_target_passes;          /* decode passes of the model for this sequence */
+} tk_gen_stats;
+
+/* Called with each piece of complete UTF-8 text; return nonzero to stop. */
+typedef int (*tk_text_cb)(void *user, const char *text, int len);
+
+int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p, tk_text_cb cb, void *user,
+                       tk_gen_stats *stats, tk_err *err);
+
+/* ---- continuous batching: requests ----
+ * Any thread may submit or cancel; one thread runs tk_engine_step in a loop.
+ * Each step schedules one batch (decode tokens of running sequences plus
+ * prefill chunks of new ones), runs it, samples, and reports events through
+ * the request's callback (called on the stepping thread). */
 
 typedef struct tk_request_params {
     const int32_t *prompt;     /* prompt token ids (copied at submit) */
