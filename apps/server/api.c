@@ -444,7 +444,8 @@ static int get_text(json_t *root, const char *key, char **out, tk_api_error *e) 
     json_t *v = field(root, key);
     if (!v) return 0;
     if (!json_is_string(v) || json_string_length(v) == 0) return bad(e, key, "'%s' must be a non-empty string", key);
-    if (memchr(json_string_value(v), 0, json_string_length(v))) return bad(e, key, "'%s' contains a NUL character", key);
+    if (memchr(json_string_value(v), 0, json_string_length(v)))
+        return bad(e, key, "'%s' contains a NUL character", key);
     *out = strdup(json_string_value(v));
     return 1;
 }

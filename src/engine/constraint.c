@@ -75,7 +75,8 @@ static int check(const tk_constraint *k, tk_err *err) {
     if (k->text && strlen(k->text) > TK_CONSTRAINT_MAX_TEXT)
         return tk_err_set(err, "the constraint's text is longer than %d bytes", TK_CONSTRAINT_MAX_TEXT);
     if (strlen(or_empty(k->begin)) > TK_CONSTRAINT_MAX_LITERAL || strlen(or_empty(k->end)) > TK_CONSTRAINT_MAX_LITERAL)
-        return tk_err_set(err, "the constraint's begin/end literals are limited to %d bytes", TK_CONSTRAINT_MAX_LITERAL);
+        return tk_err_set(err, "the constraint's begin/end literals are limited to %d bytes",
+                          TK_CONSTRAINT_MAX_LITERAL);
     return 0;
 }
 
