@@ -181,6 +181,25 @@ typedef enum tk_pooling { TK_POOLING_MEAN = 0, TK_POOLING_LAST = 1, TK_POOLING_C
 int tk_engine_embed(tk_engine *e, const int32_t *const *tokens, const int *n_tokens, int n_inputs, tk_pooling pooling,
                     bool normalize, float *out, tk_err *err);
 
+/* Constrained decoding (docs/grammar.md): every sample's output matches;
+ * it ends ("stop") when the grammar is complete, or with "length" when
+ * max_tokens comes first.  Compiled grammars are cached by the engine,
+ * keyed by (kind, text, begin, end). */
+typedef enum tk_constraint_kind {
+    TK_CONSTRAINT_NONE = 0,
+    TK_CONSTRAINT_JSON,         /* any JSON value of type object (response_format json_object) */
+    TK_CONSTRAINT_JSON_SCHEMA,  /* text: a JSON Schema document */
+    TK_CONSTRAINT_REGEX,        /* text: a regular expression the whole output matches */
+    TK_CONSTRAINT_GRAMMAR       /* text: a GBNF grammar, rule "root" */
+} tk_constraint_kind;
+
+typedef struct tk_constraint {
+    tk_constraint_kind kind;
+    const char *text;   /* schema / regex / grammar (copied at submit); unused for NONE and JSON */
+    const char *begin;  /* literal text the output starts with before the constrained part (e.g. a tool-call tag); NULL: none */
+    const char *end;    /* literal text after it; NULL: none */
+} tk_constraint;
+
 typedef struct tk_gen_params {
     int max_tokens;     /* < 0: until end of generation or context */
     tk_sampling sampling;
@@ -188,12 +207,13 @@ typedef struct tk_gen_params {
     bool ignore_eos;
     int speculative;    /* tk_spec_mode; 0: the engine's */
     int draft_max, draft_min; /* 0: the engine's */
+    tk_constraint constraint; /* kind NONE: free text */
 } tk_gen_params;
 
 typedef struct tk_gen_stats {
     int n_prompt, n_generated;
     double prompt_seconds, gen_seconds;
-    const char *stop_reason; /* "eos", "length", "context" */
+    const char *stop_reason; /* "eos" (also: the constraint's grammar complete), "length", "context", "error" */
     /* speculative decoding (zero when off) */
     int spec_drafted, spec_accepted; /* draft tokens proposed / accepted */
     int spec_target_passes;          /* decode passes of the model for this sequence */
@@ -210,23 +230,6 @@ int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p,
  * Each step schedules one batch (decode tokens of running sequences plus
  * prefill chunks of new ones), runs it, samples, and reports events through
  * the request's callback (called on the stepping thread). */
-
-/* Constrained decoding: the sample's output must match.  Not yet wired into
- * sampling (docs/grammar.md): tk_engine_submit refuses any kind but NONE. */
-typedef enum tk_constraint_kind {
-    TK_CONSTRAINT_NONE = 0,
-    TK_CONSTRAINT_JSON,         /* any JSON value of type object (response_format json_object) */
-    TK_CONSTRAINT_JSON_SCHEMA,  /* text: a JSON Schema document */
-    TK_CONSTRAINT_REGEX,        /* text: a regular expression the whole output matches */
-    TK_CONSTRAINT_GRAMMAR       /* text: a GBNF grammar, rule "root" */
-} tk_constraint_kind;
-
-typedef struct tk_constraint {
-    tk_constraint_kind kind;
-    const char *text;   /* schema / regex / grammar (copied at submit); unused for NONE and JSON */
-    const char *begin;  /* literal text the output starts with before the constrained part (e.g. a tool-call tag); NULL: none */
-    const char *end;    /* literal text after it; NULL: none */
-} tk_constraint;
 
 typedef struct tk_request_params {
     const int32_t *prompt;     /* prompt token ids (copied at submit) */
@@ -269,6 +272,10 @@ typedef void (*tk_event_cb)(void *user, const tk_event *ev);
  * full (message starts with "queue full"). */
 int tk_engine_submit(tk_engine *e, const tk_request_params *p, tk_event_cb cb, void *user, uint64_t *id,
                      tk_err *err);
+/* Compiles a constraint into the engine's cache without submitting
+ * anything: a malformed schema, regex or grammar fails here with the
+ * compiler's message (so a server can name the field).  Any thread. */
+int tk_engine_constraint_check(tk_engine *e, const tk_constraint *c, tk_err *err);
 /* Cancels a request: its blocks are freed at the next step and each of its
  * unfinished samples gets a final event with finish_reason "cancelled". */
 void tk_engine_cancel(tk_engine *e, uint64_t id);

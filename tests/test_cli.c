@@ -132,6 +132,22 @@ int main(void) {
     tokamak(args);
     CHECK(!strcmp(first, out_text) && strlen(first) > 10, "seeded sampling repeats: '%s' vs '%s'", first, out_text);
 
+    /* Constrained output: the regex's language (checked by hand: digits,
+     * " + ", digits) at temperature 1; a bad regex or two constraints fail. */
+    snprintf(args, sizeof args, "run -m %s -p 'I dreamed' -n 30 --temp 1 --seed 3 --regex '[0-9]{1,3} [+] [0-9]{1,3}'",
+             tk_shared("models/aidreams260K.gguf"));
+    CHECK(tokamak(args) == 0, "run --regex: %s", err_text);
+    {
+        size_t a = strspn(out_text, "0123456789"), b = strspn(out_text + a + 3, "0123456789");
+        CHECK(a >= 1 && a <= 3 && !strncmp(out_text + a, " + ", 3) && b >= 1 && b <= 3 &&
+                  !strcmp(out_text + a + 3 + b, "\n"),
+              "--regex output: '%s'", out_text);
+    }
+    snprintf(args, sizeof args, "run -m %s -p x --regex '(ab'", tk_shared("models/aidreams260K.gguf"));
+    expect_error("bad --regex", args, "regex");
+    snprintf(args, sizeof args, "run -m %s -p x --regex a --json", tk_shared("models/aidreams260K.gguf"));
+    expect_error("two constraints", args, "at most one");
+
     /* Bad input. */
     const char *gguf = tk_shared("models/aidreams260K.gguf");
     size_t n;

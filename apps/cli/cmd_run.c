@@ -32,6 +32,11 @@ static void usage(FILE *f) {
             "                        template (its file's, else the preset its vocabulary calls for) and\n"
             "                        print the answer\n"
             "  --system TEXT         with --chat: a system message before it\n"
+            "constrained output (docs/grammar.md; at most one):\n"
+            "  --json                any JSON object\n"
+            "  --json-schema FILE    JSON text valid against the JSON Schema in FILE\n"
+            "  --regex R             text the regular expression R matches whole\n"
+            "  --grammar FILE        text of the GBNF grammar in FILE (rule root)\n"
             "speculative decoding:\n"
             "%s",
             tk_spec_usage);
@@ -78,7 +83,8 @@ int tk_cmd_run(int argc, char **argv) {
     tk_gen_params gp = {.max_tokens = 128, .add_bos = true};
     tk_sampling_defaults(&gp.sampling);
     const char *prompt = NULL, *prompt_file = NULL, *system = NULL;
-    bool chat = false;
+    bool chat = false, json = false;
+    const char *schema_file = NULL, *regex = NULL, *grammar_file = NULL;
     tk_spec_args spec = {0};
     const tk_opt opts[] = {
         TK_OPT_S("-m|--model", &cfg.model_path),
@@ -97,6 +103,10 @@ int tk_cmd_run(int argc, char **argv) {
         TK_OPT_ON("--ignore-eos", &gp.ignore_eos),
         TK_OPT_ON("--chat", &chat),
         TK_OPT_S("--system", &system),
+        TK_OPT_ON("--json", &json),
+        TK_OPT_S("--json-schema", &schema_file),
+        TK_OPT_S("--regex", &regex),
+        TK_OPT_S("--grammar", &grammar_file),
     };
     const tk_cli cli = {.cmd = "run", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
     int prc = tk_args_parse(&cli, argc, argv);
@@ -110,8 +120,12 @@ int tk_cmd_run(int argc, char **argv) {
         fprintf(stderr, "tokamak run: --system needs --chat\n");
         return 2;
     }
+    if (json + !!schema_file + !!regex + !!grammar_file > 1) {
+        fprintf(stderr, "tokamak run: give at most one of --json, --json-schema, --regex, --grammar\n");
+        return 2;
+    }
     tk_err err;
-    char *file_text = NULL, *chat_text = NULL;
+    char *file_text = NULL, *chat_text = NULL, *constraint_text = NULL;
     if (prompt_file) {
         if (tk_read_file(prompt_file, &file_text, NULL, &err)) {
             fprintf(stderr, "tokamak run: %s\n", err.msg);
@@ -119,17 +133,28 @@ int tk_cmd_run(int argc, char **argv) {
         }
         prompt = file_text;
     }
+    const char *cfile = schema_file ? schema_file : grammar_file;
+    if (cfile && tk_read_file(cfile, &constraint_text, NULL, &err)) {
+        fprintf(stderr, "tokamak run: %s\n", err.msg);
+        free(file_text);
+        return 1;
+    }
+    gp.constraint.kind = json ? TK_CONSTRAINT_JSON : schema_file ? TK_CONSTRAINT_JSON_SCHEMA
+                         : regex ? TK_CONSTRAINT_REGEX : grammar_file ? TK_CONSTRAINT_GRAMMAR : TK_CONSTRAINT_NONE;
+    gp.constraint.text = regex ? regex : constraint_text;
     tk_spec_args_apply(&spec, &cfg);
     cfg.require_tokenizer = true;
     tk_engine *e;
     if (tk_engine_open(&cfg, &e, &err)) {
         fprintf(stderr, "tokamak run: %s\n", err.msg);
         free(file_text);
+        free(constraint_text);
         return 1;
     }
     if (chat && chat_prompt(e, system, prompt, &gp, &chat_text)) {
         tk_engine_close(e);
         free(file_text);
+        free(constraint_text);
         return 1;
     }
     tk_gen_stats st;
@@ -153,5 +178,6 @@ int tk_cmd_run(int argc, char **argv) {
     tk_engine_close(e);
     free(file_text);
     free(chat_text);
+    free(constraint_text);
     return rc ? 1 : 0;
 }

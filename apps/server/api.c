@@ -419,11 +419,124 @@ static int reject_unsupported(tk_api_req *r, json_t *root, tk_api_error *e) {
         return bad(e, "tools", "'tools' is only supported in /v1/chat/completions");
     if ((v = field(root, "functions")) && !(json_is_array(v) && json_array_size(v) == 0))
         return bad(e, "functions", "'functions' is not supported");
+    return 0;
+}
+
+/* Sets the request's constraint from one field; a second one is refused. */
+static int set_constraint(tk_api_req *r, tk_constraint_kind kind, char *text, const char *param, tk_api_error *e) {
+    if (r->constraint != TK_CONSTRAINT_NONE) {
+        free(text);
+        return bad(e, param, "'%s' cannot be combined with '%s' (one output constraint per request)", param,
+                   r->constraint_param);
+    }
+    if (kind != TK_CONSTRAINT_JSON && !text) {
+        tk_api_error_set(e, 500, "server_error", NULL, NULL, "out of memory");
+        return -1;
+    }
+    r->constraint = kind;
+    r->constraint_text = text;
+    snprintf(r->constraint_param, sizeof r->constraint_param, "%s", param);
+    return 0;
+}
+
+/* A string field's copy (1), absent (0), or an error (-1). */
+static int get_text(json_t *root, const char *key, char **out, tk_api_error *e) {
+    json_t *v = field(root, key);
+    if (!v) return 0;
+    if (!json_is_string(v) || json_string_length(v) == 0) return bad(e, key, "'%s' must be a non-empty string", key);
+    if (memchr(json_string_value(v), 0, json_string_length(v)))
+        return bad(e, key, "'%s' contains a NUL character", key);
+    *out = strdup(json_string_value(v));
+    return 1;
+}
+
+/* guided_choice ["a", "b"]: a GBNF grammar whose root is one of the
+ * strings, each a literal (quote, backslash and control bytes escaped). */
+static char *choice_grammar(json_t *a) {
+    size_t cap = 16, i;
+    json_t *v;
+    json_array_foreach(a, i, v) cap += json_string_length(v) * 4 + 6; /* escapes, quotes, " | " */
+    char *g = malloc(cap), *w = g;
+    if (!g) return NULL;
+    w += sprintf(w, "root ::= ");
+    json_array_foreach(a, i, v) {
+        if (i) w += sprintf(w, " | ");
+        *w++ = '"';
+        for (const unsigned char *c = (const unsigned char *)json_string_value(v); *c; c++) {
+            if (*c == '"' || *c == '\\' || *c < 0x20) w += sprintf(w, "\\x%02X", *c);
+            else *w++ = (char)*c;
+        }
+        *w++ = '"';
+    }
+    *w = 0;
+    return g;
+}
+
+/* Output constraints: "response_format" {"type": "text" | "json_object" |
+ * "json_schema", "json_schema": {"name", "schema", "strict"?, "description"?}};
+ * the extensions "regex" and "grammar" (GBNF) and vLLM's "guided_json",
+ * "guided_regex", "guided_grammar", "guided_choice".  Compiled later
+ * (tk_engine_constraint_check), which names constraint_param on an error. */
+static int parse_constraint(tk_api_req *r, json_t *root, tk_api_error *e) {
+    json_t *v;
     if ((v = field(root, "response_format"))) {
         json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
-        if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
-            return bad(e, "response_format", "only 'response_format' {\"type\": \"text\"} is supported");
+        const char *type = json_is_string(t) ? json_string_value(t) : "";
+        if (!strcmp(type, "json_object")) {
+            if (set_constraint(r, TK_CONSTRAINT_JSON, NULL, "response_format", e)) return -1;
+        } else if (!strcmp(type, "json_schema")) {
+            json_t *js = json_object_get(v, "json_schema");
+            if (!json_is_object(js))
+                return bad(e, "response_format.json_schema", "'response_format.json_schema' must be an object "
+                           "{\"name\", \"schema\", \"strict\"}");
+            json_t *name = field(js, "name"), *strict = field(js, "strict"), *schema = field(js, "schema");
+            if (name && (!json_is_string(name) || json_string_length(name) == 0 || json_string_length(name) > 64))
+                return bad(e, "response_format.json_schema.name", "'response_format.json_schema.name' must be a "
+                           "string of 1 to 64 characters");
+            if (strict && !json_is_boolean(strict))
+                return bad(e, "response_format.json_schema.strict", "'response_format.json_schema.strict' must be a "
+                           "boolean");
+            if (!json_is_object(schema))
+                return bad(e, "response_format.json_schema.schema", "'response_format.json_schema.schema' must be a "
+                           "JSON Schema object");
+            if (set_constraint(r, TK_CONSTRAINT_JSON_SCHEMA, json_dumps(schema, JSON_COMPACT),
+                               "response_format.json_schema.schema", e))
+                return -1;
+        } else if (strcmp(type, "text")) {
+            return bad(e, "response_format", "'response_format' must be {\"type\": \"text\"}, {\"type\": "
+                       "\"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": {...}}");
+        }
     }
+    if ((v = field(root, "guided_json"))) {
+        if (!json_is_string(v) && !json_is_object(v))
+            return bad(e, "guided_json", "'guided_json' must be a JSON Schema (an object or its text)");
+        char *text = json_is_string(v) ? strdup(json_string_value(v)) : json_dumps(v, JSON_COMPACT);
+        if (set_constraint(r, TK_CONSTRAINT_JSON_SCHEMA, text, "guided_json", e)) return -1;
+    }
+    static const struct { const char *key; tk_constraint_kind kind; } texts[] = {
+        {"regex", TK_CONSTRAINT_REGEX}, {"guided_regex", TK_CONSTRAINT_REGEX},
+        {"grammar", TK_CONSTRAINT_GRAMMAR}, {"guided_grammar", TK_CONSTRAINT_GRAMMAR}};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        char *text = NULL;
+        int rc = get_text(root, texts[i].key, &text, e);
+        if (rc < 0 || (rc > 0 && set_constraint(r, texts[i].kind, text, texts[i].key, e))) return -1;
+    }
+    if ((v = field(root, "guided_choice"))) {
+        size_t i, n = json_is_array(v) ? json_array_size(v) : 0;
+        json_t *c;
+        if (n == 0 || n > 1024) return bad(e, "guided_choice", "'guided_choice' must be an array of 1 to 1024 strings");
+        json_array_foreach(v, i, c) {
+            if (!json_is_string(c) || json_string_length(c) == 0 || json_string_length(c) > 4096 ||
+                memchr(json_string_value(c), 0, json_string_length(c)))
+                return bad(e, "guided_choice", "'guided_choice[%zu]' must be a non-empty string of at most 4096 bytes "
+                           "without NUL", i);
+        }
+        if (set_constraint(r, TK_CONSTRAINT_GRAMMAR, choice_grammar(v), "guided_choice", e)) return -1;
+    }
+    if (r->constraint != TK_CONSTRAINT_NONE &&
+        (r->tool_choice == TK_TOOL_CHOICE_REQUIRED || r->tool_choice == TK_TOOL_CHOICE_NAMED))
+        return bad(e, r->constraint_param, "'%s' cannot be combined with 'tool_choice' \"required\" or a named "
+                   "function (the call is constrained already)", r->constraint_param);
     return 0;
 }
 
@@ -516,6 +629,7 @@ static int parse_body(tk_api_req *r, json_t *root, const char *model_name, int n
     }
     if (parse_speculative(r, root, e)) return -1;
     if (r->kind == TK_API_CHAT && parse_tools(r, root, e)) return -1;
+    if (parse_constraint(r, root, e)) return -1;
     return reject_unsupported(r, root, e);
 }
 
@@ -562,6 +676,8 @@ void tk_api_req_drop_inputs(tk_api_req *r) {
     r->n_owned = 0;
     r->n_stop = 0;
     memset(r->stop, 0, sizeof r->stop);
+    free(r->constraint_text);
+    r->constraint_text = NULL;
 }
 
 void tk_api_req_free(tk_api_req *r) {

@@ -67,6 +67,11 @@ typedef struct tk_api_req {
     int n_stop;
     bool stream, include_usage;
     int logprobs;               /* -1: none; else alternatives per token */
+    /* constrained output: response_format json_object / json_schema, or an
+     * extension field (regex, grammar, vLLM's guided_*); at most one */
+    tk_constraint_kind constraint;
+    char *constraint_text;      /* malloc'd: schema (JSON text), regex or GBNF grammar */
+    char constraint_param[48];  /* the field it came from, for the compiler's errors */
     /* extension "speculative": {"mode", "draft_max", "draft_min"}; 0: the server's */
     int spec_mode;              /* tk_spec_mode */
     int draft_max, draft_min;

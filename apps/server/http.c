@@ -76,11 +76,13 @@ typedef struct http_req {
     double last_peek;
     double last_probe;    /* when the peer's end of the connection was last written to, to tell a half-close */
     bool http10;          /* an HTTP/1.0 request: no interim responses */
+    char *tool_schema;    /* tool_choice required / named: the call's JSON Schema */
 } http_req;
 
 static void req_free(http_req *r) {
     tk_event_queue_unref(r->events);
     free(r->body);
+    free(r->tool_schema);
     if (r->have_api) tk_api_req_free(&r->api);
     for (int i = 0; i < r->n_ch; i++) {
         tk_strbuf_free(&r->ch[i].text);
@@ -974,8 +976,7 @@ static int render_chat(http_req *r, char **text, tk_err *err) {
 
 /* tool_choice "required" or a named function: the output is one call,
  * enforced by a JSON Schema of the format's call object between its tags
- * (the engine's constrained decoding; while the engine has none, it refuses
- * the request at submit, a 400).  *schema is malloc'd. */
+ * (the engine's constrained decoding).  *schema is malloc'd. */
 static int tool_constraint(http_req *r, tk_constraint *c, char **schema) {
     *schema = NULL; /* c is left alone otherwise (response_format may have set it) */
     if (r->api.tool_choice != TK_TOOL_CHOICE_REQUIRED && r->api.tool_choice != TK_TOOL_CHOICE_NAMED) return 0;
@@ -1092,6 +1093,17 @@ static enum MHD_Result handle_generate(http_req *r) {
                          "hermes|llama3|mistral|gemma");
         return send_error(r, &e);
     }
+    /* the output constraint, compiled now (the engine caches it for the
+     * submit) so that a bad schema, regex or grammar names its field */
+    tk_constraint con = {.kind = r->api.constraint, .text = r->api.constraint_text};
+    if (tool_constraint(r, &con, &r->tool_schema))
+        return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
+    tk_err cerr;
+    if (con.kind != TK_CONSTRAINT_NONE && tk_engine_constraint_check(s->engine, &con, &cerr)) {
+        tk_api_error_set(&e, 400, "invalid_request_error", NULL, r->tool_schema ? "tools" : r->api.constraint_param,
+                         "%s", cerr.msg);
+        return send_error(r, &e);
+    }
     int32_t *ids;
     int n;
     if (build_prompt(r, &ids, &n, &e)) {
@@ -1119,12 +1131,7 @@ static enum MHD_Result handle_generate(http_req *r) {
                            .sampling = r->api.sampling, .ignore_eos = r->api.ignore_eos, .stop = r->api.stop,
                            .n_stop = r->api.n_stop, .top_logprobs = r->api.logprobs,
                            .speculative = r->api.spec_mode, .draft_max = r->api.draft_max,
-                           .draft_min = r->api.draft_min};
-    char *schema;
-    if (tool_constraint(r, &p.constraint, &schema)) {
-        free(ids);
-        return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
-    }
+                           .draft_min = r->api.draft_min, .constraint = con};
     uint64_t seq = atomic_fetch_add(&s->id_counter, 1);
     if (!r->api.seed_given) {
         /* Unseeded requests should differ from each other. */
@@ -1138,7 +1145,6 @@ static enum MHD_Result handle_generate(http_req *r) {
     r->events = tk_event_queue_new(r->api.n);
     if (!r->ch || !r->events) {
         free(ids);
-        free(schema);
         return send_err(r, 500, "server_error", NULL, NULL, "out of memory");
     }
     for (int i = 0; i < r->n_ch; i++) r->ch[i].prev = ids[n - 1];
@@ -1150,7 +1156,6 @@ static enum MHD_Result handle_generate(http_req *r) {
     tk_event_queue_ref(r->events); /* the engine's reference, dropped after the last final event */
     int rc = tk_engine_submit(s->engine, &p, tk_event_queue_on_event, r->events, &r->req_id, &err);
     free(ids);
-    free(schema);
     /* The engine copied what it needs: the parsed body (~20x its size, unknown
      * fields included) must not live as long as the answer. */
     tk_api_req_drop_inputs(&r->api);

@@ -133,6 +133,7 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     int draft_len = cfg->draft_max > 0 ? cfg->draft_max : 8;
     int draft_rows = shared_pool ? 0 : e->max_seqs * draft_len;
     if (!shared_pool && draft_rows < TK_SPEC_MAX_DRAFT) draft_rows = TK_SPEC_MAX_DRAFT;
+    if (tk_constraint_cache_init(&e->constraints, hp->n_vocab, err)) goto fail;
     if (tk_batcher_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, draft_rows, err)) goto fail;
     *out = e;
     return 0;
@@ -211,6 +212,7 @@ void tk_engine_close(tk_engine *e) {
     if (!e) return;
     tk_engine_close(e->draft);
     tk_batcher_free(e);
+    tk_constraint_cache_free(&e->constraints); /* after the requests, which hold its grammars */
     if (e->seqs)
         for (int i = 0; i < e->max_seqs; i++) tk_kv_seq_release(&e->kv, &e->seqs[i]);
     free(e->seqs);

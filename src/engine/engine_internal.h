@@ -15,6 +15,7 @@
 #include "../sched/sched.h"
 #include "../spec/spec.h"
 #include "../tokenizer/tokenizer.h"
+#include "constraint.h"
 
 struct tk_request;
 
@@ -43,6 +44,7 @@ typedef struct tk_sample_state {
     float *q;               /* [k_max][n_vocab]: the draft model's distributions (sampling) */
     tk_sampler draft_sampler; /* the draft model's sampler: same filters, its own generator */
     int spec_drafted, spec_accepted, spec_passes;
+    tk_csample cs;          /* grammar state (cs.cg NULL: unconstrained) */
 } tk_sample_state;
 
 typedef struct tk_request {
@@ -56,6 +58,7 @@ typedef struct tk_request {
     int n;
     double submit_time;
     bool first_token;
+    tk_cgrammar *cg;        /* the compiled constraint (a reference), NULL: none */
     struct tk_request *next; /* incoming list */
 } tk_request;
 
@@ -118,6 +121,7 @@ struct tk_engine {
     tk_kv_seq **seq_ptrs; /* NULL for free slots; what tk_forward indexes */
     int *saved_blocks;    /* per sequence, for undoing reservations */
     tk_batcher batcher;
+    tk_constraint_cache constraints;
     bool owns_pool;       /* false for a draft engine, which runs on its target's pool */
     /* speculative decoding */
     struct tk_engine *draft; /* draft model engine (same vocabulary), NULL if none */
@@ -144,6 +148,11 @@ void tk_output_sample(tk_engine *e, tk_sample_state *ss, const float *logits, do
 /* Ends a sample with a final event (flush: release held-back text first)
  * and frees its slots. */
 void tk_output_finish(tk_engine *e, tk_sample_state *ss, const char *reason, bool flush);
+
+/* Picks a sample's next token from a raw logits row (its grammar's mask
+ * applied when constrained).  Returns -1 if its grammar allows no token
+ * or failed. */
+int32_t tk_output_choose(tk_engine *e, tk_sample_state *ss, const float *logits);
 
 /* step.c */
 /* The scheduler's view of the KV cache: the engine's sequence slots and

@@ -30,7 +30,10 @@ static void on_event(void *user, const tk_event *ev) {
     if (ev->done) {
         g->done = true;
         const char *r = ev->finish_reason;
-        g->stats->stop_reason = !strcmp(r, "stop") ? "eos" : !strcmp(r, "length") ? "length" : "cancelled";
+        g->stats->stop_reason = !strcmp(r, "stop")     ? "eos"
+                                : !strcmp(r, "length") ? "length"
+                                : !strcmp(r, "error")  ? "error"
+                                                       : "cancelled";
     }
 }
 
@@ -61,7 +64,8 @@ int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p,
     }
     tk_request_params rp = {.prompt = tokens, .n_prompt = n, .max_tokens = max_tokens, .n = 1,
                             .sampling = p->sampling, .ignore_eos = p->ignore_eos, .top_logprobs = -1,
-                            .speculative = p->speculative, .draft_max = p->draft_max, .draft_min = p->draft_min};
+                            .speculative = p->speculative, .draft_max = p->draft_max, .draft_min = p->draft_min,
+                            .constraint = p->constraint};
     gen_ctx g = {.cb = cb, .user = user, .stats = stats, .e = e};
     g.t_start = tk_clock_seconds(TK_CLOCK_WALL);
     int rc = tk_engine_submit(e, &rp, on_event, &g, &g.id, err);

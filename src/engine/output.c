@@ -129,6 +129,11 @@ static float logprobs(const float *logits, int nv, int32_t chosen, int k, int32_
 }
 
 void tk_output_commit(tk_engine *e, tk_sample_state *ss, int32_t tok, const float *logits, double now) {
+    if (tok < 0) {
+        /* the grammar allows no token, or failed (tk_output_choose) */
+        tk_output_finish(e, ss, "error", true);
+        return;
+    }
     tk_engine_metrics *st = &e->batcher.stats;
     tk_request *r = ss->req;
     int nv = e->model.hp.n_vocab;
@@ -153,6 +158,14 @@ void tk_output_commit(tk_engine *e, tk_sample_state *ss, int32_t tok, const floa
         tk_output_finish(e, ss, "stop", true);
         return;
     }
+    tk_err err;
+    if (ss->cs.cg && tk_csample_step(&e->constraints, &ss->cs, &ss->cs.state, tok, !r->p.ignore_eos,
+                                     &ss->cs.state, &err) != 1) {
+        /* cannot happen: tokens are chosen and drafts verified under the mask */
+        emit(r, ss, NULL, 0, tok, lp, k, top_ids, top_lp, NULL);
+        tk_output_finish(e, ss, "error", true);
+        return;
+    }
     ss->tokens[ss->seq.n_tokens++] = tok;
     char buf[512], *text = buf, *out;
     int n = e->tok ? tk_detok_push(&ss->detok, tok, text, sizeof buf) : 0, out_len;
@@ -170,13 +183,25 @@ void tk_output_commit(tk_engine *e, tk_sample_state *ss, int32_t tok, const floa
         return;
     }
     drop_released(ss, out_len);
-    if ((r->p.max_tokens > 0 && ss->n_generated >= r->p.max_tokens) || ss->seq.n_tokens >= e->ctx_len)
+    if (ss->cs.cg && tk_gstate_done(&ss->cs.state)) /* nothing can follow: the output is complete */
+        tk_output_finish(e, ss, "stop", true);
+    else if ((r->p.max_tokens > 0 && ss->n_generated >= r->p.max_tokens) || ss->seq.n_tokens >= e->ctx_len)
         tk_output_finish(e, ss, "length", true);
 }
 
-void tk_output_sample(tk_engine *e, tk_sample_state *ss, const float *logits, double now) {
+int32_t tk_output_choose(tk_engine *e, tk_sample_state *ss, const float *logits) {
     float *row = e->batcher.row;
-    memcpy(row, logits, sizeof(float) * (size_t)e->model.hp.n_vocab);
-    int32_t tok = tk_sample(&ss->sampler, row, ss->tokens, ss->seq.n_tokens);
-    tk_output_commit(e, ss, tok, logits, now);
+    int n_hist = ss->seq.n_tokens;
+    if (!ss->cs.cg) {
+        memcpy(row, logits, sizeof(float) * (size_t)e->model.hp.n_vocab);
+        return tk_sample(&ss->sampler, row, ss->tokens, n_hist);
+    }
+    tk_err err;
+    int32_t tok = tk_constraint_sample(&e->constraints, &ss->cs, &ss->cs.state, !ss->req->p.ignore_eos,
+                                       &ss->sampler, logits, row, ss->tokens, n_hist, &err);
+    return tok >= 0 ? tok : -1;
+}
+
+void tk_output_sample(tk_engine *e, tk_sample_state *ss, const float *logits, double now) {
+    tk_output_commit(e, ss, tk_output_choose(e, ss, logits), logits, now);
 }

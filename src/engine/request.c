@@ -69,7 +69,9 @@ void tk_request_free(tk_engine *e, tk_request *r) {
         free(ss->q);
         tk_sampler_free(&ss->sampler);
         tk_sampler_free(&ss->draft_sampler);
+        tk_csample_free(&ss->cs);
     }
+    tk_constraint_release(&e->constraints, r->cg);
     for (int i = 0; i < r->p.n_stop; i++) free(r->stop[i]);
     free(r->sched.seqs);
     free(r->samples);
@@ -116,11 +118,6 @@ static int validate(tk_engine *e, const tk_request_params *p, tk_err *err) {
     for (int i = 0; i < p->n_prompt; i++)
         if (p->prompt[i] < 0 || p->prompt[i] >= nv)
             return tk_err_set(err, "prompt token %d (id %d) is out of range [0, %d)", i, p->prompt[i], nv);
-    /* The grammar matcher (src/grammar) is not wired into sampling yet: a
-     * constraint is refused rather than silently ignored. */
-    if (p->constraint.kind != TK_CONSTRAINT_NONE)
-        return tk_err_set(err, "constrained decoding (constraint kind %d) is not supported by the engine yet",
-                          (int)p->constraint.kind);
     int n = p->n > 0 ? p->n : 1;
     if (n > TK_REQUEST_MAX_N || n > e->max_seqs)
         return tk_err_set(err, "n = %d exceeds the limit (%d)", n, e->max_seqs < TK_REQUEST_MAX_N ? e->max_seqs : TK_REQUEST_MAX_N);
@@ -172,6 +169,7 @@ static tk_request *request_new(tk_engine *e, const tk_request_params *p, tk_even
     r->user = user;
     r->p.stop = NULL;
     r->p.n_stop = 0;
+    r->p.constraint = (tk_constraint){.kind = p->constraint.kind}; /* its text lives in r->cg */
     int32_t *prompt = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
     r->p.prompt = prompt;
     r->samples = calloc((size_t)r->n, sizeof *r->samples);
@@ -189,6 +187,9 @@ static tk_request *request_new(tk_engine *e, const tk_request_params *p, tk_even
     memcpy(prompt, p->prompt, sizeof(int32_t) * (size_t)p->n_prompt);
     /* no sequence slots yet (tk_request_free may run before the loop below ends) */
     for (int i = 0; i < r->n; i++) r->samples[i].seq.slot = r->samples[i].draft_slot = -1;
+    if (p->constraint.kind != TK_CONSTRAINT_NONE &&
+        !(r->cg = tk_constraint_acquire(&e->constraints, e->tok, &p->constraint, err)))
+        goto fail;
     for (int i = 0; i < p->n_stop; i++) {
         r->stop[i] = strdup(p->stop[i]);
         if (!r->stop[i]) goto oom;
@@ -228,6 +229,7 @@ static tk_request *request_new(tk_engine *e, const tk_request_params *p, tk_even
                 if (!ss->q) goto oom;
             }
         }
+        if (tk_csample_init(&ss->cs, r->cg, err)) goto fail;
         if (e->tok) tk_detok_init(&ss->detok, e->tok, p->prompt[p->n_prompt - 1]);
     }
     return r;
@@ -261,6 +263,13 @@ int tk_engine_submit(tk_engine *e, const tk_request_params *p, tk_event_cb cb, v
     pthread_cond_broadcast(&b->work);
     pthread_mutex_unlock(&b->mu);
     return 0;
+}
+
+int tk_engine_constraint_check(tk_engine *e, const tk_constraint *c, tk_err *err) {
+    if (c->kind == TK_CONSTRAINT_NONE) return 0;
+    tk_cgrammar *g = tk_constraint_acquire(&e->constraints, e->tok, c, err);
+    tk_constraint_release(&e->constraints, g);
+    return g ? 0 : -1;
 }
 
 void tk_engine_cancel(tk_engine *e, uint64_t id) {

@@ -87,6 +87,24 @@ static int draft_run(tk_engine *e, int n, tk_err *err) {
     return 0;
 }
 
+/* A constrained sample's drafts end before the first one its grammar
+ * rejects: verification could never accept it or anything after it. */
+static int grammar_cut(tk_engine *e, tk_sample_state *ss, tk_err *err) {
+    tk_csample *cs = &ss->cs;
+    if (!cs->cg || ss->seq.n_draft == 0) return 0;
+    if (tk_gstate_copy(&cs->look, &cs->state, err)) return -1;
+    bool eog = !ss->req->p.ignore_eos;
+    for (int j = 0; j < ss->seq.n_draft; j++) {
+        int rc = tk_csample_step(&e->constraints, cs, &cs->look, ss->tokens[ss->seq.n_tokens + j], eog, &cs->look, err);
+        if (rc < 0) return -1;
+        if (rc == 0) {
+            ss->seq.n_draft = j;
+            break;
+        }
+    }
+    return 0;
+}
+
 int tk_spec_propose(tk_engine *e, tk_err *err) {
     tk_batcher *b = &e->batcher;
     /* measured costs for greedy requests; the fixed priors when sampling,
@@ -121,13 +139,17 @@ int tk_spec_propose(tk_engine *e, tk_err *err) {
             if (ss->spec_mode == TK_SPEC_NGRAM) {
                 ss->seq.n_draft = tk_spec_ngram_propose(ss->tokens, ss->seq.n_tokens, TK_SPEC_NGRAM_MAX,
                                                         TK_SPEC_NGRAM_MIN, want, ss->tokens + ss->seq.n_tokens);
+                if (grammar_cut(e, ss, err)) return -1;
             } else {
                 ss->draft_want = want;
                 b->drafting[n_drafting++] = ss;
             }
         }
     }
-    return n_drafting ? draft_run(e, n_drafting, err) : 0;
+    if (n_drafting && draft_run(e, n_drafting, err)) return -1;
+    for (int i = 0; i < n_drafting; i++)
+        if (grammar_cut(e, b->drafting[i], err)) return -1;
+    return 0;
 }
 
 void tk_spec_verify(tk_engine *e, tk_sample_state *ss, int group_len, const float *rows, double now) {
@@ -138,25 +160,60 @@ void tk_spec_verify(tk_engine *e, tk_sample_state *ss, int group_len, const floa
     int32_t drafts[TK_SPEC_MAX_DRAFT];
     memcpy(drafts, ss->tokens + base, sizeof(int32_t) * (size_t)k);
     bool greedy = r->p.sampling.temperature == 0;
+    /* constrained: each row is masked by the grammar state after the drafts
+     * before it (cs->look, advanced as drafts are accepted); the committed
+     * state moves only as tokens are committed below, so rejected drafts
+     * need no rollback */
+    tk_csample *cs = &ss->cs;
+    tk_constraint_cache *cc = &e->constraints;
+    bool eog = !r->p.ignore_eos;
+    tk_err err;
+    bool failed = cs->cg && tk_gstate_copy(&cs->look, &cs->state, &err);
     int m = 0;
     int32_t tok = -1;
-    for (int i = 0; i <= k; i++) {
-        memcpy(b->row, rows + (size_t)i * nv, sizeof(float) * (size_t)nv);
+    for (int i = 0; i <= k && !failed; i++) {
+        const float *raw = rows + (size_t)i * nv;
         /* history: committed tokens plus the drafts before this one */
+        if (cs->cg && tk_gstate_done(&cs->look)) {
+            tok = -2; /* the accepted drafts complete the grammar: nothing follows them */
+            break;
+        }
         if (i == k || greedy) {
             /* bonus token (all drafts accepted), or greedy: the model's own choice */
-            tok = tk_sample(&ss->sampler, b->row, ss->tokens, base + i);
+            if (cs->cg) {
+                tok = tk_constraint_sample(cc, cs, &cs->look, eog, &ss->sampler, raw, b->row, ss->tokens, base + i,
+                                           &err);
+                if (tok < 0) {
+                    tok = -1; /* no token allowed, or a matcher bound */
+                    break;
+                }
+            } else {
+                memcpy(b->row, raw, sizeof(float) * (size_t)nv);
+                tok = tk_sample(&ss->sampler, b->row, ss->tokens, base + i);
+            }
             if (i < k && tok == drafts[i]) {
                 m++;
+                failed = tk_csample_step(cc, cs, &cs->look, tok, eog, &cs->look, &err) < 0;
                 continue;
             }
             break;
+        }
+        memcpy(b->row, raw, sizeof(float) * (size_t)nv);
+        if (cs->cg) {
+            int n_allowed = tk_constraint_mask(cc, cs, &cs->look, eog, &err);
+            if (n_allowed <= 0) {
+                tok = -1;
+                break;
+            }
+            tk_constraint_apply_mask(cc, b->row);
         }
         tk_sampler_dist(&ss->sampler, b->row, ss->tokens, base + i, b->dist_p);
         const float *q = ss->q ? ss->q + (size_t)i * nv : NULL;
         if (!tk_spec_accept(&ss->sampler, b->dist_p, q, drafts[i], b->resid, nv, &tok)) break;
         m++;
+        failed = cs->cg && tk_csample_step(cc, cs, &cs->look, drafts[i], eog, &cs->look, &err) < 0;
     }
+    if (failed) tok = -1;
     tk_spec_rate_update(&ss->rate, k, m);
     ss->spec_drafted += k;
     ss->spec_accepted += m;
@@ -178,6 +235,6 @@ void tk_spec_verify(tk_engine *e, tk_sample_state *ss, int group_len, const floa
 
     int before = ss->n_generated;
     for (int j = 0; j < m && !ss->seq.done; j++) tk_output_commit(e, ss, drafts[j], rows + (size_t)j * nv, now);
-    if (!ss->seq.done) tk_output_commit(e, ss, tok, rows + (size_t)m * nv, now);
+    if (!ss->seq.done && tok != -2) tk_output_commit(e, ss, tok, rows + (size_t)m * nv, now); /* -1: "error" */
     st->spec_tokens += (uint64_t)(ss->n_generated - before);
 }

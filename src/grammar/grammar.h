@@ -97,6 +97,9 @@ int tk_grammar_read_quantifier(const char **p, const char *end, void (*skip)(voi
 int tk_grammar_regex_rule(tk_gbuilder *b, const char *pattern, size_t len, tk_err *err);
 /* Flattens into g (every rule must have an alternative) and frees b. */
 int tk_gbuilder_finish(tk_gbuilder *b, int root, tk_grammar *g, tk_err *err);
+/* Makes g the grammar of begin, then a sentence of g, then end (literal
+ * byte strings; NULL or "" for none): a new root rule appended to g. */
+int tk_grammar_wrap(tk_grammar *g, const char *begin, const char *end, tk_err *err);
 
 /* --- matching ---------------------------------------------------------- */
 

@@ -123,6 +123,32 @@ done:
     return rc;
 }
 
+int tk_grammar_wrap(tk_grammar *g, const char *begin, const char *end, tk_err *err) {
+    size_t nb = begin ? strlen(begin) : 0, ne = end ? strlen(end) : 0;
+    if (nb + ne > TK_GRAMMAR_MAX_TEXT)
+        return tk_err_set(err, "grammar: begin/end literals longer than %d bytes", TK_GRAMMAR_MAX_TEXT);
+    if (g->n_rules >= TK_GRAMMAR_MAX_RULES) return tk_err_set(err, "grammar: more than %d rules", TK_GRAMMAR_MAX_RULES);
+    size_t n = (size_t)g->n_el + nb + ne + 3; /* literals, the old root, END_ALT, END_RULE */
+    tk_gel *el = realloc(g->el, sizeof(tk_gel) * n);
+    if (!el) return tk_err_set(err, "out of memory");
+    g->el = el;
+    int32_t *rs = realloc(g->rule_start, sizeof(int32_t) * (size_t)(g->n_rules + 1));
+    if (!rs) return tk_err_set(err, "out of memory");
+    g->rule_start = rs;
+    int k = g->n_el;
+    rs[g->n_rules] = k;
+    for (size_t i = 0; i < nb; i++)
+        el[k++] = (tk_gel){.kind = TK_GEL_BYTES, .lo = (uint8_t)begin[i], .hi = (uint8_t)begin[i]};
+    el[k++] = (tk_gel){.kind = TK_GEL_REF, .rule = g->root};
+    for (size_t i = 0; i < ne; i++)
+        el[k++] = (tk_gel){.kind = TK_GEL_BYTES, .lo = (uint8_t)end[i], .hi = (uint8_t)end[i]};
+    el[k++] = (tk_gel){.kind = TK_GEL_END_ALT};
+    el[k++] = (tk_gel){.kind = TK_GEL_END_RULE};
+    g->n_el = k;
+    g->root = g->n_rules++;
+    return 0;
+}
+
 static int cmp_range(const void *a, const void *b) {
     uint32_t x = ((const uint32_t *)a)[0], y = ((const uint32_t *)b)[0];
     return x < y ? -1 : x > y;

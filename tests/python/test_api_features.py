@@ -6,9 +6,9 @@ the Hermes <tool_call> format) writes random code, not calls: the parser is
 tested on fixed outputs in tests/test_toolcall.c; here the tests check what
 reaches the template (against Jinja2 + HF `tokenizers` rendering the same
 conversation the way transformers' apply_chat_template does), the shape of
-answers, streaming against non-streaming, the errors, and, where the build
-has constrained decoding, that tool_choice "required" / a named function
-yields a parsed call."""
+answers, streaming against non-streaming, the errors, and that tool_choice
+"required" / a named function (constrained decoding) yields a parsed call
+(arguments validated in test_structured_output.py)."""
 import json
 import os
 
@@ -201,23 +201,10 @@ def test_tool_messages_accepted(client):
     assert r.choices[0].message.role == "assistant"
 
 
-# ---------------------------------------------------------------- constrained calls (with the grammar engine)
-
-def constraints_supported(server):
-    r = raw_post(server, "/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8,
-                                                  "response_format": {"type": "json_object"}, "temperature": 0})
-    if r.status_code != 200:
-        return False
-    try:
-        return isinstance(json.loads(r.json()["choices"][0]["message"]["content"]), dict)
-    except ValueError:
-        return False
-
+# ---------------------------------------------------------------- constrained calls (the grammar engine)
 
 @pytest.mark.parametrize("choice", ["required", "named"])
 def test_tool_choice_forces_a_call(server, client, choice):
-    if not constraints_supported(server):
-        pytest.skip("constrained decoding not in this build")
     tc = "required" if choice == "required" else {"type": "function", "function": {"name": "get_weather"}}
     for stream in (False, True):
         kw = dict(tools=[WEATHER, TIME], tool_choice=tc, max_tokens=96, temperature=1.0, seed=5)
@@ -233,19 +220,6 @@ def test_tool_choice_forces_a_call(server, client, choice):
         assert names and finish == "tool_calls", (names, finish)
         if choice == "named":
             assert set(names) == {"get_weather"} and all("city" in a for a in args)
-
-
-@pytest.mark.parametrize("choice", ["required", "named"])
-def test_tool_choice_refused_without_constraints(server, choice):
-    """Until constrained decoding reaches sampling, a forced call is refused
-    (400, naming why), never answered unconstrained."""
-    if constraints_supported(server):
-        pytest.skip("constrained decoding is in this build")
-    tc = "required" if choice == "required" else {"type": "function", "function": {"name": "get_weather"}}
-    r = raw_post(server, "/v1/chat/completions", {"messages": CONVERSATION, "tools": [WEATHER, TIME],
-                                                  "tool_choice": tc, "max_tokens": 16})
-    assert r.status_code == 400, r.text
-    assert "constrained decoding" in r.json()["error"]["message"]
 
 
 # ---------------------------------------------------------------- errors
