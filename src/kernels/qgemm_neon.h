@@ -32,6 +32,9 @@
 #include "qgemm_impl.h"
 
 #define AI static inline __attribute__((always_inline))
+/* the row and token loops of a micro-kernel, fully unrolled (constant trip
+ * counts: the vectors stay in registers) */
+#define UNROLL _Pragma("GCC unroll 16")
 
 enum { MR = 4, NT_MAX = 4 };
 /* activation bytes of one token chunk, kept in L2 while all row tiles pass */
@@ -58,7 +61,7 @@ AI float h2f(const void *p) {
 /* The halves at offset off of the MR rows, as floats in lanes 0..3. */
 AI float32x4_t h2f_rows(const bptr *w, size_t off) {
     uint16_t h[MR];
-    for (int i = 0; i < MR; i++) h[i] = ld16(w[i] + off);
+    UNROLL for (int i = 0; i < MR; i++) h[i] = ld16(w[i] + off);
     return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(h)));
 }
 
@@ -134,32 +137,32 @@ AI void mk_legacy(const int T, const int NT, const bptr *w, const bptr *a, int64
     const size_t bw = lbytes(T), ba = lmin(T) ? sizeof(tk_block_q8_1) : sizeof(tk_block_q8_0);
     const size_t aq = lmin(T) ? offsetof(tk_block_q8_1, qs) : offsetof(tk_block_q8_0, qs);
     float32x4_t acc[NT_MAX];
-    for (int j = 0; j < NT; j++) acc[j] = vdupq_n_f32(0.0f);
+    UNROLL for (int j = 0; j < NT; j++) acc[j] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < nb; b++) {
         int32x4_t p[NT_MAX][MR];
         bptr wb[MR];
-        for (int i = 0; i < MR; i++) {
+        UNROLL for (int i = 0; i < MR; i++) {
             wb[i] = w[i] + (size_t)b * bw;
             int8x16_t w0, w1;
             l_unpack(T, wb[i], &w0, &w1);
-            for (int j = 0; j < NT; j++) {
+            UNROLL for (int j = 0; j < NT; j++) {
                 const int8_t *q = (const int8_t *)(a[j] + (size_t)b * ba + aq);
                 p[j][i] = dot32(vdupq_n_s32(0), w0, w1, vld1q_s8(q), vld1q_s8(q + 16));
             }
         }
         const float32x4_t dw = h2f_rows(wb, 0);
         const float32x4_t mw = lmin(T) ? h2f_rows(wb, 2) : dw;
-        for (int j = 0; j < NT; j++) {
+        UNROLL for (int j = 0; j < NT; j++) {
             const bptr ab = a[j] + (size_t)b * ba;
             float32x4_t t = vmulq_f32(vcvtq_f32_s32(reduce4(p[j])), vmulq_n_f32(dw, h2f(ab)));
             if (lmin(T)) t = vaddq_f32(t, vmulq_n_f32(mw, h2f(ab + 2)));
             acc[j] = vaddq_f32(acc[j], t);
         }
     }
-    for (int j = 0; j < NT; j++) {
+    UNROLL for (int j = 0; j < NT; j++) {
         float v[MR];
         vst1q_f32(v, acc[j]);
-        for (int i = 0; i < MR; i++) out[i * NT_MAX + j] = v[i];
+        UNROLL for (int i = 0; i < MR; i++) out[i * NT_MAX + j] = v[i];
     }
 }
 
@@ -243,7 +246,7 @@ AI void kunpack(int T, bptr b, int c, int8x16_t w[4]) {
             v[2] = vorrq_u8(v[2], bitsel(h0, (uint8_t)(2u << (2 * c)), 0x10));
             v[3] = vorrq_u8(v[3], bitsel(h1, (uint8_t)(2u << (2 * c)), 0x10));
         }
-        for (int k = 0; k < 4; k++) w[k] = vreinterpretq_s8_u8(v[k]);
+        UNROLL for (int k = 0; k < 4; k++) w[k] = vreinterpretq_s8_u8(v[k]);
     } else if (T == K_IQ4XS) {
         /* sub-block s = 2c, 2c + 1: low nibbles of qs[16s..], then high */
         const int8x16_t kv = vld1q_s8(tk_kvalues_iq4nl);
@@ -257,7 +260,7 @@ AI void kunpack(int T, bptr b, int c, int8x16_t w[4]) {
         /* Q2_K Q3_K Q6_K: element 128h + 32g + l (l < 32), here h = c / 2,
          * g = 2 (c % 2) + k / 2, l = 16 (k % 2) + lane */
         const int h = c / 2, e = c % 2;
-        for (int k = 0; k < 4; k++) {
+        UNROLL for (int k = 0; k < 4; k++) {
             const int g = 2 * e + k / 2, l0 = 16 * (k % 2);
             uint8x16_t v;
             if (T == K_Q6) {
@@ -292,23 +295,23 @@ AI void kunpack(int T, bptr b, int c, int8x16_t w[4]) {
 AI void mk_k(const int T, const int NT, const bptr *w, const bptr *a, int64_t nb, float *out) {
     const size_t bw = kbytes(T);
     float32x4_t acc[NT_MAX];
-    for (int j = 0; j < NT; j++) acc[j] = vdupq_n_f32(0.0f);
+    UNROLL for (int j = 0; j < NT; j++) acc[j] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < nb; b++) {
         bptr wb[MR], ab[NT_MAX];
-        for (int i = 0; i < MR; i++) wb[i] = w[i] + (size_t)b * bw;
-        for (int j = 0; j < NT; j++) ab[j] = a[j] + (size_t)b * sizeof(tk_block_q8_K);
+        UNROLL for (int i = 0; i < MR; i++) wb[i] = w[i] + (size_t)b * bw;
+        UNROLL for (int j = 0; j < NT; j++) ab[j] = a[j] + (size_t)b * sizeof(tk_block_q8_K);
         int32x4_t p[NT_MAX][MR], m[NT_MAX][MR];
-        for (int i = 0; i < MR; i++) {
+        UNROLL for (int i = 0; i < MR; i++) {
             int32_t sc[16];
             int16x8_t mins[2];
             kscales(T, wb[i], sc, mins);
-            for (int j = 0; j < NT; j++) p[j][i] = vdupq_n_s32(0);
-            for (int c = 0; c < 4; c++) {
+            UNROLL for (int j = 0; j < NT; j++) p[j][i] = vdupq_n_s32(0);
+            UNROLL for (int c = 0; c < 4; c++) {
                 int8x16_t wv[4];
                 kunpack(T, wb[i], c, wv);
-                for (int j = 0; j < NT; j++) {
+                UNROLL for (int j = 0; j < NT; j++) {
                     const int8_t *q = (const int8_t *)(ab[j] + offsetof(tk_block_q8_K, qs)) + 64 * c;
-                    for (int s = 0; s < 2; s++) {
+                    UNROLL for (int s = 0; s < 2; s++) {
                         const int8x16_t a0 = vld1q_s8(q + 32 * s), a1 = vld1q_s8(q + 32 * s + 16);
                         if (ksb32(T)) {
                             p[j][i] = vmlaq_n_s32(p[j][i], dot32(vdupq_n_s32(0), wv[2 * s], wv[2 * s + 1], a0, a1),
@@ -322,7 +325,7 @@ AI void mk_k(const int T, const int NT, const bptr *w, const bptr *a, int64_t nb
                 }
             }
             if (kmin(T))
-                for (int j = 0; j < NT; j++) {
+                UNROLL for (int j = 0; j < NT; j++) {
                     const int16_t *bs = (const int16_t *)(const void *)(ab[j] + offsetof(tk_block_q8_K, bsums));
                     const int16x8_t b0 = vld1q_s16(bs), b1 = vld1q_s16(bs + 8);
                     if (T == K_Q2) { /* min of sub-block g times bsums[g] */
@@ -338,17 +341,17 @@ AI void mk_k(const int T, const int NT, const bptr *w, const bptr *a, int64_t nb
         }
         const float32x4_t d = h2f_rows(wb, koff_d(T));
         const float32x4_t dmin = kmin(T) ? h2f_rows(wb, koff_dmin(T)) : d;
-        for (int j = 0; j < NT; j++) {
+        UNROLL for (int j = 0; j < NT; j++) {
             const float da = ldf(ab[j]);
             float32x4_t t = vmulq_f32(vcvtq_f32_s32(reduce4(p[j])), vmulq_n_f32(d, da));
             if (kmin(T)) t = vsubq_f32(t, vmulq_f32(vcvtq_f32_s32(reduce4(m[j])), vmulq_n_f32(dmin, da)));
             acc[j] = vaddq_f32(acc[j], t);
         }
     }
-    for (int j = 0; j < NT; j++) {
+    UNROLL for (int j = 0; j < NT; j++) {
         float v[MR];
         vst1q_f32(v, acc[j]);
-        for (int i = 0; i < MR; i++) out[i * NT_MAX + j] = v[i];
+        UNROLL for (int i = 0; i < MR; i++) out[i * NT_MAX + j] = v[i];
     }
 }
 
@@ -403,12 +406,12 @@ AI void mk_nf4(const int DQ, const int NT, const bptr *w, const bptr *a, int64_t
     const int64_t nb = (n + TK_NF4_BLOCK - 1) / TK_NF4_BLOCK, ng = (nb + TK_NF4_DQ_GROUP - 1) / TK_NF4_DQ_GROUP;
     const uint8x16_t lo4 = vdupq_n_u8(0xF);
     float32x4_t acc[NT_MAX];
-    for (int j = 0; j < NT; j++) acc[j] = vdupq_n_f32(0.0f);
+    UNROLL for (int j = 0; j < NT; j++) acc[j] = vdupq_n_f32(0.0f);
     for (int64_t b = 0; b < nb; b++) {
         const int full = n - TK_NF4_BLOCK * b >= TK_NF4_BLOCK;
         int32x4_t p[2][NT_MAX][MR];
         float am[MR];
-        for (int i = 0; i < MR; i++) {
+        UNROLL for (int i = 0; i < MR; i++) {
             bptr c;
             am[i] = nf4_absmax(DQ, w[i], nb, ng, b, &c);
             /* chunk h's 32 codes, elements 0..15 and 16..31 */
@@ -424,26 +427,26 @@ AI void mk_nf4(const int DQ, const int NT, const bptr *w, const bptr *a, int64_t
                 cd[0][0] = vandq_u8(c0, lo4);
                 cd[0][1] = vshrq_n_u8(c0, 4);
             }
-            for (int h = 0; h < 1 + full; h++)
-                for (int j = 0; j < NT; j++) {
+            UNROLL for (int h = 0; h < 1 + full; h++)
+                UNROLL for (int j = 0; j < NT; j++) {
                     const int8_t *q = (const int8_t *)(a[j] + (size_t)(2 * b + h) * sizeof(tk_block_q8_0) + 2);
                     p[h][j][i] = nf4_dot16(nf4_dot16(vdupq_n_s32(0), cd[h][0], q), cd[h][1], q + 16);
                 }
         }
         const float32x4_t amv = vld1q_f32(am);
-        for (int j = 0; j < NT; j++) {
+        UNROLL for (int j = 0; j < NT; j++) {
             float32x4_t f = vdupq_n_f32(0.0f);
-            for (int h = 0; h < 1 + full; h++) {
+            UNROLL for (int h = 0; h < 1 + full; h++) {
                 const float d = h2f(a[j] + (size_t)(2 * b + h) * sizeof(tk_block_q8_0));
                 f = vaddq_f32(f, vmulq_n_f32(vcvtq_f32_s32(reduce4(p[h][j])), d));
             }
             acc[j] = vaddq_f32(acc[j], vmulq_f32(f, amv));
         }
     }
-    for (int j = 0; j < NT; j++) {
+    UNROLL for (int j = 0; j < NT; j++) {
         float v[MR];
         vst1q_f32(v, vmulq_n_f32(acc[j], 0x1p-14f));
-        for (int i = 0; i < MR; i++) out[i * NT_MAX + j] = v[i];
+        UNROLL for (int i = 0; i < MR; i++) out[i * NT_MAX + j] = v[i];
     }
 }
 
@@ -483,18 +486,18 @@ AI float f_one(int T, bptr row, int64_t i) {
  * reference's pairwise sum of the eight. */
 AI void mk_f(const int T, const int NT, const bptr *w, const bptr *a, int64_t n, float *out) {
     float32x4_t s[NT_MAX][2];
-    for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = vdupq_n_f32(0.0f);
+    UNROLL for (int j = 0; j < NT; j++) s[j][0] = s[j][1] = vdupq_n_f32(0.0f);
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         float32x4_t w0, w1;
         f_load(T, w[0], i, &w0, &w1);
-        for (int j = 0; j < NT; j++) {
+        UNROLL for (int j = 0; j < NT; j++) {
             const float *x = (const float *)(const void *)a[j] + i;
             s[j][0] = vaddq_f32(s[j][0], vmulq_f32(w0, vld1q_f32(x)));
             s[j][1] = vaddq_f32(s[j][1], vmulq_f32(w1, vld1q_f32(x + 4)));
         }
     }
-    for (int j = 0; j < NT; j++) {
+    UNROLL for (int j = 0; j < NT; j++) {
         float l[8];
         vst1q_f32(l, s[j][0]);
         vst1q_f32(l + 4, s[j][1]);
