@@ -197,14 +197,14 @@ AI size_t koff_d(int T) {
 }
 AI size_t koff_dmin(int T) { return T == K_Q2 ? offsetof(tk_block_q2_K, dmin) : offsetof(tk_block_q4_K, dmin); }
 
-/* A block's sub-block scales: sc[g] for 16-element group g (sub-blocks of
- * 32: sc[s] for sub-block s, s < 8), and its mins as int16 (Q4_K Q5_K: 8,
+/* A block's sub-block scales: sc[g] for each 16-element group g (a
+ * 32-element sub-block's scale twice), and its mins as int16 (Q4_K Q5_K: 8,
  * Q2_K: 16). */
 AI void kscales(int T, bptr b, int32_t sc[16], int16x8_t mins[2]) {
     if (T == K_Q4 || T == K_Q5) {
         uint8_t sm[16];
         tk_qkernel_k4_scales(b + offsetof(tk_block_q4_K, scales), sm);
-        for (int s = 0; s < 8; s++) sc[s] = sm[s];
+        for (int g = 0; g < 16; g++) sc[g] = sm[g / 2];
         mins[0] = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(sm + 8)));
     } else if (T == K_Q2) {
         const uint8x16_t s = vld1q_u8(b + offsetof(tk_block_q2_K, scales));
@@ -224,7 +224,7 @@ AI void kscales(int T, bptr b, int32_t sc[16], int16x8_t mins[2]) {
     } else {
         tk_block_iq4_xs x;
         memcpy(&x, b, sizeof x);
-        for (int s = 0; s < 8; s++) sc[s] = tk_qkernel_iq4xs_scale(&x, s);
+        for (int g = 0; g < 16; g++) sc[g] = tk_qkernel_iq4xs_scale(&x, g / 2);
     }
 }
 
@@ -309,19 +309,22 @@ AI void mk_k(const int T, const int NT, const bptr *w, const bptr *a, int64_t nb
             UNROLL for (int c = 0; c < 4; c++) {
                 int8x16_t wv[4];
                 kunpack(T, wb[i], c, wv);
+                const int32x4_t scv = vld1q_s32(sc + 4 * c); /* groups 4c .. 4c + 3 */
                 UNROLL for (int j = 0; j < NT; j++) {
                     const int8_t *q = (const int8_t *)(ab[j] + offsetof(tk_block_q8_K, qs)) + 64 * c;
-                    UNROLL for (int s = 0; s < 2; s++) {
-                        const int8x16_t a0 = vld1q_s8(q + 32 * s), a1 = vld1q_s8(q + 32 * s + 16);
-                        if (ksb32(T)) {
-                            p[j][i] = vmlaq_n_s32(p[j][i], dot32(vdupq_n_s32(0), wv[2 * s], wv[2 * s + 1], a0, a1),
-                                                  sc[2 * c + s]);
-                        } else {
-                            p[j][i] = vmlaq_n_s32(p[j][i], dot16(vdupq_n_s32(0), wv[2 * s], a0), sc[4 * c + 2 * s]);
-                            p[j][i] = vmlaq_n_s32(p[j][i], dot16(vdupq_n_s32(0), wv[2 * s + 1], a1),
-                                                  sc[4 * c + 2 * s + 1]);
-                        }
+                    int8x16_t av[4];
+                    UNROLL for (int k = 0; k < 4; k++) av[k] = vld1q_s8(q + 16 * k);
+                    /* lane k of g: (a part of) group k's dot, then times its scale */
+                    int32x4_t g;
+                    if (ksb32(T)) {
+                        g = vpaddq_s32(dot32(vdupq_n_s32(0), wv[0], wv[1], av[0], av[1]),
+                                       dot32(vdupq_n_s32(0), wv[2], wv[3], av[2], av[3]));
+                    } else {
+                        int32x4_t d[MR];
+                        UNROLL for (int k = 0; k < 4; k++) d[k] = dot16(vdupq_n_s32(0), wv[k], av[k]);
+                        g = reduce4(d);
                     }
+                    p[j][i] = vmlaq_s32(p[j][i], g, scv);
                 }
             }
             if (kmin(T))
