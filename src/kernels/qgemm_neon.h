@@ -19,7 +19,7 @@
  *
  * Tiling: a micro-kernel computes MR rows x NT tokens (MR = 4 rows in the
  * lanes of a vector for the quantized types, 1 for the float types; NT <=
- * NT_MAX).  Each weight block is unpacked once per row and token tile and
+ * NT_MAX = 4, NT_K for the 256-element types).  Each weight block is unpacked once per row and token tile and
  * the four rows' integer sums are reduced into one vector with three
  * pairwise adds.  Ragged row tiles repeat the last row (results dropped). */
 #ifndef TK_QGEMM_NEON_H
@@ -520,20 +520,20 @@ AI void mk_f(const int T, const int NT, const bptr *w, const bptr *a, int64_t n,
 typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, float *out);
 
 /* Rows in tiles of mr (the last tile repeats its last row), tokens in
- * tiles of 1..NT_MAX (kernels mk[nt - 1]), in chunks whose activations stay
+ * tiles of 1..nt_max (kernels mk[nt - 1]), in chunks whose activations stay
  * in L2 while all row tiles pass over them. */
-static void gemm_tiles(const mk_fn *mk, int mr, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1,
-                       const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
+static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_t wrb, int64_t n, int64_t r0,
+                       int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const uint8_t *W = w, *A = act;
-    int64_t chunk = (int64_t)CHUNK_BYTES / (int64_t)(arb ? arb : 1) / NT_MAX * NT_MAX;
-    if (chunk < NT_MAX) chunk = NT_MAX;
+    int64_t chunk = (int64_t)CHUNK_BYTES / (int64_t)(arb ? arb : 1) / nt_max * nt_max;
+    if (chunk < nt_max) chunk = nt_max;
     for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
         const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
         for (int64_t r = r0; r < r1; r += mr) {
             bptr wp[MR];
             for (int i = 0; i < mr; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
             for (int64_t t = t0; t < t1;) {
-                const int nt = t1 - t >= NT_MAX ? NT_MAX : (int)(t1 - t);
+                const int nt = t1 - t >= nt_max ? nt_max : (int)(t1 - t);
                 bptr ap[NT_MAX];
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 float out[MR * NT_MAX];
@@ -548,29 +548,40 @@ static void gemm_tiles(const mk_fn *mk, int mr, const void *w, size_t wrb, int64
 
 /* ================= instantiation ================= */
 
-/* The weight types, as X(type, activation type, kernel name, rows per tile). */
-#define NEON_TYPES(X)                                                                                      \
-    X(Q4_0, Q8_0, q4_0, MR) X(Q4_1, Q8_1, q4_1, MR) X(Q5_0, Q8_0, q5_0, MR) X(Q5_1, Q8_1, q5_1, MR)        \
-    X(Q8_0, Q8_0, q8_0, MR) X(IQ4_NL, Q8_0, iq4_nl, MR)                                                    \
-    X(Q2_K, Q8_K, q2_K, MR) X(Q3_K, Q8_K, q3_K, MR) X(Q4_K, Q8_K, q4_K, MR) X(Q5_K, Q8_K, q5_K, MR)        \
-    X(Q6_K, Q8_K, q6_K, MR) X(IQ4_XS, Q8_K, iq4_xs, MR)                                                    \
-    X(NF4, Q8_0, nf4, MR) X(NF4_DQ, Q8_0, nf4dq, MR)                                                       \
-    X(F32, F32, f32, 1) X(F16, F32, f16, 1) X(BF16, F32, bf16, 1)
+/* Tokens per tile of the 256-element types: their unpacked weights and
+ * four rows' accumulators use up the registers sooner (more tokens spill:
+ * more instructions per row and token in the compiled kernels). */
+#define NT_K (NEON_DOTPROD ? 2 : 1)
 
-#define NEON_MK(T, NAME, NT) \
-    static void NAME##_##NT(const bptr *w, const bptr *a, int64_t n, float *o) { C_##T(NT, w, a, n, o); }
-#define NEON_DEF(T, AT, NAME, ROWS)                                                                          \
-    NEON_MK(T, NAME, 1) NEON_MK(T, NAME, 2) NEON_MK(T, NAME, 3) NEON_MK(T, NAME, 4)                          \
+/* The weight types, as X(type, activation type, kernel name, rows per
+ * tile, tokens per tile). */
+#define NEON_TYPES(X)                                                                                              \
+    X(Q4_0, Q8_0, q4_0, MR, NT_MAX) X(Q4_1, Q8_1, q4_1, MR, NT_MAX) X(Q5_0, Q8_0, q5_0, MR, NT_MAX)                \
+    X(Q5_1, Q8_1, q5_1, MR, NT_MAX) X(Q8_0, Q8_0, q8_0, MR, NT_MAX) X(IQ4_NL, Q8_0, iq4_nl, MR, NT_MAX)            \
+    X(Q2_K, Q8_K, q2_K, MR, NT_K) X(Q3_K, Q8_K, q3_K, MR, NT_K) X(Q4_K, Q8_K, q4_K, MR, NT_K)                      \
+    X(Q5_K, Q8_K, q5_K, MR, NT_K) X(Q6_K, Q8_K, q6_K, MR, NT_K) X(IQ4_XS, Q8_K, iq4_xs, MR, NT_K)                  \
+    X(NF4, Q8_0, nf4, MR, NT_MAX) X(NF4_DQ, Q8_0, nf4dq, MR, NT_MAX)                                               \
+    X(F32, F32, f32, 1, NT_MAX) X(F16, F32, f16, 1, NT_MAX) X(BF16, F32, bf16, 1, NT_MAX)
+
+/* The micro-kernel of NAME for NT tokens; those past the type's NTMAX are
+ * never called and repeat NTMAX's (the compiler folds them). */
+#define NEON_MK(T, NAME, NTMAX, NT)                                                 \
+    static void NAME##_##NT(const bptr *w, const bptr *a, int64_t n, float *o) {    \
+        C_##T((NT) < (NTMAX) ? (NT) : (NTMAX), w, a, n, o);                         \
+    }
+#define NEON_DEF(T, AT, NAME, ROWS, NTMAX)                                                                   \
+    NEON_MK(T, NAME, NTMAX, 1) NEON_MK(T, NAME, NTMAX, 2) NEON_MK(T, NAME, NTMAX, 3)                         \
+    NEON_MK(T, NAME, NTMAX, 4)                                                                               \
     static const mk_fn NAME##_mk[NT_MAX] = {NAME##_1, NAME##_2, NAME##_3, NAME##_4};                         \
     static void NAME##_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,   \
                             size_t arb, int n_tok, float *y, int64_t ldy) {                                  \
-        gemm_tiles(NAME##_mk, ROWS, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                             \
+        gemm_tiles(NAME##_mk, ROWS, NTMAX, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                      \
     }
 #define NEON_PACK_Q8_0 tk_qkernel_act_bytes_q8_0, tk_qkernel_neon_quant_q8_0
 #define NEON_PACK_Q8_1 tk_qkernel_act_bytes_q8_1, tk_qkernel_neon_quant_q8_1
 #define NEON_PACK_Q8_K tk_qkernel_act_bytes_q8_K, tk_qkernel_neon_quant_q8_K
 #define NEON_PACK_F32 tk_qkernel_act_bytes_f32, tk_qkernel_quant_f32
-#define NEON_ROW(T, AT, NAME, ROWS) [TK_##T] = {TK_##T, TK_##AT, TK_ISA_NEON, #T NEON_SUFFIX, NEON_PACK_##AT, NAME##_gemm},
+#define NEON_ROW(T, AT, NAME, ROWS, NTMAX) [TK_##T] = {TK_##T, TK_##AT, TK_ISA_NEON, #T NEON_SUFFIX, NEON_PACK_##AT, NAME##_gemm},
 
 /* Every type's kernels, the table and its lookup function FN. */
 #define NEON_KERNELS(FN)                                                       \
