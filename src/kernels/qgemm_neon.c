@@ -13,7 +13,7 @@
 /* The largest |x| of 32 k floats (k = 1 or 8: a Q8_0 or a Q8_K block). */
 AI float absmax32(const float *x, int k) {
     float32x4_t m = vdupq_n_f32(0.0f);
-    for (int j = 0; j < 8 * k; j++) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(x + 4 * j)));
+    for (int j = 0; j < 8 * k; j++) m = vmaxq_f32(m, vabsq_f32(ldq_f32(x + 4 * j)));
     return vmaxvq_f32(m);
 }
 
@@ -35,8 +35,8 @@ AI void quant32(const float *x, float id, int8x16_t q[2]) {
         int16x8_t s[2];
         for (int k = 0; k < 2; k++) {
             const float *p = x + 16 * h + 8 * k;
-            int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(p), id));
-            int32x4_t b = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(p + 4), id));
+            int32x4_t a = vcvtnq_s32_f32(vmulq_n_f32(ldq_f32(p), id));
+            int32x4_t b = vcvtnq_s32_f32(vmulq_n_f32(ldq_f32(p + 4), id));
             a = vmaxq_s32(vminq_s32(a, vdupq_n_s32(127)), vdupq_n_s32(-127));
             b = vmaxq_s32(vminq_s32(b, vdupq_n_s32(127)), vdupq_n_s32(-127));
             s[k] = vcombine_s16(vmovn_s32(a), vmovn_s32(b));

@@ -52,6 +52,11 @@ AI float ldf(const void *p) {
     memcpy(&f, p, 4);
     return f;
 }
+/* Vector loads from any address (weights and activations need no
+ * alignment; vld1q_f32 on a float * would claim 4-byte alignment). */
+AI float32x4_t ldq_f32(const void *p) { return vreinterpretq_f32_u8(vld1q_u8(p)); }
+AI int16x8_t ldq_s16(const void *p) { return vreinterpretq_s16_u8(vld1q_u8(p)); }
+AI uint16x8_t ldq_u16(const void *p) { return vreinterpretq_u16_u8(vld1q_u8(p)); }
 /* IEEE half to float (exact, as tk_f16_to_f32). */
 AI float h2f(const void *p) {
     __fp16 h;
@@ -329,8 +334,8 @@ AI void mk_k(const int T, const int NT, const bptr *w, const bptr *a, int64_t nb
             }
             if (kmin(T))
                 UNROLL for (int j = 0; j < NT; j++) {
-                    const int16_t *bs = (const int16_t *)(const void *)(ab[j] + offsetof(tk_block_q8_K, bsums));
-                    const int16x8_t b0 = vld1q_s16(bs), b1 = vld1q_s16(bs + 8);
+                    const bptr bs = ab[j] + offsetof(tk_block_q8_K, bsums);
+                    const int16x8_t b0 = ldq_s16(bs), b1 = ldq_s16(bs + 16);
                     if (T == K_Q2) { /* min of sub-block g times bsums[g] */
                         int32x4_t s = vmull_s16(vget_low_s16(mins[0]), vget_low_s16(b0));
                         s = vmlal_high_s16(s, mins[0], b0);
@@ -463,11 +468,11 @@ enum { F_F32, F_F16, F_BF16 };
 /* weights [i, i + 8) of a row as floats */
 AI void f_load(int T, bptr row, int64_t i, float32x4_t *lo, float32x4_t *hi) {
     if (T == F_F32) {
-        *lo = vld1q_f32((const float *)(const void *)row + i);
-        *hi = vld1q_f32((const float *)(const void *)row + i + 4);
+        *lo = ldq_f32(row + 4 * i);
+        *hi = ldq_f32(row + 4 * i + 16);
         return;
     }
-    const uint16x8_t h = vld1q_u16((const uint16_t *)(const void *)row + i);
+    const uint16x8_t h = ldq_u16(row + 2 * i);
     if (T == F_F16) {
         *lo = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h)));
         *hi = vcvt_high_f32_f16(vreinterpretq_f16_u16(h));
@@ -495,9 +500,9 @@ AI void mk_f(const int T, const int NT, const bptr *w, const bptr *a, int64_t n,
         float32x4_t w0, w1;
         f_load(T, w[0], i, &w0, &w1);
         UNROLL for (int j = 0; j < NT; j++) {
-            const float *x = (const float *)(const void *)a[j] + i;
-            s[j][0] = vaddq_f32(s[j][0], vmulq_f32(w0, vld1q_f32(x)));
-            s[j][1] = vaddq_f32(s[j][1], vmulq_f32(w1, vld1q_f32(x + 4)));
+            const bptr x = a[j] + 4 * i;
+            s[j][0] = vaddq_f32(s[j][0], vmulq_f32(w0, ldq_f32(x)));
+            s[j][1] = vaddq_f32(s[j][1], vmulq_f32(w1, ldq_f32(x + 16)));
         }
     }
     UNROLL for (int j = 0; j < NT; j++) {
