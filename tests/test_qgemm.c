@@ -28,6 +28,9 @@
  *    by at most 2^-15 * absmax per weight, so against the float weights and
  *    activations the bound gains C = 2^-15 * sum |absmax_c * xq_c| (and the
  *    code book itself is checked: every |L/2^14 - level| <= 2^-15).
+ *  - NEON (arm64) kernels keep the scalar reference's float order: their
+ *    results must equal the scalar kernel's bit for bit (memcmp), on top of
+ *    the bounds above.
  *  - Exact (bitwise) checks: the packing convention (test_act_convention:
  *    round(x * 127/amax), llama.cpp's); SIMD packing == scalar packing;
  *    results do not depend on how rows are split into [r0, r1) ranges, nor
