@@ -232,11 +232,11 @@ static void tile_case(tk_kv_type type, int n_kv, int group, int hd, int block, i
         lo[t] = window > 0 && hi[t] > window ? hi[t] - window : 0;
     }
     float *q = malloc(sizeof(float) * (size_t)rows * hd), *qu = malloc(sizeof(float) * (size_t)rows * hd);
-    float *out[4], *one = malloc(sizeof(float) * (size_t)rows * hd), *segd = malloc(sizeof(float) * (size_t)rows * hd);
-    for (int i = 0; i < 4; i++) out[i] = malloc(sizeof(float) * (size_t)rows * hd);
+    float *out[5], *one = malloc(sizeof(float) * (size_t)rows * hd), *segd = malloc(sizeof(float) * (size_t)rows * hd);
+    for (int i = 0; i < 5; i++) out[i] = malloc(sizeof(float) * (size_t)rows * hd);
     double *ref = malloc(sizeof(double) * hd), *ref_exact = malloc(sizeof(double) * hd);
     float scale = 1.0f / sqrtf((float)hd);
-    static const tk_isa isas[4] = {TK_ISA_SCALAR, TK_ISA_AVX2, TK_ISA_AVX512, TK_ISA_AMX};
+    static const tk_isa isas[5] = {TK_ISA_SCALAR, TK_ISA_AVX2, TK_ISA_AVX512, TK_ISA_AMX, TK_ISA_NEON};
     char what[160];
     snprintf(what, sizeof what, "%s kv=%d group=%d hd=%d block=%d len=%d tokens=%d window=%d", tk_kv_type_name(type),
              n_kv, group, hd, block, len, n_tok, window);
@@ -244,7 +244,7 @@ static void tile_case(tk_kv_type type, int n_kv, int group, int hd, int block, i
     for (int h = 0; h < n_kv; h++) {
         for (int i = 0; i < rows * hd; i++) q[i] = (float)(uniform() * 4 - 2);
         query_as_used(type, q, rows * hd, qu);
-        for (int ii = 0; ii < 4; ii++) {
+        for (int ii = 0; ii < 5; ii++) {
             tk_isa isa = isas[ii];
             bool have = tk_attn_isa(isa, hd) == isa;
             if (!have) continue;
@@ -264,7 +264,7 @@ static void tile_case(tk_kv_type type, int n_kv, int group, int hd, int block, i
                 worst_storage = fmax(worst_storage, d2 / mref);
             }
             CHECK(worst <= 1e-5, "tile %s %s: error %.3g", tk_isa_name(isa), what, worst);
-            static double max_err[3][4];
+            static double max_err[3][5];
             if (worst > max_err[type][ii]) {
                 max_err[type][ii] = worst;
                 printf("tile %s, %s KV: error up to %.2e of max |out| (vs the stored values)\n", tk_isa_name(isa),
@@ -302,7 +302,7 @@ static void tile_case(tk_kv_type type, int n_kv, int group, int hd, int block, i
     tk_kv_pool_free(&kv);
     free(k), free(v), free(kq), free(vq), free(lo), free(hi), free(q), free(qu), free(one), free(segd), free(ref),
         free(ref_exact);
-    for (int i = 0; i < 4; i++) free(out[i]);
+    for (int i = 0; i < 5; i++) free(out[i]);
 }
 
 int main(void) {
@@ -347,8 +347,8 @@ int main(void) {
     /* More Q8_0 shapes (integer scores): head_dim 32/64/128, GQA 1/4/8,
      * lengths off the block and chunk multiples, windows, and a tile of
      * more than 8 rows per token group (V converted once per chunk). */
-    static const tk_isa all[4] = {TK_ISA_SCALAR, TK_ISA_AVX2, TK_ISA_AVX512, TK_ISA_AMX};
-    for (int i = 1; i < 4; i++)
+    static const tk_isa all[5] = {TK_ISA_SCALAR, TK_ISA_AVX2, TK_ISA_AVX512, TK_ISA_AMX, TK_ISA_NEON};
+    for (int i = 1; i < 5; i++)
         if (tk_attn_isa(all[i], 32) != all[i])
             printf("Q8_0 attention at %s not tested: %s\n", tk_isa_name(all[i]),
                    tk_isa_supported(all[i]) ? "level mapped elsewhere" : "not supported by this CPU (or OS)");

@@ -28,6 +28,9 @@
  *    by at most 2^-15 * absmax per weight, so against the float weights and
  *    activations the bound gains C = 2^-15 * sum |absmax_c * xq_c| (and the
  *    code book itself is checked: every |L/2^14 - level| <= 2^-15).
+ *  - NEON (arm64) kernels keep the scalar reference's float order: their
+ *    results must equal the scalar kernel's bit for bit (memcmp), on top of
+ *    the bounds above.
  *  - Exact (bitwise) checks: the packing convention (test_act_convention:
  *    round(x * 127/amax), llama.cpp's); SIMD packing == scalar packing;
  *    results do not depend on how rows are split into [r0, r1) ranges, nor
@@ -356,6 +359,11 @@ static void run_case(tk_dtype wt, int64_t rows, int64_t n, int n_tok, int mode) 
                 }
         }
         if (!bad) tk_test_pass++;
+        /* NEON keeps the reference's float order: the same bits as scalar */
+        if (k->isa == TK_ISA_NEON)
+            CHECK(memcmp(y, yref, sizeof(float) * (size_t)(n_tok * ldy)) == 0,
+                  "%s rows=%lld n=%lld ntok=%d mode=%d: not bit-identical to the scalar reference", k->name,
+                  (long long)rows, (long long)n, n_tok, mode);
 
         /* split rows into ragged ranges, tokens one at a time: bitwise equal */
         int64_t cut1 = rows > 1 ? 1 + rndi((int)rows - 1) : rows, cut2 = cut1 + (rows - cut1) / 2;
@@ -521,6 +529,18 @@ static void test_isa_selection(void) {
     CHECK(!tk_isa_supported(TK_ISA_NEON), "no neon on x86");
     if (tk_isa_supported(TK_ISA_AVX512)) CHECK(tk_isa_supported(TK_ISA_AVX2), "levels nest");
     if (tk_isa_supported(TK_ISA_AMX)) CHECK(tk_isa_supported(TK_ISA_AVX512), "levels nest");
+#elif defined(__aarch64__)
+    /* arm64: NEON is the level; the dotprod kernels exactly when the CPU
+     * reports them (TK_TEST_DOTPROD=0/1: what the test run expects, e.g.
+     * under qemu -cpu cortex-a53 / max) */
+    const tk_cpu_features f = tk_cpu_features_get();
+    CHECK(f.neon && best == TK_ISA_NEON, "arm64 picks neon");
+    const tk_qkernel *kq = tk_qkernel_get(TK_Q4_0, TK_ISA_NEON);
+    CHECK(kq && kq->isa == TK_ISA_NEON && (strstr(kq->name, "+dotprod") != NULL) == f.dotprod, "%s, dotprod %d",
+          kq ? kq->name : "none", f.dotprod);
+    const char *want_dp = getenv("TK_TEST_DOTPROD");
+    if (want_dp && *want_dp) CHECK(f.dotprod == (atoi(want_dp) != 0), "dotprod %d, expected %s", f.dotprod, want_dp);
+    printf("cpu: dotprod %s (%s)\n", f.dotprod ? "yes" : "no", kq ? kq->name : "none");
 #endif
     printf("cpu: best isa %s\n", tk_isa_name(best));
     const char *saved = getenv("TK_ISA");

@@ -5,11 +5,19 @@
 # oracles from PyPI.
 # --browser (test setup, tools/test.sh) also installs Debian's chromium and
 # chromium-driver for the web page tests (tests/python/test_web.py).
+# --arm64 (test setup too) installs the arm64 cross compiler and qemu-user
+# for the emulated NEON kernel tests (tools/test_arm64.sh).
 # Safe to run repeatedly; without network the oracle and browser tests are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 browser=0
-[ "${1:-}" = "--browser" ] && browser=1
+arm64=0
+for arg in "$@"; do
+  case "$arg" in
+    --browser) browser=1 ;;
+    --arm64) arm64=1 ;;
+  esac
+done
 
 need_pkgs=()
 command -v cc >/dev/null || need_pkgs+=(gcc)
@@ -35,6 +43,12 @@ if [ $browser -eq 1 ] && ! { command -v chromium >/dev/null && command -v chrome
   echo "deps: installing chromium chromium-driver (browser tests)"
   { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium chromium-driver \
       >/dev/null; } || echo "deps: cannot install chromium; the browser tests will be skipped"
+fi
+
+if [ $arm64 -eq 1 ] && ! { command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; }; then
+  echo "deps: installing qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross (arm64 kernel tests)"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq qemu-user \
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null; } || echo "deps: cannot install them; the arm64 kernel tests will be skipped"
 fi
 
 # Python oracles for the differential tests (never used by the engine).

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Builds and runs the whole test suite: the release build, the same tests
-# under AddressSanitizer + UndefinedBehaviorSanitizer, then the Python
+# under AddressSanitizer + UndefinedBehaviorSanitizer, the arm64 kernel tests
+# under qemu (tools/test_arm64.sh, when the cross tools are there), then the Python
 # differential tests against independent oracles (HF tokenizers, gguf).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tools/deps.sh --browser || exit 1
+tools/deps.sh --browser --arm64 || exit 1
 jobs=$(nproc)
 status=0
 
@@ -17,6 +18,9 @@ echo "== sanitizer build (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTK_SANITIZE=ON -DTK_NATIVE=ON >/dev/null || exit 1
 cmake --build build-asan -j"$jobs" || exit 1
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs") || status=1
+
+echo "== arm64 NEON kernels under qemu (cross build)"
+tools/test_arm64.sh || status=1
 
 echo "== Python differential tests"
 tools/oracles.sh >/dev/null || echo "oracles: Gemma 3 GGUF / llama-cpp-python unavailable; those tests will skip"

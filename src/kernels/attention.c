@@ -133,6 +133,9 @@ tk_isa tk_attn_isa(tk_isa want, int head_dim) {
     if (want == TK_ISA_AVX512 && head_dim % 16 == 0) return TK_ISA_AVX512;
     if ((want == TK_ISA_AVX512 || want == TK_ISA_AVX2) && head_dim % 8 == 0 && tk_isa_supported(TK_ISA_AVX2))
         return TK_ISA_AVX2;
+#elif defined(__aarch64__)
+    if (want == TK_ISA_NEON && head_dim > 0 && head_dim <= SIMD_MAX_HD && head_dim % 4 == 0 && tk_isa_supported(want))
+        return TK_ISA_NEON;
 #else
     (void)want;
     (void)head_dim;
@@ -171,6 +174,9 @@ void tk_attn_tile_range(tk_isa isa, const tk_kv_pool *kv, const tk_kv_seq *s, in
         return;
     if (isa == TK_ISA_AVX2 &&
         tk_attn_tile_avx2(kv, s, layer, kv_head, tile, scale, seg_lo, seg_hi, acc, mx, sum, scratch) == 0)
+        return;
+    if (isa == TK_ISA_NEON &&
+        tk_attn_tile_neon(kv, s, layer, kv_head, tile, scale, seg_lo, seg_hi, acc, mx, sum, scratch) == 0)
         return;
     /* the scalar reference, one token at a time */
     const int hd = kv->head_dim, group = tile->group;

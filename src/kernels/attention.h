@@ -9,8 +9,8 @@
  * contexts.
  *
  * Two implementations: the portable scalar reference (tk_attn_range, one
- * token at a time, per KV block) and SIMD kernels (AVX2+FMA+F16C, AVX-512)
- * chosen at run time (tk_attn_isa).  Every query row goes through the same
+ * token at a time, per KV block) and SIMD kernels (AVX2+FMA+F16C, AVX-512,
+ * AMX, arm64 NEON) chosen at run time (tk_attn_isa).  Every query row goes through the same
  * instruction sequence whatever tile it is in, so a token's result depends
  * only on its query, its visible range and the segment boundaries, not on
  * the other tokens of its tile or on the thread count.
@@ -76,8 +76,8 @@ typedef struct tk_attn_tile {
 /* The kernel level tk_attn_tile_range uses for a requested level and head
  * dimension: AMX needs head_dim % 32 == 0 (and runs only for F16 KV: for
  * other KV types the AMX level runs the AVX-512 kernel), AVX-512 head_dim %
- * 16 == 0, AVX2 head_dim % 8 == 0; otherwise (or on other CPUs) the scalar
- * reference. */
+ * 16 == 0, AVX2 head_dim % 8 == 0, NEON (arm64) head_dim % 4 == 0;
+ * otherwise (or on other CPUs) the scalar reference. */
 tk_isa tk_attn_isa(tk_isa want, int head_dim);
 
 /* Scratch floats of one tk_attn_tile_range call for tiles of at most
@@ -93,12 +93,14 @@ void tk_attn_tile_range(tk_isa isa, const tk_kv_pool *kv, const tk_kv_seq *s, in
                         float *sum, float *scratch);
 
 /* The SIMD implementations (attention_avx2.c, attention_avx512.c,
- * attention_amx.c); they return -1 without doing anything when not built
+ * attention_amx.c, attention_neon.c); they return -1 without doing anything when not built
  * for this target (AMX: also for KV types other than F16). */
 int tk_attn_tile_avx2(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
                       float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch);
 int tk_attn_tile_avx512(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
                         float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch);
+int tk_attn_tile_neon(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
+                      float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch);
 int tk_attn_tile_amx(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
                      float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch);
 

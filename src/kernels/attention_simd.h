@@ -37,6 +37,10 @@
 
 #include "attention_simd_common.h"
 
+#ifndef ATTN_QUANT_Q8_0
+#define ATTN_QUANT_Q8_0 tk_qkernel_avx2_quant_q8_0
+#endif
+
 /* kt[d][pos] for the vectors [j0, j1) of the chunk (missing rows point to
  * a row of zeros). */
 AI void build_kt_t(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, float *kt) {
@@ -89,7 +93,7 @@ static void quant_q(const tk_attn_tile *tile, int hd, int n_rows, int32_t *qw, f
     tk_block_q8_0 blk[1024 / 32];
     for (int r = 0; r < n_rows; r++) {
         const float *q = tile->q + (size_t)(r / tile->group) * tile->q_stride + (size_t)(r % tile->group) * hd;
-        tk_qkernel_avx2_quant_q8_0(q, blk, hd);
+        ATTN_QUANT_Q8_0(q, blk, hd);
         for (int b = 0; b < nb; b++) {
             int32_t sum = 0;
             for (int i = 0; i < 32; i++) sum += blk[b].qs[i];

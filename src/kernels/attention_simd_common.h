@@ -13,6 +13,8 @@
  *   vexp_scale2(p, n)            p * 2^n (n integral, in [-126, 127])
  *   vzero_where_lt(y, x, c)      y with lanes where x < c set to 0
  *   transpose(vf r[VL])          in place (used by the FP32 kernel)
+ *   ATTN_QUANT_Q8_0               optional: the Q8_0 activation quantizer the
+ *                                 kernel uses for Q8_0 KV (default AVX2's)
  */
 #ifndef TK_ATTENTION_SIMD_COMMON_H
 #define TK_ATTENTION_SIMD_COMMON_H
@@ -64,6 +66,9 @@ AI vf vexp(vf x) {
     return vzero_where_lt(vexp_scale2(p, n), x, -87.0f);
 }
 
+/* Starts loading the cache line at p (prefetcht0 on x86, prfm pldl1keep on arm64). */
+AI void pf_line(const char *p) { __builtin_prefetch(p, 0, 3); }
+
 static inline float *align16f(float *p) { return (float *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
 /* Starts loading the K and V rows of positions [a, b) into the cache. */
@@ -74,8 +79,8 @@ static inline void prefetch_rows(const tk_kv_pool *kv, const tk_kv_seq *s, int l
         const char *k = (const char *)tk_kv_k(kv, s, layer, kv_head, p), *v = (const char *)tk_kv_v(kv, s, layer, kv_head, p);
         size_t bytes = (size_t)(end - p) * kv->row_bytes;
         for (size_t o = 0; o < bytes; o += 64) {
-            _mm_prefetch(k + o, _MM_HINT_T0);
-            _mm_prefetch(v + o, _MM_HINT_T0);
+            pf_line(k + o);
+            pf_line(v + o);
         }
         p = end;
     }
@@ -107,14 +112,14 @@ static inline void pf_init(pf_cursor *pf, const tk_kv_pool *kv, const tk_kv_seq 
 /* Issues the next n K lines and n V lines. */
 AI void pf_step(pf_cursor *pf, int n) {
     while (n > 0 && pf->i < pf->n) {
-        _mm_prefetch(pf->k[pf->i] + pf->off, _MM_HINT_T0);
-        _mm_prefetch(pf->v[pf->i] + pf->off, _MM_HINT_T0);
+        pf_line(pf->k[pf->i] + pf->off);
+        pf_line(pf->v[pf->i] + pf->off);
         n--;
         pf->off += 64;
         if (pf->off >= pf->bytes[pf->i]) {
             /* the run's last line (a run need not start on a line) */
-            _mm_prefetch(pf->k[pf->i] + pf->bytes[pf->i] - 1, _MM_HINT_T0);
-            _mm_prefetch(pf->v[pf->i] + pf->bytes[pf->i] - 1, _MM_HINT_T0);
+            pf_line(pf->k[pf->i] + pf->bytes[pf->i] - 1);
+            pf_line(pf->v[pf->i] + pf->bytes[pf->i] - 1);
             pf->i++;
             pf->off = 0;
         }

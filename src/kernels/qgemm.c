@@ -16,6 +16,10 @@ const tk_qkernel *tk_qkernel_get(tk_dtype wtype, tk_isa isa) {
         k = tk_qkernel_avx2(wtype);
         if (k) return k;
         break;
+    case TK_ISA_NEON:
+        k = tk_qkernel_neon(wtype);
+        if (k) return k;
+        break;
     default:
         break;
     }

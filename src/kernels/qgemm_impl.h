@@ -13,6 +13,9 @@ const tk_qkernel *tk_qkernel_scalar(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx512(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_amx(tk_dtype wtype); /* Q4_0, Q8_0 */
+/* arm64: the dotprod kernels when the CPU has them, else plain NEON */
+const tk_qkernel *tk_qkernel_neon(tk_dtype wtype);
+const tk_qkernel *tk_qkernel_neon_dotprod(tk_dtype wtype); /* NULL unless built with dotprod */
 
 /* Packed activation row sizes. */
 size_t tk_qkernel_act_bytes_q8_0(int64_t n);
@@ -32,6 +35,12 @@ void tk_qkernel_quant_f32(const float *x, void *out, int64_t n);
 void tk_qkernel_avx2_quant_q8_0(const float *x, void *out, int64_t n);
 void tk_qkernel_avx2_quant_q8_1(const float *x, void *out, int64_t n);
 void tk_qkernel_avx2_quant_q8_K(const float *x, void *out, int64_t n);
+
+/* NEON versions (same bytes), used by both NEON kernel sets; only defined
+ * in arm64 builds. */
+void tk_qkernel_neon_quant_q8_0(const float *x, void *out, int64_t n);
+void tk_qkernel_neon_quant_q8_1(const float *x, void *out, int64_t n);
+void tk_qkernel_neon_quant_q8_K(const float *x, void *out, int64_t n);
 
 /* table[wtype] if it has a kernel (a gemm), else NULL: the lookup of each
  * ISA's table, which is indexed by weight type. */
