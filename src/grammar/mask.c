@@ -11,6 +11,7 @@ typedef struct entry {
     const uint8_t *p;
     int len;
     int32_t id;
+    uint16_t skip;
 } entry;
 
 static int cmp_entry(const void *a, const void *b) {
@@ -18,7 +19,30 @@ static int cmp_entry(const void *a, const void *b) {
     int n = x->len < y->len ? x->len : y->len;
     int c = memcmp(x->p, y->p, (size_t)n);
     if (c) return c;
-    return x->len != y->len ? (x->len < y->len ? -1 : 1) : (x->id < y->id ? -1 : x->id > y->id);
+    if (x->len != y->len) return x->len < y->len ? -1 : 1;
+    if (x->id != y->id) return x->id < y->id ? -1 : 1;
+    return x->skip < y->skip ? -1 : x->skip > y->skip;
+}
+
+int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, int n, int32_t *out_ids,
+                  uint16_t *out_skip, uint16_t *out_lcp, tk_err *err) {
+    entry *e = malloc(sizeof(entry) * (size_t)(n ? n : 1));
+    if (!e) return tk_err_set(err, "out of memory");
+    for (int i = 0; i < n; i++) {
+        uint16_t sk = skip ? skip[i] : 0;
+        e[i] = (entry){.p = v->blob + v->off[ids[i]] + sk, .len = v->len[ids[i]] - sk, .id = ids[i], .skip = sk};
+    }
+    qsort(e, (size_t)n, sizeof(entry), cmp_entry);
+    for (int i = 0; i < n; i++) {
+        out_ids[i] = e[i].id;
+        if (out_skip) out_skip[i] = e[i].skip;
+        int l = 0;
+        if (i > 0)
+            while (l < e[i].len && l < e[i - 1].len && e[i].p[l] == e[i - 1].p[l]) l++;
+        out_lcp[i] = (uint16_t)l;
+    }
+    free(e);
+    return 0;
 }
 
 void tk_gvocab_free(tk_gvocab *v) {
@@ -38,15 +62,15 @@ int tk_gvocab_init(tk_gvocab *v, const tk_tokenizer *t, tk_err *err) {
     v->n_vocab = n;
     size_t cap = 1 << 16, used = 0;
     uint8_t buf[TK_GVOCAB_MAX_TOKEN_BYTES];
-    entry *e = NULL;
+    int32_t *ids = NULL;
     v->off = calloc((size_t)n, sizeof(uint32_t));
     v->len = calloc((size_t)n, sizeof(uint16_t));
     v->order = malloc(sizeof(int32_t) * (size_t)n);
     v->lcp = malloc(sizeof(uint16_t) * (size_t)n);
     v->eog = malloc(sizeof(int32_t) * (size_t)n);
     v->blob = malloc(cap);
-    e = malloc(sizeof(entry) * (size_t)n);
-    if (!v->off || !v->len || !v->order || !v->lcp || !v->eog || !v->blob || !e) goto oom;
+    ids = malloc(sizeof(int32_t) * (size_t)n);
+    if (!v->off || !v->len || !v->order || !v->lcp || !v->eog || !v->blob || !ids) goto oom;
     for (int id = 0; id < n; id++) {
         if (tk_tokenizer_is_eog(t, id)) {
             v->eog[v->n_eog++] = id;
@@ -67,21 +91,17 @@ int tk_gvocab_init(tk_gvocab *v, const tk_tokenizer *t, tk_err *err) {
         v->len[id] = (uint16_t)k;
         used += (size_t)k;
         if (k > v->max_len) v->max_len = k;
-        e[v->n_order++] = (entry){.len = k, .id = id};
+        ids[v->n_order++] = id;
     }
-    for (int i = 0; i < v->n_order; i++) e[i].p = v->blob + v->off[e[i].id];
-    qsort(e, (size_t)v->n_order, sizeof(entry), cmp_entry);
-    for (int i = 0; i < v->n_order; i++) {
-        v->order[i] = e[i].id;
-        int l = 0;
-        if (i > 0)
-            while (l < e[i].len && l < e[i - 1].len && e[i].p[l] == e[i - 1].p[l]) l++;
-        v->lcp[i] = (uint16_t)l;
+    if (tk_gwalk_sort(v, ids, NULL, v->n_order, v->order, NULL, v->lcp, err)) {
+        free(ids);
+        tk_gvocab_free(v);
+        return -1;
     }
-    free(e);
+    free(ids);
     return 0;
 oom:
-    free(e);
+    free(ids);
     tk_gvocab_free(v);
     return tk_err_set(err, "out of memory");
 }
@@ -89,11 +109,40 @@ oom:
 void tk_gmasker_free(tk_gmasker *m) {
     for (int i = 0; i < m->n_depth; i++) tk_gstate_free(&m->depth[i]);
     free(m->depth);
+    tk_gstate_free(&m->rest);
     *m = (tk_gmasker){0};
 }
 
-int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err) {
-    memset(mask, 0, sizeof(uint32_t) * (size_t)((v->n_vocab + 31) / 32));
+/* Does item j start with the first n bytes of item i (b)? */
+static bool shares_prefix(const tk_gvocab *v, const tk_gwalk_list *l, int j, const uint8_t *b, int n) {
+    int sk = l->skip ? l->skip[j] : 0, id = l->ids[j];
+    return v->len[id] - sk >= n && memcmp(v->blob + v->off[id] + sk, b, (size_t)n) == 0;
+}
+
+/* The first item after i that does not start with b[0..n) (item i's first
+ * n bytes): items sharing a prefix are contiguous, so gallop then bisect. */
+static int prefix_end(const tk_gvocab *v, const tk_gwalk_list *l, int i, const uint8_t *b, int n) {
+    int lo = i + 1, hi = l->n, step = 1; /* [i, lo) share it; hi: first known not to, or n */
+    for (;;) {
+        int p = lo + step - 1;
+        if (p >= l->n) break;
+        if (!shares_prefix(v, l, p, b, n)) {
+            hi = p;
+            break;
+        }
+        lo = p + 1;
+        step *= 2;
+    }
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (shares_prefix(v, l, mid, b, n)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+int tk_gwalk(tk_gmasker *m, const tk_gvocab *v, const tk_gwalk_list *l, const tk_gstate *s, tk_gwalk_fn fn, void *ctx,
+             tk_err *err) {
     if (m->n_depth < v->max_len + 1) {
         tk_gstate *d = realloc(m->depth, sizeof(tk_gstate) * (size_t)(v->max_len + 1));
         if (!d) return tk_err_set(err, "out of memory");
@@ -101,32 +150,54 @@ int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint
         m->depth = d;
         m->n_depth = v->max_len + 1;
     }
-    int allowed = 0, valid = 0, fail_at = -1;
-    for (int i = 0; i < v->n_order; i++) {
-        int id = v->order[i], len = v->len[id], lcp = v->lcp[i];
-        if (fail_at >= 0 && lcp > fail_at) continue; /* shares the rejected prefix */
-        fail_at = -1;
-        const uint8_t *b = v->blob + v->off[id];
-        int k = lcp < valid ? lcp : valid;
+    int valid = 0; /* depth[1..valid] hold the states along the previous item's bytes */
+    for (int i = 0; i < l->n;) {
+        int id = l->ids[i], sk = l->skip ? l->skip[i] : 0, len = v->len[id] - sk;
+        const uint8_t *b = v->blob + v->off[id] + sk;
+        int k = l->lcp[i] < valid ? l->lcp[i] : valid;
         for (; k < len; k++) {
             const tk_gstate *from = k == 0 ? s : &m->depth[k];
+            m->steps++;
             int rc = tk_gstate_step(from, b[k], &m->depth[k + 1], err);
             if (rc < 0) return -1;
             if (rc == 0) break;
         }
-        if (k == len) {
-            mask[id >> 5] |= 1u << (id & 31);
-            allowed++;
-            valid = len;
-        } else {
-            fail_at = k;
-            valid = k;
-        }
+        valid = k;
+        /* refused at byte k: so is every following item with the same k + 1 bytes */
+        int end = k == len ? i + 1 : prefix_end(v, l, i, b, k + 1);
+        if (fn(ctx, i, end, k, m->depth) < 0) return -1;
+        i = end;
     }
+    return 0;
+}
+
+int tk_gwalk_mark(void *ctx, int first, int end, int matched, const tk_gstate *depth) {
+    (void)depth;
+    tk_gwalk_marker *c = ctx;
+    int id = c->l->ids[first], len = c->v->len[id] - (c->l->skip ? c->l->skip[first] : 0);
+    if (end == first + 1 && matched == len) c->mask[id >> 5] |= 1u << (id & 31);
+    return 0;
+}
+
+/* Counts the set bits and adds the end-of-generation tokens when s accepts. */
+static int finish_mask(const tk_gvocab *v, const tk_gstate *s, uint32_t *mask) {
     if (s->accepting)
-        for (int i = 0; i < v->n_eog; i++) {
-            mask[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);
-            allowed++;
-        }
+        for (int i = 0; i < v->n_eog; i++) mask[v->eog[i] >> 5] |= 1u << (v->eog[i] & 31);
+    int allowed = 0;
+    for (int w = 0; w < (v->n_vocab + 31) / 32; w++) allowed += __builtin_popcount(mask[w]);
     return allowed;
+}
+
+int tk_gmask_compute_plain(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err) {
+    memset(mask, 0, sizeof(uint32_t) * (size_t)((v->n_vocab + 31) / 32));
+    tk_gwalk_list l = {.ids = v->order, .lcp = v->lcp, .n = v->n_order};
+    tk_gwalk_marker c = {v, &l, mask};
+    if (tk_gwalk(m, v, &l, s, tk_gwalk_mark, &c, err)) return -1;
+    return finish_mask(v, s, mask);
+}
+
+int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err) {
+    int rc = m->table ? tk_gtable_mask(m, m->table, v, s, mask, err) : 1;
+    if (rc < 0) return -1;
+    return rc == 0 ? finish_mask(v, s, mask) : tk_gmask_compute_plain(m, v, s, mask, err);
 }

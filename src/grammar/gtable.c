@@ -1,0 +1,342 @@
+/* Precomputed token masks per grammar position (XGrammar's split into
+ * context-independent and context-dependent tokens), for a grammar and a
+ * vocabulary.
+ *
+ * A stack's top is a BYTES element e; beneath it lie the continuations of
+ * the rules that led there.  Often those are fixed by the grammar: when a
+ * rule is used from one place only, the element under its frame is always
+ * that place's continuation.  e's context is e plus the chain of such
+ * forced continuations beneath it (found statically, "beneath" below).
+ * Walking the vocabulary from the context alone sorts every token into:
+ * accepted (its bytes end inside the context, or exactly at its end),
+ * rejected (refused inside the context), or dependent (the context is used
+ * up with bytes left: those bytes are checked at run time against the real
+ * stack beneath, once per state, as a small trie of suffixes).  The state's
+ * mask is the union over its stacks, as the matcher's steps are unions over
+ * stacks.  A context that reaches the bottom of every stack (the root's
+ * end) decides every token: nothing is dependent. */
+#include "grammar.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_CTX 64 /* elements of a context */
+
+/* beneath[rule]: what lies under a frame of the rule */
+enum { B_NONE = -3, B_MANY = -2, B_BOTTOM = -1 }; /* else one element index */
+
+typedef struct gentry {
+    size_t ctx;        /* context in t->ctx, bottom first, e last */
+    int n_ctx;
+    bool closed;       /* the context is the whole stack */
+    bool bits;         /* accepted as a bitset at t->bits + acc, else ids at t->ids + acc */
+    size_t acc;
+    int n_acc;
+    size_t dep;        /* dependent suffixes at t->dep_* + dep, sorted */
+    int n_dep;
+} gentry;
+
+typedef struct pool {
+    void *p;
+    size_t n, cap, size; /* items, capacity, item size */
+} pool;
+
+struct tk_gtable {
+    const tk_grammar *g;
+    int n_vocab;
+    int32_t *entry_of; /* per element: its entry, -1 for non-BYTES */
+    gentry *e;
+    int n_e;
+    pool ctx, ids, bits, dep_ids, dep_skip, dep_lcp;
+    size_t bytes;
+};
+
+/* n more items; NULL with *over set past the memory budget, or on error. */
+static void *pool_add(pool *q, size_t n, size_t *bytes, size_t max_bytes, bool *over, tk_err *err) {
+    if (q->n + n > q->cap) {
+        size_t cap = q->cap ? q->cap : 1024;
+        while (cap < q->n + n) cap *= 2;
+        if (*bytes + (cap - q->cap) * q->size > max_bytes) {
+            *over = true;
+            return NULL;
+        }
+        void *p = realloc(q->p, cap * q->size);
+        if (!p) {
+            tk_err_set(err, "out of memory");
+            return NULL;
+        }
+        *bytes += (cap - q->cap) * q->size;
+        q->p = p;
+        q->cap = cap;
+    }
+    void *at = (char *)q->p + q->n * q->size;
+    q->n += n;
+    return at;
+}
+
+void tk_gtable_free(tk_gtable *t) {
+    if (!t) return;
+    free(t->entry_of);
+    free(t->e);
+    pool *ps[] = {&t->ctx, &t->ids, &t->bits, &t->dep_ids, &t->dep_skip, &t->dep_lcp};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]->p);
+    free(t);
+}
+
+size_t tk_gtable_bytes(const tk_gtable *t) { return t ? t->bytes : 0; }
+
+static int join(int a, int b) { return b == B_NONE ? a : a == B_NONE || a == b ? b : B_MANY; }
+
+/* rule_of[el] and beneath[rule] by propagation to a fixpoint: a REF's
+ * continuation is what lies under the referenced rule's frame, or, for a
+ * REF ending its alternative (a tail call, nothing pushed), whatever lies
+ * under the referencing rule's frame.  Returns 1 when it would take more
+ * than the step budget. */
+static int analyse(const tk_grammar *g, int32_t *rule_of, int32_t *beneath, uint64_t max_steps) {
+    for (int r = 0; r < g->n_rules; r++) {
+        beneath[r] = B_NONE;
+        for (int i = g->rule_start[r]; i < g->n_el; i++) {
+            rule_of[i] = r;
+            if (g->el[i].kind == TK_GEL_END_RULE) break;
+        }
+    }
+    beneath[g->root] = B_BOTTOM;
+    uint64_t work = 0;
+    for (bool changed = true; changed;) {
+        changed = false;
+        if ((work += (uint64_t)g->n_el) > max_steps) return 1;
+        for (int s = 0; s < g->n_el; s++) {
+            if (g->el[s].kind != TK_GEL_REF) continue;
+            int r = g->el[s].rule;
+            int below = g->el[s + 1].kind != TK_GEL_END_ALT ? s + 1 : beneath[rule_of[s]];
+            int j = join(beneath[r], below);
+            if (j != beneath[r]) {
+                beneath[r] = j;
+                changed = true;
+            }
+        }
+    }
+    return 0;
+}
+
+/* e's context into ctx (bottom first); returns its length, *closed when it
+ * reaches the bottom of the stack. */
+static int context_of(int e, const int32_t *rule_of, const int32_t *beneath, int32_t *ctx, bool *closed) {
+    int32_t rev[MAX_CTX];
+    int n = 0;
+    rev[n++] = e;
+    int b;
+    while ((b = beneath[rule_of[rev[n - 1]]]) >= 0 && n < MAX_CTX) rev[n++] = b;
+    *closed = b == B_BOTTOM;
+    for (int i = 0; i < n; i++) ctx[i] = rev[n - 1 - i];
+    return n;
+}
+
+typedef struct build_ctx {
+    const tk_gvocab *v;
+    const tk_gwalk_list *l;
+    tk_gmasker *m;
+    bool open;
+    int32_t *acc; /* n_vocab */
+    int n_acc;
+    int32_t *dep_ids;
+    uint16_t *dep_skip;
+    size_t n_dep, cap_dep;
+    size_t bytes;  /* the table's so far, against the budget */
+    size_t max_bytes;
+    uint64_t max_steps;
+    bool over;     /* a budget ran out */
+    tk_err *err;
+} build_ctx;
+
+static int build_token(void *ctx, int first, int end, int matched, const tk_gstate *depth) {
+    build_ctx *c = ctx;
+    if (c->m->steps > c->max_steps) {
+        c->over = true;
+        return -1;
+    }
+    int id = c->l->ids[first];
+    if (end == first + 1 && matched == c->v->len[id]) {
+        c->acc[c->n_acc++] = id;
+        return 0;
+    }
+    if (!c->open) return 0;
+    int ks[TK_GVOCAB_MAX_TOKEN_BYTES], n_ks = 0; /* where the context was used up with bytes left */
+    for (int k = 1; k <= matched; k++)
+        if (depth[k].accepting) ks[n_ks++] = k;
+    if (!n_ks) return 0;
+    size_t need = c->n_dep + (size_t)(end - first) * (size_t)n_ks;
+    if (need > c->cap_dep) {
+        size_t cap = c->cap_dep ? c->cap_dep : 4096;
+        while (cap < need) cap *= 2;
+        if (c->bytes + cap * 6 > c->max_bytes || cap > INT32_MAX) {
+            c->over = true;
+            return -1;
+        }
+        int32_t *ni = realloc(c->dep_ids, cap * sizeof(int32_t));
+        if (ni) c->dep_ids = ni;
+        uint16_t *ns = ni ? realloc(c->dep_skip, cap * sizeof(uint16_t)) : NULL;
+        if (!ns) return tk_err_set(c->err, "out of memory");
+        c->dep_skip = ns;
+        c->cap_dep = cap;
+    }
+    for (int i = first; i < end; i++)
+        for (int j = 0; j < n_ks; j++) {
+            c->dep_ids[c->n_dep] = c->l->ids[i];
+            c->dep_skip[c->n_dep++] = (uint16_t)ks[j];
+        }
+    return 0;
+}
+
+/* Stores the walk's result as entry x. */
+static int store(tk_gtable *t, gentry *x, build_ctx *c, const tk_gvocab *v, tk_err *err) {
+    int words = (v->n_vocab + 31) / 32;
+    x->n_acc = c->n_acc;
+    x->bits = (size_t)c->n_acc > (size_t)words; /* a bitset is the smaller */
+    if (x->bits) {
+        uint32_t *b = pool_add(&t->bits, (size_t)words, &t->bytes, c->max_bytes, &c->over, err);
+        if (!b) return -1;
+        memset(b, 0, sizeof(uint32_t) * (size_t)words);
+        for (int i = 0; i < c->n_acc; i++) b[c->acc[i] >> 5] |= 1u << (c->acc[i] & 31);
+        x->acc = t->bits.n - (size_t)words;
+    } else if (c->n_acc) {
+        int32_t *p = pool_add(&t->ids, (size_t)c->n_acc, &t->bytes, c->max_bytes, &c->over, err);
+        if (!p) return -1;
+        memcpy(p, c->acc, sizeof(int32_t) * (size_t)c->n_acc);
+        x->acc = t->ids.n - (size_t)c->n_acc;
+    }
+    x->n_dep = (int)c->n_dep;
+    if (!c->n_dep) return 0;
+    int32_t *di = pool_add(&t->dep_ids, c->n_dep, &t->bytes, c->max_bytes, &c->over, err);
+    uint16_t *ds = di ? pool_add(&t->dep_skip, c->n_dep, &t->bytes, c->max_bytes, &c->over, err) : NULL;
+    uint16_t *dl = ds ? pool_add(&t->dep_lcp, c->n_dep, &t->bytes, c->max_bytes, &c->over, err) : NULL;
+    if (!dl) return -1;
+    x->dep = t->dep_ids.n - c->n_dep;
+    return tk_gwalk_sort(v, c->dep_ids, c->dep_skip, (int)c->n_dep, di, ds, dl, err);
+}
+
+int tk_gtable_build(tk_gtable **out, const tk_grammar *g, const tk_gvocab *v, tk_err *err) {
+    return tk_gtable_build_limits(out, g, v, TK_GTABLE_MAX_STEPS, TK_GTABLE_MAX_BYTES, err);
+}
+
+int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab *v, uint64_t max_steps, size_t max_bytes,
+                           tk_err *err) {
+    *out = NULL;
+    tk_gtable *t = calloc(1, sizeof *t);
+    int32_t *rule_of = malloc(sizeof(int32_t) * (size_t)(g->n_el ? g->n_el : 1));
+    int32_t *beneath = malloc(sizeof(int32_t) * (size_t)(g->n_rules ? g->n_rules : 1));
+    build_ctx c = {.v = v, .err = err, .max_steps = max_steps, .max_bytes = max_bytes};
+    tk_gmasker m = {0};
+    tk_gstate s0 = {0};
+    int rc = -1;
+    if (!t || !rule_of || !beneath || !(c.acc = malloc(sizeof(int32_t) * (size_t)v->n_vocab)) ||
+        !(t->entry_of = malloc(sizeof(int32_t) * (size_t)(g->n_el ? g->n_el : 1)))) {
+        tk_err_set(err, "out of memory");
+        goto done;
+    }
+    t->g = g;
+    t->n_vocab = v->n_vocab;
+    t->ctx.size = t->ids.size = t->dep_ids.size = sizeof(int32_t);
+    t->bits.size = sizeof(uint32_t);
+    t->dep_skip.size = t->dep_lcp.size = sizeof(uint16_t);
+    t->bytes = sizeof *t + sizeof(int32_t) * (size_t)g->n_el;
+    if (analyse(g, rule_of, beneath, max_steps)) {
+        rc = 1;
+        goto done;
+    }
+    for (int i = 0; i < g->n_el; i++) t->entry_of[i] = g->el[i].kind == TK_GEL_BYTES ? t->n_e++ : -1;
+    t->bytes += sizeof(gentry) * (size_t)t->n_e;
+    if (t->bytes > max_bytes) {
+        rc = 1;
+        goto done;
+    }
+    if (!(t->e = calloc((size_t)(t->n_e ? t->n_e : 1), sizeof(gentry)))) {
+        tk_err_set(err, "out of memory");
+        goto done;
+    }
+    tk_gwalk_list l = {.ids = v->order, .lcp = v->lcp, .n = v->n_order};
+    c.l = &l;
+    c.m = &m;
+    for (int i = 0; i < g->n_el; i++) {
+        if (t->entry_of[i] < 0) continue;
+        gentry *x = &t->e[t->entry_of[i]];
+        int32_t ctx[MAX_CTX];
+        x->n_ctx = context_of(i, rule_of, beneath, ctx, &x->closed);
+        int32_t *p = pool_add(&t->ctx, (size_t)x->n_ctx, &t->bytes, c.max_bytes, &c.over, err);
+        if (!p) {
+            rc = c.over ? 1 : -1;
+            goto done;
+        }
+        memcpy(p, ctx, sizeof(int32_t) * (size_t)x->n_ctx);
+        x->ctx = t->ctx.n - (size_t)x->n_ctx;
+        if (tk_gstate_from_stack(&s0, g, ctx, x->n_ctx, err)) goto done;
+        c.open = !x->closed;
+        c.n_acc = 0;
+        c.n_dep = 0;
+        c.bytes = t->bytes;
+        if (tk_gwalk(&m, v, &l, &s0, build_token, &c, err)) {
+            rc = c.over ? 1 : -1;
+            goto done;
+        }
+        if (store(t, x, &c, v, err)) {
+            rc = c.over ? 1 : -1;
+            goto done;
+        }
+    }
+    *out = t;
+    t = NULL;
+    rc = 0;
+done:
+    tk_gtable_free(t);
+    free(rule_of);
+    free(beneath);
+    free(c.acc);
+    free(c.dep_ids);
+    free(c.dep_skip);
+    tk_gstate_free(&s0);
+    tk_gmasker_free(&m);
+    return rc;
+}
+
+int tk_gtable_mask(tk_gmasker *m, const tk_gtable *t, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask,
+                   tk_err *err) {
+    if (s->g != t->g || v->n_vocab != t->n_vocab) return 1;
+    int words = (v->n_vocab + 31) / 32;
+    memset(mask, 0, sizeof(uint32_t) * (size_t)words);
+    const int32_t *ctx = t->ctx.p, *ids = t->ids.p;
+    const uint32_t *bits = t->bits.p;
+    const int32_t *rest = NULL; /* the stack beneath whose states m->rest holds */
+    int rest_len = -1;
+    for (int off = 0; off < s->n_data; off += 1 + s->data[off]) {
+        int len = s->data[off];
+        const int32_t *st = s->data + off + 1;
+        int ei = t->entry_of[st[len - 1]];
+        if (ei < 0) return 1;
+        const gentry *x = &t->e[ei];
+        int base = len - x->n_ctx;
+        if (base < 0 || (x->closed && base != 0) ||
+            memcmp(st + base, ctx + x->ctx, sizeof(int32_t) * (size_t)x->n_ctx) != 0)
+            return 1;
+        if (x->bits) {
+            const uint32_t *b = bits + x->acc;
+            for (int w = 0; w < words; w++) mask[w] |= b[w];
+        } else {
+            for (int i = 0; i < x->n_acc; i++) mask[ids[x->acc + i] >> 5] |= 1u << (ids[x->acc + i] & 31);
+        }
+        if (!x->n_dep) continue;
+        /* stacks often share what lies beneath their contexts (alternatives of one class) */
+        if (base != rest_len || memcmp(st, rest, sizeof(int32_t) * (size_t)base) != 0) {
+            if (tk_gstate_from_stack(&m->rest, t->g, st, base, err)) return -1;
+            rest = st;
+            rest_len = base;
+        }
+        if (m->rest.n_stacks == 0) continue; /* the sentence is complete there: no byte may follow */
+        tk_gwalk_list l = {.ids = (const int32_t *)t->dep_ids.p + x->dep,
+                           .skip = (const uint16_t *)t->dep_skip.p + x->dep,
+                           .lcp = (const uint16_t *)t->dep_lcp.p + x->dep,
+                           .n = x->n_dep};
+        tk_gwalk_marker mk = {v, &l, mask};
+        if (tk_gwalk(m, v, &l, &m->rest, tk_gwalk_mark, &mk, err)) return -1;
+    }
+    return 0;
+}
