@@ -144,6 +144,7 @@ typedef struct tk_gvocab {
     int32_t *order;    /* token ids with bytes, sorted by bytes (control, unused, empty left out) */
     int n_order;
     uint16_t *lcp;     /* common prefix length of order[i] with order[i-1] */
+    int32_t *next;     /* the first j > i with lcp[j] < lcp[i], or n_order (skipping subtrees) */
     uint32_t *off;     /* bytes of token id at blob + off[id], len[id] */
     uint16_t *len;
     uint8_t *blob;
@@ -184,11 +185,14 @@ int tk_gmask_compute_plain(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s
 
 /* Byte strings sorted so that a walk in order is a walk of their trie: item
  * i is the bytes of token ids[i] from offset skip[i] on (0 when skip is
- * NULL); lcp[i] is its common prefix length with item i - 1. */
+ * NULL); lcp[i] is its common prefix length with item i - 1; next[i] the
+ * first item after i with a smaller lcp (n if none), so that a refused
+ * subtree is skipped in a few jumps. */
 typedef struct tk_gwalk_list {
     const int32_t *ids;
     const uint16_t *skip;
     const uint16_t *lcp;
+    const int32_t *next;
     int n;
 } tk_gwalk_list;
 
@@ -210,9 +214,9 @@ typedef struct tk_gwalk_marker {
 } tk_gwalk_marker;
 int tk_gwalk_mark(void *marker, int first, int end, int matched, const tk_gstate *depth);
 /* Sorts n items (token ids[i] from offset skip[i], skip may be NULL) into
- * out_ids / out_skip (may be NULL when skip is) and their lcp. */
+ * out_ids / out_skip (may be NULL when skip is), their lcp and next. */
 int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, int n, int32_t *out_ids,
-                  uint16_t *out_skip, uint16_t *out_lcp, tk_err *err);
+                  uint16_t *out_skip, uint16_t *out_lcp, int32_t *out_next, tk_err *err);
 
 /* --- precomputed masks (gtable.c) -------------------------------------- */
 

@@ -47,7 +47,7 @@ struct tk_gtable {
     int32_t *entry_of; /* per element: its entry, -1 for non-BYTES */
     gentry *e;
     int n_e;
-    pool ctx, ids, bits, dep_ids, dep_skip, dep_lcp;
+    pool ctx, ids, bits, dep_ids, dep_skip, dep_lcp, dep_next;
     size_t bytes;
 };
 
@@ -78,7 +78,7 @@ void tk_gtable_free(tk_gtable *t) {
     if (!t) return;
     free(t->entry_of);
     free(t->e);
-    pool *ps[] = {&t->ctx, &t->ids, &t->bits, &t->dep_ids, &t->dep_skip, &t->dep_lcp};
+    pool *ps[] = {&t->ctx, &t->ids, &t->bits, &t->dep_ids, &t->dep_skip, &t->dep_lcp, &t->dep_next};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]->p);
     free(t);
 }
@@ -169,7 +169,7 @@ static int build_token(void *ctx, int first, int end, int matched, const tk_gsta
     if (need > c->cap_dep) {
         size_t cap = c->cap_dep ? c->cap_dep : 4096;
         while (cap < need) cap *= 2;
-        if (c->bytes + cap * 6 > c->max_bytes || cap > INT32_MAX) {
+        if (c->bytes + cap * 12 > c->max_bytes || cap > INT32_MAX) {
             c->over = true;
             return -1;
         }
@@ -210,9 +210,10 @@ static int store(tk_gtable *t, gentry *x, build_ctx *c, const tk_gvocab *v, tk_e
     int32_t *di = pool_add(&t->dep_ids, c->n_dep, &t->bytes, c->max_bytes, &c->over, err);
     uint16_t *ds = di ? pool_add(&t->dep_skip, c->n_dep, &t->bytes, c->max_bytes, &c->over, err) : NULL;
     uint16_t *dl = ds ? pool_add(&t->dep_lcp, c->n_dep, &t->bytes, c->max_bytes, &c->over, err) : NULL;
-    if (!dl) return -1;
+    int32_t *dn = dl ? pool_add(&t->dep_next, c->n_dep, &t->bytes, c->max_bytes, &c->over, err) : NULL;
+    if (!dn) return -1;
     x->dep = t->dep_ids.n - c->n_dep;
-    return tk_gwalk_sort(v, c->dep_ids, c->dep_skip, (int)c->n_dep, di, ds, dl, err);
+    return tk_gwalk_sort(v, c->dep_ids, c->dep_skip, (int)c->n_dep, di, ds, dl, dn, err);
 }
 
 int tk_gtable_build(tk_gtable **out, const tk_grammar *g, const tk_gvocab *v, tk_err *err) {
@@ -236,7 +237,7 @@ int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab
     }
     t->g = g;
     t->n_vocab = v->n_vocab;
-    t->ctx.size = t->ids.size = t->dep_ids.size = sizeof(int32_t);
+    t->ctx.size = t->ids.size = t->dep_ids.size = t->dep_next.size = sizeof(int32_t);
     t->bits.size = sizeof(uint32_t);
     t->dep_skip.size = t->dep_lcp.size = sizeof(uint16_t);
     t->bytes = sizeof *t + sizeof(int32_t) * (size_t)g->n_el;
@@ -254,7 +255,7 @@ int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab
         tk_err_set(err, "out of memory");
         goto done;
     }
-    tk_gwalk_list l = {.ids = v->order, .lcp = v->lcp, .n = v->n_order};
+    tk_gwalk_list l = {.ids = v->order, .lcp = v->lcp, .next = v->next, .n = v->n_order};
     c.l = &l;
     c.m = &m;
     for (int i = 0; i < g->n_el; i++) {
@@ -334,6 +335,7 @@ int tk_gtable_mask(tk_gmasker *m, const tk_gtable *t, const tk_gvocab *v, const 
         tk_gwalk_list l = {.ids = (const int32_t *)t->dep_ids.p + x->dep,
                            .skip = (const uint16_t *)t->dep_skip.p + x->dep,
                            .lcp = (const uint16_t *)t->dep_lcp.p + x->dep,
+                           .next = (const int32_t *)t->dep_next.p + x->dep,
                            .n = x->n_dep};
         tk_gwalk_marker mk = {v, &l, mask};
         if (tk_gwalk(m, v, &l, &m->rest, tk_gwalk_mark, &mk, err)) return -1;

@@ -25,7 +25,8 @@ static int cmp_entry(const void *a, const void *b) {
 }
 
 int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, int n, int32_t *out_ids,
-                  uint16_t *out_skip, uint16_t *out_lcp, tk_err *err) {
+                  uint16_t *out_skip, uint16_t *out_lcp, int32_t *out_next, tk_err *err) {
+    if (n < 0) return tk_err_set(err, "grammar: negative item count");
     entry *e = malloc(sizeof(entry) * (size_t)(n ? n : 1));
     if (!e) return tk_err_set(err, "out of memory");
     for (int i = 0; i < n; i++) {
@@ -42,12 +43,22 @@ int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, 
         out_lcp[i] = (uint16_t)l;
     }
     free(e);
+    /* next[], right to left, with a stack of the items still waiting for theirs */
+    int32_t *stack = malloc(sizeof(int32_t) * (size_t)(n ? n : 1)), top = 0;
+    if (!stack) return tk_err_set(err, "out of memory");
+    for (int i = n - 1; i >= 0; i--) {
+        while (top > 0 && out_lcp[stack[top - 1]] >= out_lcp[i]) top--;
+        out_next[i] = top > 0 ? stack[top - 1] : n;
+        stack[top++] = i;
+    }
+    free(stack);
     return 0;
 }
 
 void tk_gvocab_free(tk_gvocab *v) {
     free(v->order);
     free(v->lcp);
+    free(v->next);
     free(v->off);
     free(v->len);
     free(v->blob);
@@ -67,10 +78,11 @@ int tk_gvocab_init(tk_gvocab *v, const tk_tokenizer *t, tk_err *err) {
     v->len = calloc((size_t)n, sizeof(uint16_t));
     v->order = malloc(sizeof(int32_t) * (size_t)n);
     v->lcp = malloc(sizeof(uint16_t) * (size_t)n);
+    v->next = malloc(sizeof(int32_t) * (size_t)n);
     v->eog = malloc(sizeof(int32_t) * (size_t)n);
     v->blob = malloc(cap);
     ids = malloc(sizeof(int32_t) * (size_t)n);
-    if (!v->off || !v->len || !v->order || !v->lcp || !v->eog || !v->blob || !ids) goto oom;
+    if (!v->off || !v->len || !v->order || !v->lcp || !v->next || !v->eog || !v->blob || !ids) goto oom;
     for (int id = 0; id < n; id++) {
         if (tk_tokenizer_is_eog(t, id)) {
             v->eog[v->n_eog++] = id;
@@ -93,7 +105,7 @@ int tk_gvocab_init(tk_gvocab *v, const tk_tokenizer *t, tk_err *err) {
         if (k > v->max_len) v->max_len = k;
         ids[v->n_order++] = id;
     }
-    if (tk_gwalk_sort(v, ids, NULL, v->n_order, v->order, NULL, v->lcp, err)) {
+    if (tk_gwalk_sort(v, ids, NULL, v->n_order, v->order, NULL, v->lcp, v->next, err)) {
         free(ids);
         tk_gvocab_free(v);
         return -1;
@@ -113,32 +125,13 @@ void tk_gmasker_free(tk_gmasker *m) {
     *m = (tk_gmasker){0};
 }
 
-/* Does item j start with the first n bytes of item i (b)? */
-static bool shares_prefix(const tk_gvocab *v, const tk_gwalk_list *l, int j, const uint8_t *b, int n) {
-    int sk = l->skip ? l->skip[j] : 0, id = l->ids[j];
-    return v->len[id] - sk >= n && memcmp(v->blob + v->off[id] + sk, b, (size_t)n) == 0;
-}
-
-/* The first item after i that does not start with b[0..n) (item i's first
- * n bytes): items sharing a prefix are contiguous, so gallop then bisect. */
-static int prefix_end(const tk_gvocab *v, const tk_gwalk_list *l, int i, const uint8_t *b, int n) {
-    int lo = i + 1, hi = l->n, step = 1; /* [i, lo) share it; hi: first known not to, or n */
-    for (;;) {
-        int p = lo + step - 1;
-        if (p >= l->n) break;
-        if (!shares_prefix(v, l, p, b, n)) {
-            hi = p;
-            break;
-        }
-        lo = p + 1;
-        step *= 2;
-    }
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        if (shares_prefix(v, l, mid, b, n)) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
+/* The first item after i that does not share its first k + 1 bytes (item i
+ * was refused at byte k, k >= lcp[i]): items j with lcp[j] > k do, and
+ * next[] jumps over runs of them. */
+static int subtree_end(const tk_gwalk_list *l, int i, int k) {
+    int j = i + 1;
+    while (j < l->n && l->lcp[j] > k) j = l->next[j];
+    return j;
 }
 
 int tk_gwalk(tk_gmasker *m, const tk_gvocab *v, const tk_gwalk_list *l, const tk_gstate *s, tk_gwalk_fn fn, void *ctx,
@@ -164,7 +157,7 @@ int tk_gwalk(tk_gmasker *m, const tk_gvocab *v, const tk_gwalk_list *l, const tk
         }
         valid = k;
         /* refused at byte k: so is every following item with the same k + 1 bytes */
-        int end = k == len ? i + 1 : prefix_end(v, l, i, b, k + 1);
+        int end = k == len ? i + 1 : subtree_end(l, i, k);
         if (fn(ctx, i, end, k, m->depth) < 0) return -1;
         i = end;
     }
@@ -190,7 +183,7 @@ static int finish_mask(const tk_gvocab *v, const tk_gstate *s, uint32_t *mask) {
 
 int tk_gmask_compute_plain(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err) {
     memset(mask, 0, sizeof(uint32_t) * (size_t)((v->n_vocab + 31) / 32));
-    tk_gwalk_list l = {.ids = v->order, .lcp = v->lcp, .n = v->n_order};
+    tk_gwalk_list l = {.ids = v->order, .lcp = v->lcp, .next = v->next, .n = v->n_order};
     tk_gwalk_marker c = {v, &l, mask};
     if (tk_gwalk(m, v, &l, s, tk_gwalk_mark, &c, err)) return -1;
     return finish_mask(v, s, mask);
