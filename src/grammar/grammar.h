@@ -168,6 +168,9 @@ typedef struct tk_gmasker {
     int n_depth;
     const tk_gtable *table; /* the grammar's precomputed masks; NULL: the plain trie walk */
     tk_gstate rest;         /* the stack beneath a table context, for its dependent tokens */
+    uint8_t *want;          /* per table entry: its stack is in the group being checked */
+    int32_t *pend;          /* stacks with dependent tokens, then the entries of a group */
+    int cap_want, cap_pend;
     uint64_t steps;         /* matcher steps so far (the table build's budget) */
 } tk_gmasker;
 
@@ -187,12 +190,15 @@ int tk_gmask_compute_plain(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s
  * i is the bytes of token ids[i] from offset skip[i] on (0 when skip is
  * NULL); lcp[i] is its common prefix length with item i - 1; next[i] the
  * first item after i with a smaller lcp (n if none), so that a refused
- * subtree is skipped in a few jumps. */
+ * subtree is skipped in a few jumps.  With want, only items whose tag[i]
+ * has want[tag[i]] set are walked. */
 typedef struct tk_gwalk_list {
     const int32_t *ids;
     const uint16_t *skip;
     const uint16_t *lcp;
     const int32_t *next;
+    const int32_t *tag;
+    const uint8_t *want;
     int n;
 } tk_gwalk_list;
 
@@ -213,10 +219,18 @@ typedef struct tk_gwalk_marker {
     uint32_t *mask;
 } tk_gwalk_marker;
 int tk_gwalk_mark(void *marker, int first, int end, int matched, const tk_gstate *depth);
-/* Sorts n items (token ids[i] from offset skip[i], skip may be NULL) into
- * out_ids / out_skip (may be NULL when skip is), their lcp and next. */
-int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, int n, int32_t *out_ids,
-                  uint16_t *out_skip, uint16_t *out_lcp, int32_t *out_next, tk_err *err);
+/* Sorts n items (token ids[i] from offset skip[i], with tag[i]; skip and
+ * tag may be NULL) into out_ids, out_skip, out_tag (NULL when the input is),
+ * their lcp and next. */
+typedef struct tk_gwalk_out {
+    int32_t *ids;
+    uint16_t *skip;
+    int32_t *tag;
+    uint16_t *lcp;
+    int32_t *next;
+} tk_gwalk_out;
+int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, const int32_t *tag, int n,
+                  const tk_gwalk_out *out, tk_err *err);
 
 /* --- precomputed masks (gtable.c) -------------------------------------- */
 

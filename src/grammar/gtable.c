@@ -11,10 +11,15 @@
  * accepted (its bytes end inside the context, or exactly at its end),
  * rejected (refused inside the context), or dependent (the context is used
  * up with bytes left: those bytes are checked at run time against the real
- * stack beneath, once per state, as a small trie of suffixes).  The state's
- * mask is the union over its stacks, as the matcher's steps are unions over
- * stacks.  A context that reaches the bottom of every stack (the root's
- * end) decides every token: nothing is dependent. */
+ * stack beneath, as a small trie of suffixes).  The state's mask is the
+ * union over its stacks, as the matcher's steps are unions over stacks.  A
+ * context that reaches the bottom of every stack (the root's end) decides
+ * every token: nothing is dependent.
+ *
+ * Entries whose contexts differ only in the top (the alternatives of one
+ * character class, say) form a group with one suffix trie, each suffix
+ * tagged with its entry: a state's stacks of one group over the same stack
+ * beneath are checked in one walk of it, each shared suffix once. */
 #include "grammar.h"
 
 #include <stdlib.h>
@@ -32,9 +37,13 @@ typedef struct gentry {
     bool bits;         /* accepted as a bitset at t->bits + acc, else ids at t->ids + acc */
     size_t acc;
     int n_acc;
-    size_t dep;        /* dependent suffixes at t->dep_* + dep, sorted */
-    int n_dep;
+    int group;         /* whose suffix trie holds its dependent tokens; -1: none */
 } gentry;
+
+typedef struct ggroup {
+    size_t dep; /* dependent suffixes at t->dep_* + dep, sorted, tagged with their entry */
+    int n_dep;
+} ggroup;
 
 typedef struct pool {
     void *p;
@@ -47,7 +56,9 @@ struct tk_gtable {
     int32_t *entry_of; /* per element: its entry, -1 for non-BYTES */
     gentry *e;
     int n_e;
-    pool ctx, ids, bits, dep_ids, dep_skip, dep_lcp, dep_next;
+    ggroup *gr;
+    int n_gr;
+    pool ctx, ids, bits, dep_ids, dep_skip, dep_tag, dep_lcp, dep_next;
     size_t bytes;
 };
 
@@ -78,7 +89,8 @@ void tk_gtable_free(tk_gtable *t) {
     if (!t) return;
     free(t->entry_of);
     free(t->e);
-    pool *ps[] = {&t->ctx, &t->ids, &t->bits, &t->dep_ids, &t->dep_skip, &t->dep_lcp, &t->dep_next};
+    free(t->gr);
+    pool *ps[] = {&t->ctx, &t->ids, &t->bits, &t->dep_ids, &t->dep_skip, &t->dep_tag, &t->dep_lcp, &t->dep_next};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) free(ps[i]->p);
     free(t);
 }
@@ -139,7 +151,8 @@ typedef struct build_ctx {
     bool open;
     int32_t *acc; /* n_vocab */
     int n_acc;
-    int32_t *dep_ids;
+    int entry;    /* the one being walked */
+    int32_t *dep_ids, *dep_ent; /* every entry's dependent tokens, in entry order */
     uint16_t *dep_skip;
     size_t n_dep, cap_dep;
     size_t bytes;  /* the table's so far, against the budget */
@@ -169,13 +182,16 @@ static int build_token(void *ctx, int first, int end, int matched, const tk_gsta
     if (need > c->cap_dep) {
         size_t cap = c->cap_dep ? c->cap_dep : 4096;
         while (cap < need) cap *= 2;
-        if (c->bytes + cap * 12 > c->max_bytes || cap > INT32_MAX) {
+        /* these, then their sorted copies in the table and the sort's own */
+        if (c->bytes + cap * 40 > c->max_bytes || cap > INT32_MAX) {
             c->over = true;
             return -1;
         }
         int32_t *ni = realloc(c->dep_ids, cap * sizeof(int32_t));
         if (ni) c->dep_ids = ni;
-        uint16_t *ns = ni ? realloc(c->dep_skip, cap * sizeof(uint16_t)) : NULL;
+        int32_t *ne = ni ? realloc(c->dep_ent, cap * sizeof(int32_t)) : NULL;
+        if (ne) c->dep_ent = ne;
+        uint16_t *ns = ne ? realloc(c->dep_skip, cap * sizeof(uint16_t)) : NULL;
         if (!ns) return tk_err_set(c->err, "out of memory");
         c->dep_skip = ns;
         c->cap_dep = cap;
@@ -183,6 +199,7 @@ static int build_token(void *ctx, int first, int end, int matched, const tk_gsta
     for (int i = first; i < end; i++)
         for (int j = 0; j < n_ks; j++) {
             c->dep_ids[c->n_dep] = c->l->ids[i];
+            c->dep_ent[c->n_dep] = c->entry;
             c->dep_skip[c->n_dep++] = (uint16_t)ks[j];
         }
     return 0;
@@ -205,15 +222,83 @@ static int store(tk_gtable *t, gentry *x, build_ctx *c, const tk_gvocab *v, tk_e
         memcpy(p, c->acc, sizeof(int32_t) * (size_t)c->n_acc);
         x->acc = t->ids.n - (size_t)c->n_acc;
     }
-    x->n_dep = (int)c->n_dep;
-    if (!c->n_dep) return 0;
-    int32_t *di = pool_add(&t->dep_ids, c->n_dep, &t->bytes, c->max_bytes, &c->over, err);
-    uint16_t *ds = di ? pool_add(&t->dep_skip, c->n_dep, &t->bytes, c->max_bytes, &c->over, err) : NULL;
-    uint16_t *dl = ds ? pool_add(&t->dep_lcp, c->n_dep, &t->bytes, c->max_bytes, &c->over, err) : NULL;
-    int32_t *dn = dl ? pool_add(&t->dep_next, c->n_dep, &t->bytes, c->max_bytes, &c->over, err) : NULL;
-    if (!dn) return -1;
-    x->dep = t->dep_ids.n - c->n_dep;
-    return tk_gwalk_sort(v, c->dep_ids, c->dep_skip, (int)c->n_dep, di, ds, dl, dn, err);
+    return 0;
+}
+
+typedef struct gkey {
+    const int32_t *below; /* the context under the top */
+    int n, entry;
+} gkey;
+
+static int cmp_gkey(const void *a, const void *b) {
+    const gkey *x = a, *y = b;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    int c = memcmp(x->below, y->below, sizeof(int32_t) * (size_t)x->n);
+    return c ? c : (x->entry < y->entry ? -1 : x->entry > y->entry);
+}
+
+/* Groups the entries with dependent tokens by their contexts under the top
+ * and stores each group's suffixes sorted, tagged with their entries. */
+static int group_deps(tk_gtable *t, build_ctx *c, const tk_gvocab *v, tk_err *err) {
+    int n_with = 0;
+    for (size_t i = 0; i < c->n_dep; i++)
+        if (i == 0 || c->dep_ent[i] != c->dep_ent[i - 1]) n_with++;
+    if (!n_with) return 0;
+    gkey *k = malloc(sizeof(gkey) * (size_t)n_with);
+    size_t *count = calloc((size_t)n_with, sizeof(size_t)), *at = malloc(sizeof(size_t) * (size_t)n_with);
+    int32_t *ids = malloc(sizeof(int32_t) * c->n_dep), *tag = malloc(sizeof(int32_t) * c->n_dep);
+    uint16_t *skip = malloc(sizeof(uint16_t) * c->n_dep);
+    int rc = -1;
+    if (!k || !count || !at || !ids || !tag || !skip || !(t->gr = malloc(sizeof(ggroup) * (size_t)n_with))) {
+        tk_err_set(err, "out of memory");
+        goto done;
+    }
+    const int32_t *ctx = t->ctx.p;
+    int n = 0;
+    for (size_t i = 0; i < c->n_dep; i++)
+        if (i == 0 || c->dep_ent[i] != c->dep_ent[i - 1]) {
+            const gentry *x = &t->e[c->dep_ent[i]];
+            k[n++] = (gkey){ctx + x->ctx, x->n_ctx - 1, c->dep_ent[i]};
+        }
+    qsort(k, (size_t)n, sizeof(gkey), cmp_gkey);
+    for (int i = 0; i < n; i++) {
+        if (i == 0 || cmp_gkey(&(gkey){k[i].below, k[i].n, 0}, &(gkey){k[i - 1].below, k[i - 1].n, 0}) != 0)
+            t->n_gr++;
+        t->e[k[i].entry].group = t->n_gr - 1;
+    }
+    for (size_t i = 0; i < c->n_dep; i++) count[t->e[c->dep_ent[i]].group]++;
+    size_t sum = 0;
+    for (int g = 0; g < t->n_gr; g++) {
+        t->gr[g] = (ggroup){.dep = sum, .n_dep = (int)count[g]};
+        at[g] = sum;
+        sum += count[g];
+    }
+    for (size_t i = 0; i < c->n_dep; i++) { /* by group, stable */
+        size_t j = at[t->e[c->dep_ent[i]].group]++;
+        ids[j] = c->dep_ids[i];
+        skip[j] = c->dep_skip[i];
+        tag[j] = c->dep_ent[i];
+    }
+    tk_gwalk_out o = {pool_add(&t->dep_ids, c->n_dep, &t->bytes, c->max_bytes, &c->over, err),
+                      pool_add(&t->dep_skip, c->n_dep, &t->bytes, c->max_bytes, &c->over, err),
+                      pool_add(&t->dep_tag, c->n_dep, &t->bytes, c->max_bytes, &c->over, err),
+                      pool_add(&t->dep_lcp, c->n_dep, &t->bytes, c->max_bytes, &c->over, err),
+                      pool_add(&t->dep_next, c->n_dep, &t->bytes, c->max_bytes, &c->over, err)};
+    if (!o.ids || !o.skip || !o.tag || !o.lcp || !o.next) goto done;
+    for (int g = 0; g < t->n_gr; g++) {
+        size_t d = t->gr[g].dep;
+        tk_gwalk_out og = {o.ids + d, o.skip + d, o.tag + d, o.lcp + d, o.next + d};
+        if (tk_gwalk_sort(v, ids + d, skip + d, tag + d, t->gr[g].n_dep, &og, err)) goto done;
+    }
+    rc = 0;
+done:
+    free(k);
+    free(count);
+    free(at);
+    free(ids);
+    free(tag);
+    free(skip);
+    return rc;
 }
 
 int tk_gtable_build(tk_gtable **out, const tk_grammar *g, const tk_gvocab *v, tk_err *err) {
@@ -237,7 +322,7 @@ int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab
     }
     t->g = g;
     t->n_vocab = v->n_vocab;
-    t->ctx.size = t->ids.size = t->dep_ids.size = t->dep_next.size = sizeof(int32_t);
+    t->ctx.size = t->ids.size = t->dep_ids.size = t->dep_tag.size = t->dep_next.size = sizeof(int32_t);
     t->bits.size = sizeof(uint32_t);
     t->dep_skip.size = t->dep_lcp.size = sizeof(uint16_t);
     t->bytes = sizeof *t + sizeof(int32_t) * (size_t)g->n_el;
@@ -261,6 +346,7 @@ int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab
     for (int i = 0; i < g->n_el; i++) {
         if (t->entry_of[i] < 0) continue;
         gentry *x = &t->e[t->entry_of[i]];
+        x->group = -1;
         int32_t ctx[MAX_CTX];
         x->n_ctx = context_of(i, rule_of, beneath, ctx, &x->closed);
         int32_t *p = pool_add(&t->ctx, (size_t)x->n_ctx, &t->bytes, c.max_bytes, &c.over, err);
@@ -272,8 +358,8 @@ int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab
         x->ctx = t->ctx.n - (size_t)x->n_ctx;
         if (tk_gstate_from_stack(&s0, g, ctx, x->n_ctx, err)) goto done;
         c.open = !x->closed;
+        c.entry = t->entry_of[i];
         c.n_acc = 0;
-        c.n_dep = 0;
         c.bytes = t->bytes;
         if (tk_gwalk(&m, v, &l, &s0, build_token, &c, err)) {
             rc = c.over ? 1 : -1;
@@ -284,6 +370,10 @@ int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab
             goto done;
         }
     }
+    if (group_deps(t, &c, v, err)) {
+        rc = c.over ? 1 : -1;
+        goto done;
+    }
     *out = t;
     t = NULL;
     rc = 0;
@@ -293,21 +383,42 @@ done:
     free(beneath);
     free(c.acc);
     free(c.dep_ids);
+    free(c.dep_ent);
     free(c.dep_skip);
     tk_gstate_free(&s0);
     tk_gmasker_free(&m);
     return rc;
 }
 
+/* Room for n entries in m->want (cleared) and n stacks in m->pend. */
+static int reserve_scratch(tk_gmasker *m, int n_e, int n_stacks, tk_err *err) {
+    if (m->cap_want < n_e) {
+        uint8_t *w = realloc(m->want, (size_t)n_e);
+        if (!w) return tk_err_set(err, "out of memory");
+        memset(w, 0, (size_t)n_e);
+        m->want = w;
+        m->cap_want = n_e;
+    }
+    if (m->cap_pend < 2 * n_stacks) {
+        int32_t *p = realloc(m->pend, sizeof(int32_t) * 2 * (size_t)n_stacks);
+        if (!p) return tk_err_set(err, "out of memory");
+        m->pend = p;
+        m->cap_pend = 2 * n_stacks;
+    }
+    return 0;
+}
+
 int tk_gtable_mask(tk_gmasker *m, const tk_gtable *t, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask,
                    tk_err *err) {
     if (s->g != t->g || v->n_vocab != t->n_vocab) return 1;
+    if (reserve_scratch(m, t->n_e, s->n_stacks, err)) return -1;
     int words = (v->n_vocab + 31) / 32;
     memset(mask, 0, sizeof(uint32_t) * (size_t)words);
     const int32_t *ctx = t->ctx.p, *ids = t->ids.p;
     const uint32_t *bits = t->bits.p;
-    const int32_t *rest = NULL; /* the stack beneath whose states m->rest holds */
-    int rest_len = -1;
+    int32_t *pend = m->pend, *members = m->pend + s->n_stacks;
+    int n_pend = 0;
+    /* the context-independent tokens; the stacks with dependent ones for later */
     for (int off = 0; off < s->n_data; off += 1 + s->data[off]) {
         int len = s->data[off];
         const int32_t *st = s->data + off + 1;
@@ -324,21 +435,40 @@ int tk_gtable_mask(tk_gmasker *m, const tk_gtable *t, const tk_gvocab *v, const 
         } else {
             for (int i = 0; i < x->n_acc; i++) mask[ids[x->acc + i] >> 5] |= 1u << (ids[x->acc + i] & 31);
         }
-        if (!x->n_dep) continue;
-        /* stacks often share what lies beneath their contexts (alternatives of one class) */
-        if (base != rest_len || memcmp(st, rest, sizeof(int32_t) * (size_t)base) != 0) {
-            if (tk_gstate_from_stack(&m->rest, t->g, st, base, err)) return -1;
-            rest = st;
-            rest_len = base;
+        if (x->group >= 0) pend[n_pend++] = off;
+    }
+    /* per group and stack beneath, one walk of the group's suffixes */
+    for (int a = 0; a < n_pend; a++) {
+        if (pend[a] < 0) continue;
+        const int32_t *sa = s->data + pend[a] + 1;
+        int la = sa[-1], ea = t->entry_of[sa[la - 1]], g = t->e[ea].group, base = la - t->e[ea].n_ctx;
+        int n_members = 0;
+        members[n_members++] = ea;
+        for (int b = a + 1; b < n_pend; b++) {
+            if (pend[b] < 0) continue;
+            const int32_t *sb = s->data + pend[b] + 1;
+            int lb = sb[-1], eb = t->entry_of[sb[lb - 1]];
+            if (t->e[eb].group != g || lb - t->e[eb].n_ctx != base ||
+                memcmp(sa, sb, sizeof(int32_t) * (size_t)base) != 0)
+                continue;
+            members[n_members++] = eb;
+            pend[b] = -1;
         }
+        if (tk_gstate_from_stack(&m->rest, t->g, sa, base, err)) return -1;
         if (m->rest.n_stacks == 0) continue; /* the sentence is complete there: no byte may follow */
-        tk_gwalk_list l = {.ids = (const int32_t *)t->dep_ids.p + x->dep,
-                           .skip = (const uint16_t *)t->dep_skip.p + x->dep,
-                           .lcp = (const uint16_t *)t->dep_lcp.p + x->dep,
-                           .next = (const int32_t *)t->dep_next.p + x->dep,
-                           .n = x->n_dep};
+        for (int i = 0; i < n_members; i++) m->want[members[i]] = 1;
+        const ggroup *gr = &t->gr[g];
+        tk_gwalk_list l = {.ids = (const int32_t *)t->dep_ids.p + gr->dep,
+                           .skip = (const uint16_t *)t->dep_skip.p + gr->dep,
+                           .lcp = (const uint16_t *)t->dep_lcp.p + gr->dep,
+                           .next = (const int32_t *)t->dep_next.p + gr->dep,
+                           .tag = (const int32_t *)t->dep_tag.p + gr->dep,
+                           .want = m->want,
+                           .n = gr->n_dep};
         tk_gwalk_marker mk = {v, &l, mask};
-        if (tk_gwalk(m, v, &l, &m->rest, tk_gwalk_mark, &mk, err)) return -1;
+        int rc = tk_gwalk(m, v, &l, &m->rest, tk_gwalk_mark, &mk, err);
+        for (int i = 0; i < n_members; i++) m->want[members[i]] = 0;
+        if (rc) return -1;
     }
     return 0;
 }

@@ -10,7 +10,7 @@
 typedef struct entry {
     const uint8_t *p;
     int len;
-    int32_t id;
+    int32_t id, tag;
     uint16_t skip;
 } entry;
 
@@ -21,34 +21,37 @@ static int cmp_entry(const void *a, const void *b) {
     if (c) return c;
     if (x->len != y->len) return x->len < y->len ? -1 : 1;
     if (x->id != y->id) return x->id < y->id ? -1 : 1;
-    return x->skip < y->skip ? -1 : x->skip > y->skip;
+    if (x->skip != y->skip) return x->skip < y->skip ? -1 : 1;
+    return x->tag < y->tag ? -1 : x->tag > y->tag;
 }
 
-int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, int n, int32_t *out_ids,
-                  uint16_t *out_skip, uint16_t *out_lcp, int32_t *out_next, tk_err *err) {
+int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, const int32_t *tag, int n,
+                  const tk_gwalk_out *out, tk_err *err) {
     if (n < 0) return tk_err_set(err, "grammar: negative item count");
     entry *e = malloc(sizeof(entry) * (size_t)(n ? n : 1));
     if (!e) return tk_err_set(err, "out of memory");
     for (int i = 0; i < n; i++) {
         uint16_t sk = skip ? skip[i] : 0;
-        e[i] = (entry){.p = v->blob + v->off[ids[i]] + sk, .len = v->len[ids[i]] - sk, .id = ids[i], .skip = sk};
+        e[i] = (entry){.p = v->blob + v->off[ids[i]] + sk, .len = v->len[ids[i]] - sk, .id = ids[i], .tag = tag ? tag[i] : 0,
+                       .skip = sk};
     }
     qsort(e, (size_t)n, sizeof(entry), cmp_entry);
     for (int i = 0; i < n; i++) {
-        out_ids[i] = e[i].id;
-        if (out_skip) out_skip[i] = e[i].skip;
+        out->ids[i] = e[i].id;
+        if (out->skip) out->skip[i] = e[i].skip;
+        if (out->tag) out->tag[i] = e[i].tag;
         int l = 0;
         if (i > 0)
             while (l < e[i].len && l < e[i - 1].len && e[i].p[l] == e[i - 1].p[l]) l++;
-        out_lcp[i] = (uint16_t)l;
+        out->lcp[i] = (uint16_t)l;
     }
     free(e);
     /* next[], right to left, with a stack of the items still waiting for theirs */
     int32_t *stack = malloc(sizeof(int32_t) * (size_t)(n ? n : 1)), top = 0;
     if (!stack) return tk_err_set(err, "out of memory");
     for (int i = n - 1; i >= 0; i--) {
-        while (top > 0 && out_lcp[stack[top - 1]] >= out_lcp[i]) top--;
-        out_next[i] = top > 0 ? stack[top - 1] : n;
+        while (top > 0 && out->lcp[stack[top - 1]] >= out->lcp[i]) top--;
+        out->next[i] = top > 0 ? stack[top - 1] : n;
         stack[top++] = i;
     }
     free(stack);
@@ -105,7 +108,7 @@ int tk_gvocab_init(tk_gvocab *v, const tk_tokenizer *t, tk_err *err) {
         if (k > v->max_len) v->max_len = k;
         ids[v->n_order++] = id;
     }
-    if (tk_gwalk_sort(v, ids, NULL, v->n_order, v->order, NULL, v->lcp, v->next, err)) {
+    if (tk_gwalk_sort(v, ids, NULL, NULL, v->n_order, &(tk_gwalk_out){.ids = v->order, .lcp = v->lcp, .next = v->next}, err)) {
         free(ids);
         tk_gvocab_free(v);
         return -1;
@@ -122,12 +125,14 @@ void tk_gmasker_free(tk_gmasker *m) {
     for (int i = 0; i < m->n_depth; i++) tk_gstate_free(&m->depth[i]);
     free(m->depth);
     tk_gstate_free(&m->rest);
+    free(m->want);
+    free(m->pend);
     *m = (tk_gmasker){0};
 }
 
 /* The first item after i that does not share its first k + 1 bytes (item i
- * was refused at byte k, k >= lcp[i]): items j with lcp[j] > k do, and
- * next[] jumps over runs of them. */
+ * was refused at byte k): items j with lcp[j] > k do, and next[] jumps over
+ * runs of them. */
 static int subtree_end(const tk_gwalk_list *l, int i, int k) {
     int j = i + 1;
     while (j < l->n && l->lcp[j] > k) j = l->next[j];
@@ -143,11 +148,16 @@ int tk_gwalk(tk_gmasker *m, const tk_gvocab *v, const tk_gwalk_list *l, const tk
         m->depth = d;
         m->n_depth = v->max_len + 1;
     }
-    int valid = 0; /* depth[1..valid] hold the states along the previous item's bytes */
+    int valid = 0; /* depth[1..valid] hold the states along the last walked item's bytes */
     for (int i = 0; i < l->n;) {
+        if (l->lcp[i] < valid) valid = l->lcp[i]; /* what item i shares with it */
+        if (l->want && !l->want[l->tag[i]]) {
+            i++;
+            continue;
+        }
         int id = l->ids[i], sk = l->skip ? l->skip[i] : 0, len = v->len[id] - sk;
         const uint8_t *b = v->blob + v->off[id] + sk;
-        int k = l->lcp[i] < valid ? l->lcp[i] : valid;
+        int k = valid;
         for (; k < len; k++) {
             const tk_gstate *from = k == 0 ? s : &m->depth[k];
             m->steps++;
