@@ -2,7 +2,7 @@
  * Prints the JSON-object grammar's compile time and its mask table's build
  * time and size, then the token-mask time (median, p99) at every state along
  * a fixed JSON document, plain trie walk and table interleaved (and checked
- * equal). */
+ * equal), and the table's best of 5 per state. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,7 +64,8 @@ int main(int argc, char **argv) {
     uint32_t *mask = malloc(sizeof(uint32_t) * words), *mask2 = malloc(sizeof(uint32_t) * words);
     int n = (int)strlen(doc);
     double *ms = malloc(sizeof(double) * (size_t)(n + 1)), *ms2 = malloc(sizeof(double) * (size_t)(n + 1));
-    if (!mask || !mask2 || !ms || !ms2 || tk_gstate_init(&st, &g, &err)) return 1;
+    double *best = calloc((size_t)(n + 1), sizeof(double));
+    if (!mask || !mask2 || !ms || !ms2 || !best || tk_gstate_init(&st, &g, &err)) return 1;
     long total_allowed = 0;
     /* plain and table interleaved at each state, so both see the same machine load */
     for (int i = 0; i <= n; i++) {
@@ -84,16 +85,28 @@ int main(int argc, char **argv) {
             return 1;
         }
         total_allowed += allowed;
+        /* the table again, best of 5: its cost without the shared machine's preemptions */
+        for (int r = 0; table && r < 5; r++) {
+            double d = tk_clock_seconds(TK_CLOCK_WALL);
+            if (tk_gmask_compute(&fast, &v, &st, mask2, &err) < 0) return 1;
+            d = (tk_clock_seconds(TK_CLOCK_WALL) - d) * 1e3;
+            if (r == 0 || d < best[i]) best[i] = d;
+        }
         if (i < n && tk_gstate_advance(&st, (uint8_t)doc[i], &scratch, &err) != 1) return 1;
     }
     qsort(ms, (size_t)(n + 1), sizeof(double), cmp_double);
     qsort(ms2, (size_t)(n + 1), sizeof(double), cmp_double);
+    qsort(best, (size_t)(n + 1), sizeof(double), cmp_double);
     printf("plain mask over %d states: median %.3f ms, p99 %.3f ms, max %.3f ms (mean %ld tokens allowed)\n", n + 1,
            ms[n / 2], ms[(int)(n * 0.99)], ms[n], total_allowed / (n + 1));
-    if (table)
+    if (table) {
         printf("table mask over %d states: median %.3f ms, p99 %.3f ms, max %.3f ms (same masks)\n", n + 1, ms2[n / 2],
                ms2[(int)(n * 0.99)], ms2[n]);
+        printf("table mask, best of 5 per state: median %.3f ms, p99 %.3f ms, max %.3f ms\n", best[n / 2],
+               best[(int)(n * 0.99)], best[n]);
+    }
     free(ms2);
+    free(best);
     free(mask2);
     tk_gmasker_free(&fast);
     tk_gtable_free(table);
