@@ -16,10 +16,11 @@
  * context that reaches the bottom of every stack (the root's end) decides
  * every token: nothing is dependent.
  *
- * Entries whose contexts differ only in the top (the alternatives of one
- * character class, say) form a group with one suffix trie, each suffix
- * tagged with its entry: a state's stacks of one group over the same stack
- * beneath are checked in one walk of it, each shared suffix once. */
+ * The first elements of a rule's alternatives, over the same context below
+ * (the alternatives of one character class, say), form a group with one
+ * suffix trie, each suffix tagged with its entry: expanding the rule makes
+ * them stacks together, and a state's stacks of one group over the same
+ * stack beneath are checked in one walk of it, each shared suffix once. */
 #include "grammar.h"
 
 #include <stdlib.h>
@@ -226,20 +227,27 @@ static int store(tk_gtable *t, gentry *x, build_ctx *c, const tk_gvocab *v, tk_e
 }
 
 typedef struct gkey {
+    int32_t rule;         /* of the top, if it starts an alternative; else -1 - entry (alone) */
     const int32_t *below; /* the context under the top */
     int n, entry;
 } gkey;
 
+static int cmp_group(const gkey *x, const gkey *y) {
+    if (x->rule != y->rule) return x->rule < y->rule ? -1 : 1;
+    if (x->n != y->n) return x->n < y->n ? -1 : 1;
+    return memcmp(x->below, y->below, sizeof(int32_t) * (size_t)x->n);
+}
+
+/* By group, then entry. */
 static int cmp_gkey(const void *a, const void *b) {
     const gkey *x = a, *y = b;
-    if (x->n != y->n) return x->n < y->n ? -1 : 1;
-    int c = memcmp(x->below, y->below, sizeof(int32_t) * (size_t)x->n);
+    int c = cmp_group(x, y);
     return c ? c : (x->entry < y->entry ? -1 : x->entry > y->entry);
 }
 
 /* Groups the entries with dependent tokens by their contexts under the top
  * and stores each group's suffixes sorted, tagged with their entries. */
-static int group_deps(tk_gtable *t, build_ctx *c, const tk_gvocab *v, tk_err *err) {
+static int group_deps(tk_gtable *t, build_ctx *c, const tk_gvocab *v, const int32_t *rule_of, tk_err *err) {
     int n_with = 0;
     for (size_t i = 0; i < c->n_dep; i++)
         if (i == 0 || c->dep_ent[i] != c->dep_ent[i - 1]) n_with++;
@@ -258,11 +266,13 @@ static int group_deps(tk_gtable *t, build_ctx *c, const tk_gvocab *v, tk_err *er
     for (size_t i = 0; i < c->n_dep; i++)
         if (i == 0 || c->dep_ent[i] != c->dep_ent[i - 1]) {
             const gentry *x = &t->e[c->dep_ent[i]];
-            k[n++] = (gkey){ctx + x->ctx, x->n_ctx - 1, c->dep_ent[i]};
+            int e = ctx[x->ctx + (size_t)x->n_ctx - 1];
+            bool starts = e == t->g->rule_start[rule_of[e]] || t->g->el[e - 1].kind == TK_GEL_END_ALT;
+            k[n++] = (gkey){starts ? rule_of[e] : -1 - c->dep_ent[i], ctx + x->ctx, x->n_ctx - 1, c->dep_ent[i]};
         }
     qsort(k, (size_t)n, sizeof(gkey), cmp_gkey);
     for (int i = 0; i < n; i++) {
-        if (i == 0 || cmp_gkey(&(gkey){k[i].below, k[i].n, 0}, &(gkey){k[i - 1].below, k[i - 1].n, 0}) != 0)
+        if (i == 0 || cmp_group(&k[i], &k[i - 1]) != 0)
             t->n_gr++;
         t->e[k[i].entry].group = t->n_gr - 1;
     }
@@ -370,7 +380,7 @@ int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab
             goto done;
         }
     }
-    if (group_deps(t, &c, v, err)) {
+    if (group_deps(t, &c, v, rule_of, err)) {
         rc = c.over ? 1 : -1;
         goto done;
     }
