@@ -237,12 +237,15 @@ int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, 
 /* Per grammar position (a BYTES element a stack top can be), the tokens
  * accepted whatever the stack beneath its context is, and the few that run
  * past the context, to check at run time.  Read-only once built: share it
- * across requests and threads. */
+ * across requests and threads (each with its own tk_gmasker).  It refers to
+ * the grammar, which must outlive it, and fits one vocabulary. */
 #define TK_GTABLE_MAX_BYTES ((size_t)256 << 20) /* memory of one table */
 #define TK_GTABLE_MAX_STEPS ((uint64_t)1 << 24)  /* matcher steps of one build (seconds) */
 
 /* Returns 0 with *out built; 1 with *out NULL when the grammar is too big
- * for the budgets above (use the plain path); -1 on error. */
+ * for the budgets above (use the plain path); -1 on error (out of memory,
+ * or a matcher bound hit while walking a context, as left recursion does:
+ * the plain path would report it at the first mask reaching it). */
 int tk_gtable_build(tk_gtable **out, const tk_grammar *g, const tk_gvocab *v, tk_err *err);
 /* The same with other budgets (tests). */
 int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab *v, uint64_t max_steps, size_t max_bytes,
