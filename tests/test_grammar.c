@@ -136,6 +136,119 @@ static void mask_differential(const char *tok_path, const tk_grammar *g, const c
     tk_tokenizer_free(t);
 }
 
+/* Grammars for the table-vs-plain comparison: JSON, regexes, recursive GBNF. */
+typedef struct tgrammar {
+    const char *kind; /* "json", "regex", "gbnf" */
+    const char *src;
+} tgrammar;
+
+static const tgrammar table_grammars[] = {
+    {"json", NULL},
+    {"regex", "[a-z]+@[a-z]+\\.(com|org)"},
+    {"regex", "\\d{3}-\\d{4}( ext \\d{1,4})?"},
+    {"regex", "(ab|cd)*e?[^x]{0,5}"},
+    {"regex", "\\{\"id\": [1-9][0-9]{0,4}, \"ok\": (true|false)\\}"},
+    {"gbnf", "root ::= \"(\" root \")\" | \"\""},
+    {"gbnf", "root ::= expr\nexpr ::= term ( [ ]? [-+*/] [ ]? term )*\nterm ::= [0-9]+ | \"(\" expr \")\""},
+    {"gbnf", "root ::= list\nlist ::= \"[\" ( item ( \", \" item )* )? \"]\"\nitem ::= list | [a-z\\u00e0-\\u00ff]+ | \"\\\"\" [^\"]* \"\\\"\""},
+    {"gbnf", "root ::= ( line \"\\n\" )+\nline ::= [A-Z] [a-z ]* ( \":\" ws [0-9]+ )?\nws ::= [ \\t]{0,3}"},
+};
+
+static int compile_tgrammar(const tgrammar *tg, tk_grammar *g, tk_err *err) {
+    if (strcmp(tg->kind, "json") == 0) return tk_grammar_json_object(g, err);
+    if (strcmp(tg->kind, "regex") == 0) return tk_grammar_from_regex(g, tg->src, err);
+    return tk_grammar_from_gbnf(g, tg->src, err);
+}
+
+/* The table's masks equal the plain trie walk's at every state along random
+ * token paths (each step a token drawn from the allowed set).  The plain
+ * walk is itself checked token by token above. */
+static void table_vs_plain(const char *tok_path, int paths, int steps) {
+    tk_tokenizer *t;
+    tk_err err = {{0}};
+    if (tk_tokenizer_open(tok_path, NULL, &t, &err)) {
+        printf("skip table test: %s\n", err.msg);
+        return;
+    }
+    tk_gvocab v;
+    CHECK(tk_gvocab_init(&v, t, &err) == 0, "%s", err.msg);
+    size_t words = (size_t)(v.n_vocab + 31) / 32;
+    uint32_t *plain = calloc(words, 4), *fast = calloc(words, 4);
+    int32_t *allowed_ids = malloc(sizeof(int32_t) * (size_t)v.n_vocab);
+    uint32_t rng = 12345;
+    for (size_t gi = 0; gi < sizeof(table_grammars) / sizeof(table_grammars[0]); gi++) {
+        tk_grammar g;
+        CHECK(compile_tgrammar(&table_grammars[gi], &g, &err) == 0, "grammar %zu: %s", gi, err.msg);
+        tk_gtable *table;
+        CHECK(tk_gtable_build(&table, &g, &v, &err) == 0 && table, "grammar %zu: table not built: %s", gi, err.msg);
+        tk_gmasker mp = {0}, mt = {.table = table};
+        int compared = 0, dependent_tokens = 0;
+        for (int p = 0; p < paths; p++) {
+            tk_gstate st, scratch = {0};
+            CHECK(tk_gstate_init(&st, &g, &err) == 0, "%s", err.msg);
+            for (int step = 0; step <= steps; step++) {
+                int a = tk_gmask_compute(&mp, &v, &st, plain, &err);
+                uint64_t before = mt.steps;
+                int b = tk_gmask_compute(&mt, &v, &st, fast, &err);
+                dependent_tokens += mt.steps != before;
+                CHECK(a >= 0 && a == b && memcmp(plain, fast, words * 4) == 0,
+                      "%s grammar %zu path %d step %d: plain %d, table %d allowed", tok_path, gi, p, step, a, b);
+                compared++;
+                if (gi == 0 && p == 0 && step < 10) { /* each stack alone: a state holding part of a group */
+                    tk_gstate one = {0};
+                    for (int off = 0; off < st.n_data; off += 1 + st.data[off]) {
+                        CHECK(tk_gstate_from_stack(&one, &g, st.data + off + 1, st.data[off], &err) == 0, "%s", err.msg);
+                        int c = tk_gmask_compute(&mp, &v, &one, plain, &err), d = tk_gmask_compute(&mt, &v, &one, fast, &err);
+                        CHECK(c >= 0 && c == d && memcmp(plain, fast, words * 4) == 0, "%s step %d, one stack: %d vs %d",
+                              tok_path, step, c, d);
+                    }
+                    tk_gstate_free(&one);
+                    if (tk_gmask_compute(&mp, &v, &st, plain, &err) < 0) break;
+                }
+                int n = 0;
+                for (int i = 0; i < v.n_order; i++) {
+                    int id = v.order[i];
+                    if ((plain[id >> 5] >> (id & 31)) & 1) allowed_ids[n++] = id;
+                }
+                if (n == 0 || step == steps) break;
+                rng = rng * 1664525u + 1013904223u;
+                int id = allowed_ids[(rng >> 8) % (uint32_t)n];
+                CHECK(tk_gstate_advance_bytes(&st, v.blob + v.off[id], v.len[id], &scratch, &err) == 1,
+                      "allowed token %d advances", id);
+            }
+            tk_gstate_free(&st);
+            tk_gstate_free(&scratch);
+        }
+        CHECK(compared > paths, "grammar %zu: %d states compared", gi, compared);
+        /* JSON states inside strings have tokens running past the string: the runtime check was used */
+        if (gi == 0) CHECK(dependent_tokens > 0, "JSON: the dependent-token path was exercised");
+        tk_gmasker_free(&mp);
+        tk_gmasker_free(&mt);
+        tk_gtable_free(table);
+        tk_grammar_free(&g);
+    }
+    {
+        /* past its budgets the build gives up and the plain path is used */
+        tk_grammar g;
+        CHECK(tk_grammar_json_object(&g, &err) == 0, "%s", err.msg);
+        tk_gtable *table = (tk_gtable *)&g; /* must be reset to NULL */
+        CHECK(tk_gtable_build_limits(&table, &g, &v, 1000, TK_GTABLE_MAX_BYTES, &err) == 1 && !table, "step budget");
+        table = (tk_gtable *)&g;
+        CHECK(tk_gtable_build_limits(&table, &g, &v, TK_GTABLE_MAX_STEPS, 4096, &err) == 1 && !table, "memory budget");
+        tk_gmasker m = {.table = NULL};
+        tk_gstate st;
+        CHECK(tk_gstate_init(&st, &g, &err) == 0 && tk_gmask_compute(&m, &v, &st, plain, &err) > 0, "plain path");
+        tk_gstate_free(&st);
+        tk_gmasker_free(&m);
+        tk_grammar_free(&g);
+    }
+    free(plain);
+    free(fast);
+    free(allowed_ids);
+    tk_gvocab_free(&v);
+    tk_tokenizer_free(t);
+}
+
 int main(void) {
     {
         tk_grammar json, name;
@@ -150,6 +263,8 @@ int main(void) {
         }
         tk_grammar_free(&json);
         tk_grammar_free(&name);
+        table_vs_plain(tk_shared(toks[0]), 4, 30);
+        table_vs_plain(tk_shared(toks[1]), 1, 12);
     }
 
     for (size_t i = 0; i < sizeof(regexes) / sizeof(regexes[0]); i++) {

@@ -19,6 +19,7 @@ int tk_constraint_cache_init(tk_constraint_cache *c, int n_vocab, tk_err *err) {
 }
 
 static void cgrammar_free(tk_cgrammar *g) {
+    tk_gtable_free(g->table); /* points into g->g */
     tk_grammar_free(&g->g);
     free(g->text);
     free(g->begin);
@@ -139,6 +140,13 @@ tk_cgrammar *tk_constraint_acquire(tk_constraint_cache *c, const tk_tokenizer *t
         cgrammar_free(g);
         return NULL;
     }
+    /* The table costs about one plain mask walk to build and makes every
+     * later mask a few microseconds: built once per compiled grammar, here
+     * rather than on the stepping thread.  Over its budget, or stopped by a
+     * matcher bound while walking a context alone, the plain walk is kept
+     * (it reports the bound itself if a real path reaches it). */
+    tk_err build_err;
+    tk_gtable_build(&g->table, &g->g, &c->vocab, &build_err); /* g->table stays NULL unless built */
     g->refs = 1;
     pthread_mutex_lock(&c->mu);
     tk_cgrammar *raced = lookup_locked(c, k); /* compiled meanwhile by another submitter */
@@ -212,7 +220,7 @@ int tk_csample_step(tk_constraint_cache *c, tk_csample *s, const tk_gstate *st, 
 
 int tk_constraint_mask(tk_constraint_cache *c, const tk_csample *s, const tk_gstate *st, bool allow_eog,
                        tk_err *err) {
-    (void)s; /* the sample's compiled grammar (s->cg) is where a per-grammar mask table would attach */
+    c->masker.table = s->cg->table;
     int words = (c->n_vocab + 31) / 32;
     memset(c->mask, 0, sizeof(uint32_t) * (size_t)words);
     int n = tk_gmask_compute(&c->masker, &c->vocab, st, c->mask, err);

@@ -19,12 +19,14 @@
 #define TK_CONSTRAINT_MAX_TEXT TK_GRAMMAR_MAX_TEXT /* schema / regex / grammar bytes */
 #define TK_CONSTRAINT_MAX_LITERAL 4096       /* begin / end bytes */
 
-/* A compiled constraint: its key and grammar.  Shared by every request with
- * the same key; freed when the cache has dropped it and no request holds it. */
+/* A compiled constraint: its key, grammar and mask table.  Shared by every
+ * request with the same key; freed when the cache has dropped it and no
+ * request holds it. */
 typedef struct tk_cgrammar {
     tk_constraint_kind kind;
     char *text, *begin, *end; /* the key ("" for none) */
     tk_grammar g;
+    tk_gtable *table;         /* the grammar's masks precomputed for the vocabulary; NULL: over budget, plain walk */
     int refs;                 /* the cache's and each request's (under the cache's mutex) */
     uint64_t last_use;
 } tk_cgrammar;

@@ -135,6 +135,9 @@ int tk_gstate_advance(tk_gstate *s, uint8_t byte, tk_gstate *scratch, tk_err *er
 int tk_gstate_advance_bytes(tk_gstate *s, const uint8_t *b, int n, tk_gstate *scratch, tk_err *err);
 /* True when no byte can follow (only end-of-generation is left). */
 bool tk_gstate_done(const tk_gstate *s);
+/* s (initialized or zeroed) = the stacks one raw stack st[0..len) (bottom
+ * first, top not yet matched) expands to; len 0 is the complete sentence. */
+int tk_gstate_from_stack(tk_gstate *s, const tk_grammar *g, const int32_t *st, int len, tk_err *err);
 
 /* --- token masks ------------------------------------------------------- */
 
@@ -147,6 +150,7 @@ typedef struct tk_gvocab {
     int32_t *order;    /* token ids with bytes, sorted by bytes (control, unused, empty left out) */
     int n_order;
     uint16_t *lcp;     /* common prefix length of order[i] with order[i-1] */
+    int32_t *next;     /* the first j > i with lcp[j] < lcp[i], or n_order (skipping subtrees) */
     uint32_t *off;     /* bytes of token id at blob + off[id], len[id] */
     uint16_t *len;
     uint8_t *blob;
@@ -161,16 +165,104 @@ struct tk_tokenizer;
 int tk_gvocab_init(tk_gvocab *v, const struct tk_tokenizer *t, tk_err *err);
 void tk_gvocab_free(tk_gvocab *v);
 
-/* States per prefix depth, reused across mask computations. */
+typedef struct tk_gtable tk_gtable;
+
+/* States per prefix depth, reused across mask computations; not shared
+ * between threads (one per sequence or per worker). */
 typedef struct tk_gmasker {
     tk_gstate *depth;
     int n_depth;
+    const tk_gtable *table; /* the grammar's precomputed masks; NULL: the plain trie walk */
+    tk_gstate rest;         /* the stack beneath a table context, for its dependent tokens */
+    uint8_t *want;          /* per table entry: its stack is in the group being checked */
+    int32_t *pend;          /* stacks with dependent tokens, then the entries of a group */
+    int cap_want, cap_pend;
+    uint64_t steps;         /* matcher steps so far (the table build's budget) */
 } tk_gmasker;
 
 void tk_gmasker_free(tk_gmasker *m);
 /* Clears mask (n_vocab bits, 32 a word) and sets the bit of every token
  * whose bytes the state allows, and of the end-of-generation tokens when it
- * accepts.  Returns the number of allowed tokens or -1. */
+ * accepts.  Returns the number of allowed tokens or -1.  With m->table (built
+ * for this grammar and vocabulary) the result is the same, computed from the
+ * table (gtable.c). */
 int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err);
+/* The plain trie walk (no table). */
+int tk_gmask_compute_plain(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err);
+
+/* --- trie walks (mask.c; used by gtable.c) ------------------------------ */
+
+/* Byte strings sorted so that a walk in order is a walk of their trie: item
+ * i is the bytes of token ids[i] from offset skip[i] on (0 when skip is
+ * NULL); lcp[i] is its common prefix length with item i - 1; next[i] the
+ * first item after i with a smaller lcp (n if none), so that a refused
+ * subtree is skipped in a few jumps.  With want, only items whose tag[i]
+ * has want[tag[i]] set are walked. */
+typedef struct tk_gwalk_list {
+    const int32_t *ids;
+    const uint16_t *skip;
+    const uint16_t *lcp;
+    const int32_t *next;
+    const int32_t *tag;
+    const uint8_t *want;
+    int n;
+} tk_gwalk_list;
+
+/* Called for items [first, end), which all matched `matched` bytes from the
+ * walk's state before the next byte was refused (end - first > 1) or which
+ * is one item (end == first + 1) matched that far, completely when matched
+ * is its length.  depth[k], 1 <= k <= matched, is the state after k bytes.
+ * Returns 0, or -1 to stop the walk. */
+typedef int (*tk_gwalk_fn)(void *ctx, int first, int end, int matched, const tk_gstate *depth);
+
+/* Walks the items of l from state s with m's per-depth states. */
+int tk_gwalk(tk_gmasker *m, const tk_gvocab *v, const tk_gwalk_list *l, const tk_gstate *s, tk_gwalk_fn fn, void *ctx,
+             tk_err *err);
+/* A tk_gwalk_fn setting the mask bit of every item matched completely. */
+typedef struct tk_gwalk_marker {
+    const tk_gvocab *v;
+    const tk_gwalk_list *l;
+    uint32_t *mask;
+} tk_gwalk_marker;
+int tk_gwalk_mark(void *marker, int first, int end, int matched, const tk_gstate *depth);
+/* Sorts n items (token ids[i] from offset skip[i], with tag[i]; skip and
+ * tag may be NULL) into out_ids, out_skip, out_tag (NULL when the input is),
+ * their lcp and next. */
+typedef struct tk_gwalk_out {
+    int32_t *ids;
+    uint16_t *skip;
+    int32_t *tag;
+    uint16_t *lcp;
+    int32_t *next;
+} tk_gwalk_out;
+int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, const int32_t *tag, int n,
+                  const tk_gwalk_out *out, tk_err *err);
+
+/* --- precomputed masks (gtable.c) -------------------------------------- */
+
+/* Per grammar position (a BYTES element a stack top can be), the tokens
+ * accepted whatever the stack beneath its context is, and the few that run
+ * past the context, to check at run time.  Read-only once built: share it
+ * across requests and threads (each with its own tk_gmasker).  It refers to
+ * the grammar, which must outlive it, and fits one vocabulary. */
+#define TK_GTABLE_MAX_BYTES ((size_t)256 << 20) /* memory of one table */
+#define TK_GTABLE_MAX_STEPS ((uint64_t)1 << 24)  /* matcher steps of one build (seconds) */
+
+/* Returns 0 with *out built; 1 with *out NULL when the grammar is too big
+ * for the budgets above (use the plain path); -1 on error (out of memory,
+ * or a matcher bound hit while walking a context, as left recursion does:
+ * the plain path would report it at the first mask reaching it). */
+int tk_gtable_build(tk_gtable **out, const tk_grammar *g, const tk_gvocab *v, tk_err *err);
+/* The same with other budgets (tests). */
+int tk_gtable_build_limits(tk_gtable **out, const tk_grammar *g, const tk_gvocab *v, uint64_t max_steps, size_t max_bytes,
+                           tk_err *err);
+void tk_gtable_free(tk_gtable *t);
+/* Bytes the table holds (for reports). */
+size_t tk_gtable_bytes(const tk_gtable *t);
+/* Sets the bits of the tokens the table allows from s (mask cleared first;
+ * end-of-generation tokens not included): 0; 1 when s has a stack the table
+ * was not built for (mask meaningless: use the plain path); -1 on error. */
+int tk_gtable_mask(tk_gmasker *m, const tk_gtable *t, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask,
+                   tk_err *err);
 
 #endif

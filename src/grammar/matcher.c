@@ -209,3 +209,8 @@ int tk_gstate_advance_bytes(tk_gstate *s, const uint8_t *b, int n, tk_gstate *sc
 }
 
 bool tk_gstate_done(const tk_gstate *s) { return s->n_stacks == 0; }
+
+int tk_gstate_from_stack(tk_gstate *s, const tk_grammar *g, const int32_t *st, int len, tk_err *err) {
+    reset(s, g);
+    return expand(s, st, len, false, err);
+}

@@ -4,7 +4,9 @@
  *   grammar_mask TOKENIZER regex|gbnf|json SOURCE [TOKEN_ID ...]
  * The first line is "eog" and the end-of-generation ids; then line i lists
  * the allowed ids (ascending) after the first i path tokens;
- * a path token the grammar rejects ends the output with "rejected ID". */
+ * a path token the grammar rejects ends the output with "rejected ID".
+ * The masks come from the grammar's table (tk_gtable); each is checked equal
+ * to the plain trie walk's (exit 1 if not). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,20 +32,29 @@ int main(int argc, char **argv) {
     tk_gvocab v;
     tk_grammar g;
     tk_gstate st, scratch = {0};
-    tk_gmasker m = {0};
+    tk_gmasker m = {0}, plain = {0};
+    tk_gtable *table = NULL;
     if (tk_tokenizer_open(argv[1], NULL, &t, &err) || tk_gvocab_init(&v, t, &err) || compile(&g, argv[2], argv[3], &err) ||
-        tk_gstate_init(&st, &g, &err)) {
+        tk_gstate_init(&st, &g, &err) || tk_gtable_build(&table, &g, &v, &err) < 0) {
         fprintf(stderr, "grammar_mask: %s\n", err.msg);
         return 1;
     }
-    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)((v.n_vocab + 31) / 32));
-    if (!mask) return 1;
+    if (!table) fprintf(stderr, "grammar_mask: table over budget, plain path only\n");
+    m.table = table;
+    size_t words = (size_t)((v.n_vocab + 31) / 32);
+    uint32_t *mask = malloc(sizeof(uint32_t) * words), *check = malloc(sizeof(uint32_t) * words);
+    if (!mask || !check) return 1;
     printf("eog");
     for (int i = 0; i < v.n_eog; i++) printf(" %d", v.eog[i]);
     printf("\n");
     for (int i = 4;; i++) {
-        if (tk_gmask_compute(&m, &v, &st, mask, &err) < 0) {
-            fprintf(stderr, "grammar_mask: %s\n", err.msg);
+        int n = tk_gmask_compute(&m, &v, &st, mask, &err);
+        if (n < 0 || tk_gmask_compute_plain(&plain, &v, &st, check, &err) != n) {
+            fprintf(stderr, "grammar_mask: %s\n", n < 0 ? err.msg : "table and plain masks differ");
+            return 1;
+        }
+        if (memcmp(mask, check, sizeof(uint32_t) * words) != 0) {
+            fprintf(stderr, "grammar_mask: table and plain masks differ\n");
             return 1;
         }
         for (int id = 0; id < v.n_vocab; id++)
@@ -59,7 +70,10 @@ int main(int argc, char **argv) {
         }
     }
     free(mask);
+    free(check);
     tk_gmasker_free(&m);
+    tk_gmasker_free(&plain);
+    tk_gtable_free(table);
     tk_gstate_free(&st);
     tk_gstate_free(&scratch);
     tk_grammar_free(&g);
