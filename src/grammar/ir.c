@@ -109,10 +109,20 @@ int tk_gbuilder_finish(tk_gbuilder *b, int root, tk_grammar *g, tk_err *err) {
             tk_err_set(err, "grammar: rule %d has no alternative", r);
             goto done;
         }
+        for (int i = 0; i < q->n; i++)
+            if (q->el[i].kind == TK_GEL_REF && (q->el[i].rule < 0 || q->el[i].rule >= b->n_rules)) {
+                /* a compiler's fault, caught here so no matcher or table ever follows it */
+                tk_err_set(err, "grammar: rule %d refers to rule %d, which does not exist", r, (int)q->el[i].rule);
+                goto done;
+            }
         g->rule_start[r] = g->n_el;
         memcpy(g->el + g->n_el, q->el, sizeof(tk_gel) * (size_t)q->n);
         g->n_el += q->n;
         g->el[g->n_el++] = (tk_gel){.kind = TK_GEL_END_RULE};
+    }
+    if (root < 0 || root >= b->n_rules) {
+        tk_err_set(err, "grammar: start rule %d does not exist", root);
+        goto done;
     }
     g->n_rules = b->n_rules;
     g->root = root;

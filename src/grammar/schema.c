@@ -488,13 +488,16 @@ static int array_rule(tk_schema_c *c, const json_t *s) {
         int J = k > min ? k : min;
         if (J < 1) J = 1;
         if (max >= 0 && J > max) J = max;
-        /* T_J ::= ( "," ws items ws ){0, max - J} */
-        int tail = tk_schema_rule(c), one = tail < 0 ? -1 : tk_schema_rule(c);
-        if (one < 0 || tk_schema_lit(c, one, ",", 1) || tk_schema_ref_el(c, one, ws) || tk_schema_ref_el(c, one, it) ||
-            tk_schema_ref_el(c, one, ws) || tk_schema_alt(c, one))
-            goto done;
+        /* T_J ::= ( "," ws items ws ){0, max - J}; no repeated rule when
+         * max == J (items may then be TK_SCHEMA_NONE: no rule to refer to) */
+        int tail = tk_schema_rule(c);
+        if (tail < 0) goto done;
         if (max < 0 || max > J) {
-            if (tk_schema_ref_el(c, tail, one) || tk_schema_repeat_last(c, tail, 0, max < 0 ? -1 : max - J)) goto done;
+            int one = tk_schema_rule(c);
+            if (one < 0 || tk_schema_lit(c, one, ",", 1) || tk_schema_ref_el(c, one, ws) || tk_schema_ref_el(c, one, it) ||
+                tk_schema_ref_el(c, one, ws) || tk_schema_alt(c, one) || tk_schema_ref_el(c, tail, one) ||
+                tk_schema_repeat_last(c, tail, 0, max < 0 ? -1 : max - J))
+                goto done;
         }
         if (tk_schema_alt(c, tail)) goto done;
         for (int j = J - 1; j >= 1; j--) { /* T_j ::= "," ws e_j ws T_{j+1} | ε (j >= min) */
