@@ -392,8 +392,8 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             for (int i = 0; i < D; i++) x[i] *= m->embd_scale;
         for (int i = 0; i < m->rope_dim / 2; i++) { /* rows of `half`: rotated frequencies first */
             float angle = (float)batch->pos[t] * m->rope_inv_freq[i];
-            ws->rope_cos[(size_t)t * half + i] = cosf(angle);
-            ws->rope_sin[(size_t)t * half + i] = sinf(angle);
+            ws->rope_cos[(size_t)t * half + i] = cosf(angle) * m->rope_mscale;
+            ws->rope_sin[(size_t)t * half + i] = sinf(angle) * m->rope_mscale;
             if (m->rope_inv_freq_swa) {
                 angle = (float)batch->pos[t] * m->rope_inv_freq_swa[i];
                 ws->rope_cos_swa[(size_t)t * half + i] = cosf(angle);

@@ -207,16 +207,16 @@ static int init_layer_options(tk_model *m, tk_err *err) {
         if (a->attn_scale == TK_ATTN_SCALE_GEMMA3 && hp->n_layers == 62) qpas = (float)hp->dim / hp->n_heads;
         m->attn_scale = 1.0f / sqrtf(qpas);
     }
-    if (hp->rope_scaling == TK_ROPE_SCALING_YARN) {
-        /* YaRN multiplies cos and sin by the attention factor; q and k are
-         * both rotated and meet only in q.k, so the scores scale by its square */
-        double af = hp->rope_attn_factor > 0      ? hp->rope_attn_factor
-                    : hp->rope_factor > 1 ? 0.1 * log(hp->rope_factor) + 1.0
-                                          : 1.0;
-        m->attn_scale *= (float)(af * af);
-    } else if (hp->rope_scaling == TK_ROPE_SCALING_LONGROPE && hp->rope_attn_factor > 0) {
-        m->attn_scale *= hp->rope_attn_factor * hp->rope_attn_factor; /* the same folding */
-    }
+    /* YaRN and LongRoPE multiply cos and sin by an attention factor (in the
+     * tables, not folded into the score scale: with partial rotary the
+     * dimensions that do not rotate are not scaled) */
+    m->rope_mscale = 1.0f;
+    if (hp->rope_scaling == TK_ROPE_SCALING_YARN)
+        m->rope_mscale = hp->rope_attn_factor > 0 ? hp->rope_attn_factor
+                         : hp->rope_factor > 1    ? (float)(0.1 * log(hp->rope_factor) + 1.0)
+                                                  : 1.0f;
+    else if (hp->rope_scaling == TK_ROPE_SCALING_LONGROPE && hp->rope_attn_factor > 0)
+        m->rope_mscale = hp->rope_attn_factor;
     m->swa_window = a->uses_swa ? hp->swa_window : 0;
     m->n_swa_layers = 0;
     if (m->swa_window > 0) {

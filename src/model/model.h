@@ -48,6 +48,7 @@ typedef struct tk_model {
     tk_layer *layers;
     float *rope_inv_freq; /* [rope_dim / 2], scaling applied */
     int rope_dim;         /* leading dimensions of each head that RoPE rotates (hp.rope_dim or head_dim) */
+    float rope_mscale;    /* cos and sin multiplier: the yarn / longrope attention factor, else 1 */
     /* Sliding-window attention: layers with swa set only attend to the last
      * swa_window positions (0: no sliding layers) and rotate with
      * rope_inv_freq_swa (the local base, no scaling). */
