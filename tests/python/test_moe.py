@@ -38,10 +38,10 @@ FAMILIES = {
 }
 
 
-def build(family="mixtral"):
+def build(family="mixtral", **overrides):
     conf_cls, model_cls, extra = FAMILIES[family]
     torch.manual_seed(0)
-    cfg = getattr(transformers, conf_cls)(**BASE, **extra)
+    cfg = getattr(transformers, conf_cls)(**dict(BASE, **extra, **overrides))
     model = getattr(transformers, model_cls)(cfg).float().eval()
     with torch.no_grad():
         for name, p in model.named_parameters():
