@@ -195,3 +195,30 @@ def test_bias_of_an_architecture_without_biases_is_refused(tokamak_bin, shared, 
     edit_config(d, model_type="llama", architectures=["LlamaForCausalLM"])
     err = load_error(tokamak_bin, d)
     assert "_proj.bias" in err and "architecture llama" in err
+
+
+def patch_gguf_dim(src, dst, tensor, dim, value):
+    """Copies a GGUF with one dimension of one tensor's header entry changed."""
+    import struct
+    data = bytearray(src.read_bytes())
+    name = tensor.encode()
+    at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    (ndim,) = struct.unpack_from("<I", data, at)
+    assert dim < ndim
+    struct.pack_into("<Q", data, at + 4 + 8 * dim, value)
+    dst.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("tensor,dim,value", [
+    ("rope_factors_long.weight", 0, 7),  # one factor short of head_dim / 2
+    ("blk.1.attn_qkv.weight", 1, 96),     # fused q/k/v rows that do not add up to q + 2 kv
+    ("blk.0.ffn_up.weight", 1, 128),      # gate|up rows: one ffn_dim, not two
+])
+def test_phi3_gguf_bad_shapes_are_refused_naming_the_tensor(tokamak_bin, shared, tmp_path, tensor, dim, value):
+    _, d = build(tmp_path, shared, "phi3.5-longrope")
+    good = tmp_path / "good.gguf"
+    assert subprocess.run([tokamak_bin, "convert", str(d), str(good)], capture_output=True).returncode == 0
+    bad = tmp_path / "bad.gguf"
+    patch_gguf_dim(good, bad, tensor, dim, value)
+    err = load_error(tokamak_bin, bad)
+    assert tensor in err and "shape" in err, err
