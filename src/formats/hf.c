@@ -241,6 +241,15 @@ static const struct {
 };
 #define N_HF_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
 
+/* The supported model_types (or classes), comma-separated into buf (cut to fit). */
+static void hf_arch_list(char *buf, size_t n, bool classes) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < N_HF_ARCHS && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? ", " : "",
+                                classes ? hf_archs[i].class_name : hf_archs[i].model_type);
+}
+
 /* The architecture, from model_type or else the first supported entry of
  * 'architectures': *entry indexes hf_archs. */
 static int parse_arch(const char *path, json_t *cfg, size_t *entry, tk_err *err) {
@@ -254,9 +263,7 @@ static int parse_arch(const char *path, json_t *cfg, size_t *entry, tk_err *err)
             if (!strcmp(s, hf_archs[i].model_type)) *entry = i;
         if (*entry == N_HF_ARCHS) {
             char types[384];
-            size_t len = 0;
-            for (size_t i = 0; i < N_HF_ARCHS && len < sizeof types; i++)
-                len += (size_t)snprintf(types + len, sizeof types - len, "%s%s", i ? ", " : "", hf_archs[i].model_type);
+            hf_arch_list(types, sizeof types, false);
             return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: %s)", path, s, types);
         }
         return 0;
@@ -272,9 +279,7 @@ static int parse_arch(const char *path, json_t *cfg, size_t *entry, tk_err *err)
     }
     if (*entry == N_HF_ARCHS) {
         char classes[512];
-        size_t len = 0;
-        for (size_t i = 0; i < N_HF_ARCHS && len < sizeof classes; i++)
-            len += (size_t)snprintf(classes + len, sizeof classes - len, "%s%s", i ? ", " : "", hf_archs[i].class_name);
+        hf_arch_list(classes, sizeof classes, true);
         return tk_err_set(err, "%s: no supported entry in 'architectures' (%s)", path, classes);
     }
     return 0;
