@@ -51,8 +51,10 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE] [-t N] [--kv-type f32|f16|q8_0]\n"
+    fprintf(f, "usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE] [-t N] [-c N] [--kv-type f32|f16|q8_0]\n"
                "  text output: one row of logits per position; -o writes raw little-endian float32 rows\n"
+               "  -c, --ctx-size: context length (default: the model's, at most 4096; LongRoPE models use\n"
+               "                  their long factors when it exceeds the original context)\n"
                "  --kv-type: KV cache element type (default f16)\n");
 }
 
@@ -65,6 +67,7 @@ int tk_cmd_logits(int argc, char **argv) {
         TK_OPT_S("-o", &out_path),
         TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
         TK_OPT_S("--kv-type", &cfg.kv_type),
+        TK_OPT_I("-c|--ctx-size", &cfg.ctx_len, 1, 1 << 24),
     };
     const tk_cli cli = {.cmd = "logits", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts)};
     int prc = tk_args_parse(&cli, argc, argv);

@@ -71,6 +71,7 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     /* Default: the trained context, capped at 4096 like llama.cpp, so a
      * 128K-context model does not reserve gigabytes of KV by default. */
     e->ctx_len = cfg->ctx_len > 0 ? cfg->ctx_len : hp->ctx_len > 0 ? (hp->ctx_len < 4096 ? hp->ctx_len : 4096) : 2048;
+    tk_model_set_context(&e->model, e->ctx_len); /* LongRoPE: short or long factors */
     e->max_seqs = cfg->max_seqs > 0 ? cfg->max_seqs : 1;
     e->kv_window = cfg->no_window_release ? 0 : e->model.kv_window;
     /* 64 tokens per block by default: long-context decode reads each (layer,

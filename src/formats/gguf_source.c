@@ -163,7 +163,17 @@ static int read_rope_scaling(const keyctx *k, tk_hparams *hp) {
     }
     /* Llama 3 style frequency scaling is stored by llama.cpp as a per-dim
      * factor tensor (rope_freqs.weight), not as metadata; the model module
-     * applies it when present. */
+     * applies it when present.  Phi-3's LongRoPE likewise: two factor
+     * tensors, and the cos/sin multiplier in rope.scaling.attn_factor. */
+    if (tk_gguf_find_tensor(k->g, "rope_factors_long.weight")) {
+        if (hp->rope_scaling != TK_ROPE_SCALING_NONE)
+            return tk_err_set(k->err, "%s: rope_factors_long.weight with another rope scaling type", k->path);
+        hp->rope_scaling = TK_ROPE_SCALING_LONGROPE;
+        if (get_num(k, "rope.scaling.attn_factor", false, 1.0, &v)) return -1;
+        if (!(v > 0.0 && v < 1e6))
+            return tk_err_set(k->err, "%s: %s.rope.scaling.attn_factor %g must be positive", k->path, k->arch, v);
+        hp->rope_attn_factor = (float)v;
+    }
     return 0;
 }
 
@@ -247,6 +257,9 @@ static int read_hparams(const keyctx *k, const tk_gguf *g, tk_hparams *hp) {
     int rot;
     if (get_pos_int(k, "rope.dimension_count", dflt > 0 ? dflt : 0, GGUF_MAX_HEAD_DIM, &rot)) return -1;
     if (get_pos_int(k, "attention.key_length", rot, GGUF_MAX_HEAD_DIM, &hp->head_dim)) return -1;
+    char rkey[160];
+    /* a rotary dimension below the head size: partial rotary (Phi-4-mini) */
+    if (tk_gguf_find(g, akey(k, "rope.dimension_count", rkey, sizeof rkey)) && rot != hp->head_dim) hp->rope_dim = rot;
     int v_len;
     if (get_pos_int(k, "attention.value_length", hp->head_dim, GGUF_MAX_HEAD_DIM, &v_len)) return -1;
     if (hp->head_dim > 0 && v_len != hp->head_dim)

@@ -52,6 +52,7 @@ typedef struct hf_impl {
     const char *tok_config_error; /* tok_config_err.msg when it could not be read */
     char *chat_template;
     tk_hf_experts *experts; /* owns the stacked expert tensors' data */
+    float *rope_factors;    /* LongRoPE: long then short factors (rope_dim / 2 each), or NULL */
 } hf_impl;
 
 static void hf_impl_free(void *p) {
@@ -69,6 +70,7 @@ static void hf_impl_free(void *p) {
     json_decref(im->tok_config);
     free(im->chat_template);
     tk_hf_experts_free(im->experts);
+    free(im->rope_factors);
     free(im);
 }
 
@@ -222,35 +224,46 @@ static int cfg_float(const char *path, json_t *o, const char *key, bool required
  * "llama" without a sliding window, see parse_config). */
 static const struct {
     const char *model_type, *class_name, *arch;
+    int norm_topk; /* MoE: the norm_topk_prob the architecture implements (-1: not read) */
 } hf_archs[] = {
-    {"llama", "LlamaForCausalLM", "llama"},
-    {"mistral", "MistralForCausalLM", "mistral"},
-    {"qwen2", "Qwen2ForCausalLM", "qwen2"},
-    {"qwen3", "Qwen3ForCausalLM", "qwen3"},
-    /* Phi-3 (no longrope, full rotary): Llama's layer once the fused
-     * projections are split; loads as llama, or mistral with a window */
-    {"phi3", "Phi3ForCausalLM", "phi3"},
+    {"llama", "LlamaForCausalLM", "llama", -1},
+    {"mistral", "MistralForCausalLM", "mistral", -1},
+    {"qwen2", "Qwen2ForCausalLM", "qwen2", -1},
+    {"qwen3", "Qwen3ForCausalLM", "qwen3", -1},
+    /* Phi-3 / 3.5 / 4-mini: fused qkv_proj and gate_up_proj kept fused
+     * under llama.cpp's names (attn_qkv, ffn_up) */
+    {"phi3", "Phi3ForCausalLM", "phi3", -1},
     /* Mixtral: Llama with experts (tk_arch_for picks the MoE entry) */
-    {"mixtral", "MixtralForCausalLM", "llama"},
+    {"mixtral", "MixtralForCausalLM", "llama", -1},
+    {"qwen2_moe", "Qwen2MoeForCausalLM", "qwen2moe", 0},
+    {"qwen3_moe", "Qwen3MoeForCausalLM", "qwen3moe", 1},
+    {"olmoe", "OlmoeForCausalLM", "olmoe", 0},
 };
 #define N_HF_ARCHS (sizeof hf_archs / sizeof hf_archs[0])
 
+/* The supported model_types (or classes), comma-separated into buf (cut to fit). */
+static void hf_arch_list(char *buf, size_t n, bool classes) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < N_HF_ARCHS && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? ", " : "",
+                                classes ? hf_archs[i].class_name : hf_archs[i].model_type);
+}
+
 /* The architecture, from model_type or else the first supported entry of
- * 'architectures'; *arch is the tokamak architecture name. */
-static int parse_arch(const char *path, json_t *cfg, const char **arch, tk_err *err) {
+ * 'architectures': *entry indexes hf_archs. */
+static int parse_arch(const char *path, json_t *cfg, size_t *entry, tk_err *err) {
     json_t *mt = cfg_get(cfg, "model_type");
     json_t *ar = cfg_get(cfg, "architectures");
-    *arch = NULL;
+    *entry = N_HF_ARCHS;
     if (mt) {
         if (!json_is_string(mt)) return tk_err_set(err, "%s: 'model_type' must be a string", path);
         const char *s = json_string_value(mt);
         for (size_t i = 0; i < N_HF_ARCHS; i++)
-            if (!strcmp(s, hf_archs[i].model_type)) *arch = hf_archs[i].arch;
-        if (!*arch) {
-            char types[256];
-            size_t len = 0;
-            for (size_t i = 0; i < N_HF_ARCHS && len < sizeof types; i++)
-                len += (size_t)snprintf(types + len, sizeof types - len, "%s%s", i ? ", " : "", hf_archs[i].model_type);
+            if (!strcmp(s, hf_archs[i].model_type)) *entry = i;
+        if (*entry == N_HF_ARCHS) {
+            char types[384];
+            hf_arch_list(types, sizeof types, false);
             return tk_err_set(err, "%s: unsupported model_type '%.64s' (supported: %s)", path, s, types);
         }
         return 0;
@@ -261,21 +274,65 @@ static int parse_arch(const char *path, json_t *cfg, const char **arch, tk_err *
     json_t *a;
     json_array_foreach(ar, i, a) {
         if (!json_is_string(a)) return tk_err_set(err, "%s: 'architectures' must hold strings", path);
-        for (size_t j = 0; j < N_HF_ARCHS && !*arch; j++)
-            if (!strcmp(json_string_value(a), hf_archs[j].class_name)) *arch = hf_archs[j].arch;
+        for (size_t j = 0; j < N_HF_ARCHS && *entry == N_HF_ARCHS; j++)
+            if (!strcmp(json_string_value(a), hf_archs[j].class_name)) *entry = j;
     }
-    if (!*arch)
-        return tk_err_set(err,
-                          "%s: no supported entry in 'architectures' (LlamaForCausalLM, MistralForCausalLM, "
-                          "Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM)",
-                          path);
+    if (*entry == N_HF_ARCHS) {
+        char classes[512];
+        hf_arch_list(classes, sizeof classes, true);
+        return tk_err_set(err, "%s: no supported entry in 'architectures' (%s)", path, classes);
+    }
     return 0;
+}
+
+/* LongRoPE's per-frequency list `key` of n positive numbers into out. */
+static int cfg_factors(const char *where, json_t *rs, const char *key, int n, float *out, tk_err *err) {
+    json_t *a = cfg_get(rs, key);
+    if (!a) return tk_err_set(err, "%s: missing '%s'", where, key);
+    if (!json_is_array(a) || json_array_size(a) != (size_t)n)
+        return tk_err_set(err, "%s: '%s' must be a list of %d numbers (one per rotated frequency)", where, key, n);
+    for (int i = 0; i < n; i++) {
+        json_t *v = json_array_get(a, (size_t)i);
+        double x = json_is_number(v) ? json_number_value(v) : -1;
+        if (!(x > 0) || !isfinite(x) || x > 1e9)
+            return tk_err_set(err, "%s: '%s'[%d] must be a positive number", where, key, i);
+        out[i] = (float)x;
+    }
+    return 0;
+}
+
+/* LongRoPE (Phi-3.5, Phi-4-mini) as transformers reads it: short and long
+ * factor lists, the original context (the top-level key first, as
+ * transformers prefers it for Phi-3), and the attention factor, given or
+ * sqrt(1 + ln(s) / ln(original)) with s = 'factor' or else
+ * max_position_embeddings / original (1 when s <= 1).  *factors: long then
+ * short, malloc'd. */
+static int parse_longrope(const char *where, json_t *cfg, json_t *rs, tk_hparams *hp, float **factors, tk_err *err) {
+    hp->rope_scaling = TK_ROPE_SCALING_LONGROPE;
+    const char *orig = "original_max_position_embeddings";
+    if (cfg_int(where, cfg_get(cfg, orig) ? cfg : rs, orig, true, 0, 1, 1 << 26, &hp->rope_orig_ctx, err)) return -1;
+    float factor, af;
+    if (cfg_float(where, rs, "factor", false, (double)hp->ctx_len / hp->rope_orig_ctx, 0.0, 1e6, &factor, err) ||
+        cfg_float(where, rs, "attention_factor", false, 0.0, 0.0, 1e6, &af, err))
+        return -1;
+    if (af == 0) af = factor <= 1 ? 1.0f : (float)sqrt(1 + log(factor) / log(hp->rope_orig_ctx));
+    hp->rope_attn_factor = af;
+    const int n = hp->rope_dim / 2;
+    *factors = malloc(2 * (size_t)n * sizeof **factors);
+    if (!*factors) return tk_err_set(err, "%s: out of memory", where);
+    return cfg_factors(where, rs, "long_factor", n, *factors, err) ||
+                   cfg_factors(where, rs, "short_factor", n, *factors + n, err)
+               ? -1
+               : 0;
 }
 
 /* RoPE base and scaling: transformers 5 writes them all in one
  * 'rope_parameters' object (rope_theta, rope_type and the scaling fields),
- * older configs a top-level 'rope_theta' and a 'rope_scaling' object. */
-static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_err *err) {
+ * older configs a top-level 'rope_theta' and a 'rope_scaling' object.
+ * partial_rotary_factor (top level or in rope_parameters) sets rope_dim to
+ * int(head_dim * factor), as transformers rounds it.  Partial rotary and
+ * longrope only where transformers' model honours them (phi: Phi-3). */
+static int parse_rope_scaling(const char *path, json_t *cfg, bool phi, tk_hparams *hp, float **factors, tk_err *err) {
     hp->rope_scaling = TK_ROPE_SCALING_NONE;
     hp->rope_factor = 1.0f;
     hp->rope_low_freq_factor = 0.0f;
@@ -283,12 +340,17 @@ static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_
     hp->rope_orig_ctx = 0;
     const char *key = "rope_parameters";
     json_t *rs = cfg_get(cfg, key);
-    /* partial rotary (Phi-4-mini) is not implemented: refused, top level or in rope_parameters */
     float prf;
     if (cfg_float(path, cfg, "partial_rotary_factor", false, 1.0, 0.0, 1.0, &prf, err) ||
         (json_is_object(rs) && cfg_float(path, rs, "partial_rotary_factor", false, prf, 0.0, 1.0, &prf, err)))
         return -1;
-    if (prf != 1.0f) return tk_err_set(err, "%s: 'partial_rotary_factor' %g is not supported (only 1)", path, prf);
+    if (prf != 1.0f && !phi)
+        return tk_err_set(err, "%s: 'partial_rotary_factor' %g is not supported for this model_type (only Phi-3's)",
+                          path, prf);
+    hp->rope_dim = (int)((double)hp->head_dim * prf);
+    if (hp->rope_dim < 2 || hp->rope_dim % 2 != 0)
+        return tk_err_set(err, "%s: 'partial_rotary_factor' %g gives %d rotated dimensions of head_dim %d (must be "
+                          "even and at least 2)", path, prf, hp->rope_dim, hp->head_dim);
     if (rs) {
         if (!json_is_object(rs)) return tk_err_set(err, "%s: 'rope_parameters' must be an object or null", path);
         char where[600];
@@ -342,8 +404,9 @@ static int parse_rope_scaling(const char *path, json_t *cfg, tk_hparams *hp, tk_
                    ? -1
                    : 0;
     }
-    return tk_err_set(err, "%s: unsupported %s.rope_type '%.64s' (supported: default, linear, llama3, yarn)", path,
-                      key, t);
+    if (strcmp(t, "longrope") == 0 && phi) return parse_longrope(where, cfg, rs, hp, factors, err);
+    return tk_err_set(err, "%s: unsupported %s.rope_type '%.64s' (supported: default, linear, llama3, yarn; longrope "
+                      "for phi3)", path, key, t);
 }
 
 /* Mistral's sliding_window: an integer >= 1, or null / absent (none). */
@@ -370,13 +433,35 @@ static int parse_moe(const char *path, json_t *cfg, tk_hparams *hp, tk_err *err)
                : 0;
 }
 
-static int parse_config(const char *dir, tk_hparams *hp, bool *tie, const char **arch, tk_err *err) {
+/* Qwen-MoE / OLMoE options tokamak's MoE layer does not have: every layer
+ * routed (decoder_sparse_step 1, no mlp_only_layers), the architecture's
+ * own top-k renormalization, no q/k/v clipping. */
+static int check_moe_options(const char *path, json_t *cfg, int norm_topk, tk_err *err) {
+    int step;
+    if (cfg_int(path, cfg, "decoder_sparse_step", false, 1, 0, INT_MAX, &step, err)) return -1;
+    if (step != 1) return tk_err_set(err, "%s: 'decoder_sparse_step' %d is not supported (only 1)", path, step);
+    json_t *mol = cfg_get(cfg, "mlp_only_layers");
+    if (mol && (!json_is_array(mol) || json_array_size(mol) != 0))
+        return tk_err_set(err, "%s: 'mlp_only_layers' must be empty (dense layers among routed ones are not "
+                          "supported)", path);
+    if (cfg_get(cfg, "clip_qkv")) return tk_err_set(err, "%s: 'clip_qkv' is not supported", path);
+    json_t *nt = cfg_get(cfg, "norm_topk_prob");
+    if (nt && (!json_is_boolean(nt) || json_is_true(nt) != (norm_topk == 1)))
+        return tk_err_set(err, "%s: 'norm_topk_prob' must be %s for this architecture", path,
+                          norm_topk ? "true" : "false");
+    return 0;
+}
+
+static int parse_config(const char *dir, tk_hparams *hp, bool *tie, const char **arch, float **rope_factors,
+                        tk_err *err) {
     char *path = path_join(dir, "config.json");
     if (!path) return tk_err_set(err, "%s: out of memory", dir);
     json_t *cfg = NULL;
     int rc = -1;
+    size_t entry;
     if (load_json(path, &cfg, err) != 0) goto done;
-    if (parse_arch(path, cfg, arch, err) != 0) goto done;
+    if (parse_arch(path, cfg, &entry, err) != 0) goto done;
+    *arch = hf_archs[entry].arch;
 
     memset(hp, 0, sizeof *hp);
     if (cfg_int(path, cfg, "hidden_size", true, 0, 1, 1 << 20, &hp->dim, err) ||
@@ -411,16 +496,16 @@ static int parse_config(const char *dir, tk_hparams *hp, bool *tie, const char *
                    (long long)hp->n_heads * hp->head_dim);
         goto done;
     }
-    if (parse_rope_scaling(path, cfg, hp, err) != 0) goto done;
+    if (parse_rope_scaling(path, cfg, !strcmp(*arch, "phi3"), hp, rope_factors, err) != 0) goto done;
     if (parse_moe(path, cfg, hp, err) != 0) goto done;
+    if (hf_archs[entry].norm_topk >= 0 && check_moe_options(path, cfg, hf_archs[entry].norm_topk, err)) goto done;
     hp->rope_style = TK_ROPE_HALVES;
     /* A Mistral checkpoint with a window becomes the "mistral" architecture
-     * (every layer slides); without one it is plain Llama. */
-    bool phi3 = !strcmp(*arch, "phi3");
-    bool mistral = !strcmp(*arch, "mistral") || phi3;
-    if (mistral && parse_sliding_window(path, cfg, hp, err) != 0) goto done;
+     * (every layer slides); without one it is plain Llama.  Phi-3 slides
+     * every layer too, in its own architecture. */
+    bool mistral = !strcmp(*arch, "mistral");
+    if ((mistral || !strcmp(*arch, "phi3")) && parse_sliding_window(path, cfg, hp, err) != 0) goto done;
     if (mistral && hp->swa_window == 0) *arch = "llama";
-    else if (phi3) *arch = "mistral";
     json_t *usw = cfg_get(cfg, "use_sliding_window");
     if (!strncmp(*arch, "qwen", 4) && usw && !json_is_false(usw)) {
         tk_err_set(err, "%s: 'use_sliding_window' is not supported for %s", path, *arch);
@@ -523,13 +608,17 @@ done:
 
 typedef enum hf_kind {
     K_EMBD, K_OUTPUT, K_NORM, K_Q, K_K, K_V, K_O, K_GATE, K_UP, K_DOWN,
-    K_QB, K_KB, K_HEAD_NORM, /* q bias [q_dim]; k/v bias [kv_dim]; per-head q/k norm [head_dim] */
-    K_QKV, K_GATE_UP,        /* Phi-3's fused projections, split into views at load */
-    K_ROUTER          /* the experts' router [n_expert, dim] */
+    K_QB, K_KB,       /* q bias [q_dim]; k/v bias [kv_dim] */
+    K_QNORM, K_KNORM, /* q/k RMSNorm: per head [head_dim] (Qwen3), whole projection (OLMoE) */
+    K_QKV, K_GATE_UP, /* Phi-3's fused projections (the model splits them) */
+    K_ROUTER,         /* the experts' router [n_expert, dim] */
+    K_SHEXP_GATE,     /* Qwen2-MoE's shared-expert gate [1, dim] */
+    K_SHEXP_IN,       /* its gate / up projections [shexp_ffn, dim] */
+    K_SHEXP_DOWN      /* its down projection [dim, shexp_ffn] */
 } hf_kind;
 
-/* Most tensors one checkpoint tensor becomes (fused q/k/v: 3). */
-#define HF_MAX_SPLIT 3
+/* Tensors the source adds beyond the checkpoint's (LongRoPE's two factor sets). */
+#define HF_EXTRA_TENSORS 2
 
 static const struct {
     const char *hf, *gguf;
@@ -544,14 +633,19 @@ static const struct {
     {"self_attn.q_proj.bias", "attn_q.bias", K_QB},
     {"self_attn.k_proj.bias", "attn_k.bias", K_KB},
     {"self_attn.v_proj.bias", "attn_v.bias", K_KB},
-    {"self_attn.q_norm.weight", "attn_q_norm.weight", K_HEAD_NORM},
+    {"self_attn.q_norm.weight", "attn_q_norm.weight", K_QNORM},
     {"self_attn.qkv_proj.weight", "attn_qkv.weight", K_QKV},
-    {"mlp.gate_up_proj.weight", "ffn_gate_up.weight", K_GATE_UP},
-    {"self_attn.k_norm.weight", "attn_k_norm.weight", K_HEAD_NORM},
+    {"mlp.gate_up_proj.weight", "ffn_up.weight", K_GATE_UP}, /* llama.cpp's fused ffn_up: rows gate | up */
+    {"self_attn.k_norm.weight", "attn_k_norm.weight", K_KNORM},
     {"mlp.gate_proj.weight", "ffn_gate.weight", K_GATE},
     {"mlp.up_proj.weight", "ffn_up.weight", K_UP},
     {"mlp.down_proj.weight", "ffn_down.weight", K_DOWN},
     {"block_sparse_moe.gate.weight", "ffn_gate_inp.weight", K_ROUTER}, /* Mixtral */
+    {"mlp.gate.weight", "ffn_gate_inp.weight", K_ROUTER},               /* Qwen-MoE, OLMoE */
+    {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight", K_SHEXP_GATE},
+    {"mlp.shared_expert.gate_proj.weight", "ffn_gate_shexp.weight", K_SHEXP_IN},
+    {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", K_SHEXP_IN},
+    {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", K_SHEXP_DOWN},
 };
 
 /* 1: mapped into out/kind; 0: not a tensor we use; -1: error (set). */
@@ -603,7 +697,10 @@ static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
     if (n < cap) snprintf(buf + n, cap - n, "]");
 }
 
-static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, const tk_hparams *hp,
+/* Architectures whose q/k norms cover the whole projection, not a head. */
+static bool full_qk_norm(const char *arch) { return !strcmp(arch, "olmoe"); }
+
+static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, const tk_hparams *hp, const char *arch,
                        tk_err *err) {
     int64_t q = (int64_t)hp->n_heads * hp->head_dim;
     int64_t kv = (int64_t)hp->n_kv_heads * hp->head_dim;
@@ -622,10 +719,14 @@ static int check_shape(const char *file, const tk_st_tensor *t, hf_kind kind, co
     case K_DOWN: exp[0] = hp->dim; exp[1] = hp->ffn_dim; break;
     case K_QB: exp[0] = q; nd = 1; break;
     case K_KB: exp[0] = kv; nd = 1; break;
-    case K_HEAD_NORM: exp[0] = hp->head_dim; nd = 1; break;
+    case K_QNORM: exp[0] = full_qk_norm(arch) ? q : hp->head_dim; nd = 1; break;
+    case K_KNORM: exp[0] = full_qk_norm(arch) ? kv : hp->head_dim; nd = 1; break;
     case K_QKV: exp[0] = q + 2 * kv; exp[1] = hp->dim; break;
     case K_GATE_UP: exp[0] = 2 * (int64_t)hp->ffn_dim; exp[1] = hp->dim; break;
     case K_ROUTER: exp[0] = hp->n_expert; exp[1] = hp->dim; break;
+    case K_SHEXP_GATE: exp[0] = 1; exp[1] = hp->dim; break;
+    case K_SHEXP_IN: exp[0] = hp->shexp_ffn_dim; exp[1] = hp->dim; break;
+    case K_SHEXP_DOWN: exp[0] = hp->dim; exp[1] = hp->shexp_ffn_dim; break;
     default: return tk_err_set(err, "internal error: bad tensor kind");
     }
     bool ok = t->ndim == nd;
@@ -664,31 +765,7 @@ static tk_tensor *new_tensor(hf_load *L, const char *file, const char *name, tk_
     return d;
 }
 
-/* Splits 2-D tensor t (shape already checked) by rows into n views named
- * blk.N.<names[i]> (N from gname), rows[i] rows each, in order. */
-static int add_rows(hf_load *L, const char *file, const tk_st_tensor *t, const char *gname,
-                    const char *const *names, const int64_t *rows, int n, tk_err *err) {
-    size_t row_bytes = tk_dtype_row_bytes(t->dtype, t->shape[1]);
-    if (!row_bytes) return tk_err_set(err, "%s: tensor '%.200s' has an unsupported type", file, t->name);
-    const char *dot = strchr(gname + 4, '.'); /* "blk.N." */
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        char name[96];
-        snprintf(name, sizeof name, "%.*s.%s", dot ? (int)(dot - gname) : 0, gname, names[i]);
-        tk_tensor *d = new_tensor(L, file, name, err);
-        if (!d) return -1;
-        d->type = t->dtype;
-        d->ndim = 2;
-        for (int k = 0; k < TK_MAX_DIMS; k++) d->ne[k] = 1;
-        d->ne[0] = t->shape[1];
-        d->ne[1] = rows[i];
-        d->nbytes = row_bytes * (size_t)rows[i];
-        if (off + d->nbytes > t->nbytes) return tk_err_set(err, "%s: tensor '%.200s' is short", file, t->name);
-        d->data = (const unsigned char *)t->data + off;
-        off += d->nbytes;
-    }
-    return 0;
-}
+static bool arch_is(const char *arch, const char *a, const char *b) { return !strcmp(arch, a) || !strcmp(arch, b); }
 
 static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_err *err) {
     char gname[96];
@@ -700,24 +777,11 @@ static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_er
     if (m == 0) return 0;
     if (kind == K_OUTPUT && L->tie) return 0; /* tied: the head is the embedding */
     /* a tensor the architecture would not bind must not be dropped silently */
-    if (((kind == K_QB || kind == K_KB) && strcmp(L->arch, "qwen2") != 0) ||
-        (kind == K_HEAD_NORM && strcmp(L->arch, "qwen3") != 0))
+    if (((kind == K_QB || kind == K_KB) && !arch_is(L->arch, "qwen2", "qwen2moe")) ||
+        ((kind == K_QNORM || kind == K_KNORM) && !arch_is(L->arch, "qwen3", "qwen3moe") && !full_qk_norm(L->arch)))
         return tk_err_set(err, "%s: tensor '%.200s' is not supported for architecture %s", file, t->name,
                           L->arch);
-    if (check_shape(file, t, kind, L->hp, err) != 0) return -1;
-    if (kind == K_QKV) {
-        /* rows [q | k | v], as HF's Phi3Attention slices them */
-        int64_t q = (int64_t)L->hp->n_heads * L->hp->head_dim, kv = (int64_t)L->hp->n_kv_heads * L->hp->head_dim;
-        const char *names[3] = {"attn_q.weight", "attn_k.weight", "attn_v.weight"};
-        int64_t rows[3] = {q, kv, kv};
-        return add_rows(L, file, t, gname, names, rows, 3, err);
-    }
-    if (kind == K_GATE_UP) {
-        /* rows [gate | up] (HF chunks gate_up_proj's output in two, gate first) */
-        const char *names[2] = {"ffn_gate.weight", "ffn_up.weight"};
-        int64_t rows[2] = {L->hp->ffn_dim, L->hp->ffn_dim};
-        return add_rows(L, file, t, gname, names, rows, 2, err);
-    }
+    if (check_shape(file, t, kind, L->hp, L->arch, err) != 0) return -1;
     tk_tensor *d = new_tensor(L, file, gname, err);
     if (!d) return -1;
     d->type = t->dtype;
@@ -727,6 +791,24 @@ static int add_tensor(hf_load *L, const char *file, const tk_st_tensor *t, tk_er
     d->data = t->data;
     d->nbytes = t->nbytes;
     if (kind == K_OUTPUT) L->have_output = true;
+    return 0;
+}
+
+/* LongRoPE's factor lists as the tensors GGUF files carry them
+ * (llama.cpp's rope_factors_long / rope_factors_short, float32). */
+static int add_rope_factors(hf_load *L, const char *dir, const float *factors, tk_err *err) {
+    const char *names[2] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+    const int n = L->hp->rope_dim / 2;
+    for (int i = 0; i < 2; i++) {
+        tk_tensor *d = new_tensor(L, dir, names[i], err);
+        if (!d) return -1;
+        d->type = TK_F32;
+        d->ndim = 1;
+        for (int k = 0; k < TK_MAX_DIMS; k++) d->ne[k] = 1;
+        d->ne[0] = n;
+        d->data = factors + (size_t)i * n;
+        d->nbytes = (size_t)n * sizeof(float);
+    }
     return 0;
 }
 
@@ -776,10 +858,10 @@ static int load_single(hf_load *L, tk_err *err) {
     tk_safetensors *st;
     if (add_shard(L->im, "model.safetensors", &st, err) != 0) return -1;
     int n = tk_safetensors_count(st);
-    if (n > INT32_MAX / HF_MAX_SPLIT) return tk_err_set(err, "%s: too many tensors", tk_safetensors_path(st));
-    L->im->tensors = calloc((size_t)(n ? n : 1) * HF_MAX_SPLIT, sizeof *L->im->tensors);
+    if (n > INT32_MAX - HF_EXTRA_TENSORS) return tk_err_set(err, "%s: too many tensors", tk_safetensors_path(st));
+    L->im->tensors = calloc((size_t)n + HF_EXTRA_TENSORS, sizeof *L->im->tensors);
     if (!L->im->tensors) return tk_err_set(err, "%s: out of memory", tk_safetensors_path(st));
-    L->cap = n * HF_MAX_SPLIT;
+    L->cap = n + HF_EXTRA_TENSORS;
     for (int i = 0; i < n; i++)
         if (add_tensor(L, tk_safetensors_path(st), tk_safetensors_get(st, i), err) != 0) return -1;
     return 0;
@@ -799,16 +881,16 @@ static int load_sharded(hf_load *L, const char *index_path, tk_err *err) {
         goto done;
     }
     size_t n = json_object_size(wm);
-    if (n > (size_t)INT32_MAX / HF_MAX_SPLIT) {
+    if (n > (size_t)INT32_MAX - HF_EXTRA_TENSORS) {
         tk_err_set(err, "%s: too many tensors", index_path);
         goto done;
     }
-    L->im->tensors = calloc((n ? n : 1) * HF_MAX_SPLIT, sizeof *L->im->tensors);
+    L->im->tensors = calloc(n + HF_EXTRA_TENSORS, sizeof *L->im->tensors);
     if (!L->im->tensors) {
         tk_err_set(err, "%s: out of memory", index_path);
         goto done;
     }
-    L->cap = (int)n * HF_MAX_SPLIT;
+    L->cap = (int)n + HF_EXTRA_TENSORS;
     const char *tname;
     json_t *fv;
     json_object_foreach(wm, tname, fv) {
@@ -871,7 +953,7 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     bool tie = false;
     char *index_path = NULL, *single_path = NULL;
     const char *arch = NULL;
-    if (parse_config(dir, &hp, &tie, &arch, err) != 0) goto fail;
+    if (parse_config(dir, &hp, &tie, &arch, &im->rope_factors, err) != 0) goto fail;
     if (parse_generation_config(dir, hp.n_vocab, &gen, err) != 0) goto fail;
     if (read_tokenizer_config(im, err) != 0) goto fail;
 
@@ -903,6 +985,7 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
         tk_err_wrap(err, "%s", dir);
         goto fail;
     }
+    if (im->rope_factors && add_rope_factors(&L, dir, im->rope_factors, err) != 0) goto fail;
 
     hp.tied_output = tie || !L.have_output;
     src->format = TK_FORMAT_HF;

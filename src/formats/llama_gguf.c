@@ -23,7 +23,9 @@ int tk_permute_rows_to_adjacent(float *w, int n_heads, int head_dim, int64_t row
 }
 
 const char *tk_gguf_out_arch(const tk_source *src) {
-    if (!strcmp(src->arch, "qwen2") || !strcmp(src->arch, "qwen3")) return src->arch;
+    static const char *const own[] = {"qwen2", "qwen3", "qwen2moe", "qwen3moe", "olmoe", "phi3"};
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (!strcmp(src->arch, own[i])) return src->arch;
     return "llama";
 }
 
@@ -114,7 +116,8 @@ int tk_gguf_set_llama_meta(tk_gguf_writer *w, const tk_source *src, int file_typ
     rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.head_count_kv"), (uint32_t)hp->n_kv_heads);
     rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "attention.layer_norm_rms_epsilon"), hp->norm_eps);
     rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.freq_base"), hp->rope_theta);
-    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "rope.dimension_count"), (uint32_t)hp->head_dim);
+    rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "rope.dimension_count"),
+                          (uint32_t)(hp->rope_dim > 0 ? hp->rope_dim : hp->head_dim));
     rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.key_length"), (uint32_t)hp->head_dim);
     rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.value_length"), (uint32_t)hp->head_dim);
     rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "vocab_size"), (uint32_t)hp->n_vocab);
@@ -122,6 +125,18 @@ int tk_gguf_set_llama_meta(tk_gguf_writer *w, const tk_source *src, int file_typ
         rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "expert_count"), (uint32_t)hp->n_expert);
         rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "expert_used_count"), (uint32_t)hp->n_expert_used);
         rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "expert_feed_forward_length"), (uint32_t)hp->expert_ffn_dim);
+        if (hp->shexp_ffn_dim > 0)
+            rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "expert_shared_feed_forward_length"),
+                                  (uint32_t)hp->shexp_ffn_dim);
+    }
+    /* a window only where the architecture slides with it (phi3; mistral is written as llama without) */
+    if (hp->swa_window > 0 && strcmp(arch, "llama") != 0)
+        rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "attention.sliding_window"), (uint32_t)hp->swa_window);
+    if (hp->rope_scaling == TK_ROPE_SCALING_LONGROPE) {
+        /* the factor sets are the source's rope_factors_long / _short tensors */
+        rc |= tk_gguf_set_u32(w, key(k, sizeof k, arch, "rope.scaling.original_context_length"),
+                              (uint32_t)hp->rope_orig_ctx);
+        rc |= tk_gguf_set_f32(w, key(k, sizeof k, arch, "rope.scaling.attn_factor"), hp->rope_attn_factor);
     }
     if (hp->rope_scaling == TK_ROPE_SCALING_LINEAR) {
         rc |= tk_gguf_set_str(w, key(k, sizeof k, arch, "rope.scaling.type"), "linear");

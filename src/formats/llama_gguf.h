@@ -29,8 +29,9 @@ int tk_source_tensor_f32(const tk_source *src, const tk_tensor *t, float **out, 
  * divisors (malloc'd), or NULL when out of memory. */
 float *tk_llama3_rope_factors(const tk_hparams *hp);
 
-/* The architecture a source is written as: qwen2 / qwen3 as themselves,
- * everything else (mistral included) as llama. */
+/* The architecture a source is written as: qwen2, qwen3, the Qwen / OLMoE
+ * MoE ones and phi3 as themselves, everything else (mistral and Mixtral
+ * included) as llama. */
 const char *tk_gguf_out_arch(const tk_source *src);
 /* general.* and {tk_gguf_out_arch}.* keys for the source's hyper-parameters
  * (general.file_type = file_type, a llama_ftype value). */

@@ -24,7 +24,11 @@ typedef enum tk_rope_scaling {
     TK_ROPE_SCALING_NONE = 0,
     TK_ROPE_SCALING_LINEAR = 1,
     TK_ROPE_SCALING_LLAMA3 = 2,
-    TK_ROPE_SCALING_YARN = 3
+    TK_ROPE_SCALING_YARN = 3,
+    /* Phi-3 LongRoPE: per-frequency divisors, one set for contexts up to
+     * rope_orig_ctx and one beyond (tensors rope_factors_short/long.weight),
+     * cos and sin multiplied by rope_attn_factor */
+    TK_ROPE_SCALING_LONGROPE = 4
 } tk_rope_scaling;
 
 typedef struct tk_hparams {
@@ -34,6 +38,7 @@ typedef struct tk_hparams {
     int n_heads;
     int n_kv_heads;
     int head_dim;     /* usually dim / n_heads */
+    int rope_dim;     /* leading dimensions of each head that RoPE rotates (partial rotary); 0: head_dim */
     int ffn_dim;
     int ctx_len;      /* trained context length */
     float norm_eps;
@@ -43,10 +48,10 @@ typedef struct tk_hparams {
     float rope_factor;            /* linear, llama3 and yarn */
     float rope_low_freq_factor;   /* llama3 */
     float rope_high_freq_factor;  /* llama3 */
-    int rope_orig_ctx;            /* llama3, yarn: original max positions */
+    int rope_orig_ctx;            /* llama3, yarn, longrope: original max positions */
     float rope_yarn_beta_fast;    /* yarn: ramp bounds in rotations (HF defaults 32, 1) */
     float rope_yarn_beta_slow;
-    float rope_attn_factor;       /* yarn: cos/sin multiplier; 0: 0.1 ln(factor) + 1 */
+    float rope_attn_factor;       /* yarn: cos/sin multiplier, 0: 0.1 ln(factor) + 1; longrope: the multiplier (0: 1) */
     bool tied_output;             /* no output.weight: reuse token_embd */
     /* Sliding-window attention (0 / false / 0.0: not given; the
      * architecture table supplies defaults, see arch.h). */

@@ -8,10 +8,19 @@
 #define L(field) offsetof(tk_layer, field)
 #define G(field) offsetof(tk_model_weights, field)
 
-static const tk_tensor_role llama_globals[] = {
-    {"token_embd.weight", G(tok_embd), false, true, TK_DIM_EMBD, TK_DIM_VOCAB},
-    {"output_norm.weight", G(output_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
-    {"output.weight", G(output), false, false, TK_DIM_EMBD, TK_DIM_VOCAB},
+#define LLAMA_GLOBAL_ROLES                                                                             \
+    {"token_embd.weight", G(tok_embd), false, true, TK_DIM_EMBD, TK_DIM_VOCAB},                        \
+    {"output_norm.weight", G(output_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},                      \
+    {"output.weight", G(output), false, false, TK_DIM_EMBD, TK_DIM_VOCAB}
+
+static const tk_tensor_role llama_globals[] = {LLAMA_GLOBAL_ROLES};
+
+/* Phi-3: LongRoPE's two sets of per-frequency divisors when the model
+ * scales its RoPE that way (model.c requires both then). */
+static const tk_tensor_role phi3_globals[] = {
+    LLAMA_GLOBAL_ROLES,
+    {"rope_factors_long.weight", G(rope_factors_long), true, false, TK_DIM_ROPE_HALF, TK_DIM_NONE},
+    {"rope_factors_short.weight", G(rope_factors_short), true, false, TK_DIM_ROPE_HALF, TK_DIM_NONE},
 };
 
 /* Rows the layer tables share (llama.cpp's tensor names). */
@@ -50,6 +59,20 @@ static const tk_tensor_role llama_globals[] = {
     {"blk.%d.ffn_down_exps.weight", L(down_exps), false, true, TK_DIM_EXP_FFN, TK_DIM_EMBD}
 
 static const tk_tensor_role llama_layer[] = {ATTN_IN_ROLES, ATTN_OUT_ROLE, FFN_ROLES};
+
+/* Phi-3 / Phi-3.5 / Phi-4-mini as llama.cpp stores them: Llama's layer with
+ * q/k/v fused in attn_qkv (rows q | k | v) and gate/up fused in ffn_up
+ * (rows gate | up, as HF's gate_up_proj). */
+static const tk_tensor_role phi3_layer[] = {
+    {"blk.%d.attn_norm.weight", L(attn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    ATTN_OUT_ROLE,
+    {"blk.%d.ffn_norm.weight", L(ffn_norm), true, true, TK_DIM_EMBD, TK_DIM_NONE},
+    {"blk.%d.ffn_down.weight", L(w_down), false, true, TK_DIM_FFN, TK_DIM_EMBD},
+};
+static const tk_fused_role phi3_fused[] = {
+    {"blk.%d.attn_qkv.weight", TK_DIM_EMBD, TK_DIM_QKV, 3, {{L(wq), TK_DIM_Q}, {L(wk), TK_DIM_KV}, {L(wv), TK_DIM_KV}}},
+    {"blk.%d.ffn_up.weight", TK_DIM_EMBD, TK_DIM_FFN2, 2, {{L(w_gate), TK_DIM_FFN}, {L(w_up), TK_DIM_FFN}}},
+};
 
 /* Qwen2 / Qwen2.5: Llama's tensors plus Q/K/V biases (GGUF q/k rows in
  * NeoX order, see gguf_source.c). */
@@ -140,6 +163,20 @@ static const tk_arch archs[] = {
         .ffn_act = TK_ACT_SILU,
         .uses_swa = true,
         .swa_pattern = 0,         /* all layers slide */
+    },
+    {
+        /* Phi-3: every layer slides when the file gives a window (as
+         * Mistral); NeoX RoPE; partial rotary from rope.dimension_count */
+        .name = "phi3",
+        .global_roles = phi3_globals,
+        .n_global_roles = COUNT(phi3_globals),
+        .layer_roles = phi3_layer,
+        .n_layer_roles = COUNT(phi3_layer),
+        .fused_roles = phi3_fused,
+        .n_fused_roles = COUNT(phi3_fused),
+        .ffn_act = TK_ACT_SILU,
+        .uses_swa = true,
+        .swa_pattern = 0,
     },
     {
         .name = "qwen2",

@@ -18,7 +18,10 @@ typedef enum tk_dim_sym {
     TK_DIM_HEAD,     /* head_dim */
     TK_DIM_EXPERTS,  /* n_expert */
     TK_DIM_EXP_FFN,  /* expert_ffn_dim (of experts stacked in ne[2]) */
-    TK_DIM_SHEXP_FFN /* shexp_ffn_dim */
+    TK_DIM_SHEXP_FFN, /* shexp_ffn_dim */
+    TK_DIM_QKV,      /* Q + 2 KV: fused q/k/v rows (Phi-3) */
+    TK_DIM_FFN2,     /* 2 ffn_dim: fused gate/up rows (Phi-3) */
+    TK_DIM_ROPE_HALF /* rope_dim / 2: one value per rotated frequency */
 } tk_dim_sym;
 
 typedef enum tk_act { TK_ACT_SILU = 0, TK_ACT_GELU_TANH = 1 } tk_act;
@@ -32,6 +35,22 @@ typedef struct tk_tensor_role {
     bool required;
     tk_dim_sym ne0, ne1; /* a role with TK_DIM_EXP_FFN is stacked: ne2 = n_expert */
 } tk_tensor_role;
+
+#define TK_FUSED_MAX_PARTS 3
+
+/* A fused layer matrix [ne0, ne1] (always required) whose rows are split,
+ * in order, into views bound like matrix roles; the parts' row counts add
+ * up to ne1 (rows of every block type are contiguous, so a view is a byte
+ * range). */
+typedef struct tk_fused_role {
+    const char *name; /* GGUF name with "%d" for the layer */
+    tk_dim_sym ne0, ne1;
+    int n_parts;
+    struct {
+        size_t offset; /* offsetof into tk_layer */
+        tk_dim_sym rows;
+    } parts[TK_FUSED_MAX_PARTS];
+} tk_fused_role;
 
 /* How the attention scale is chosen when the file has no
  * {arch}.attention.scale key. */
@@ -49,6 +68,8 @@ typedef struct tk_arch {
     int n_global_roles;
     const tk_tensor_role *layer_roles;
     int n_layer_roles;
+    const tk_fused_role *fused_roles; /* layer matrices split into views */
+    int n_fused_roles;
     tk_act ffn_act;          /* gate activation: act(gate(x)) * up(x) */
     bool embd_scale;         /* token embeddings are multiplied by sqrt(dim) */
     bool qk_norm;            /* RMSNorm of every q and k head (attn_q_norm / attn_k_norm) before RoPE */

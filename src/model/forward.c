@@ -312,12 +312,20 @@ static int validate_batch(const tk_model *m, const tk_kv_pool *kv, tk_kv_seq *co
     return 0;
 }
 
+/* RoPE of one head: its leading rope_dim dimensions rotate, the rest pass
+ * through (partial rotary); y may be x. */
+static void rope_head(const tk_model *m, const float *x, float *y, bool adjacent, const float *cos_t,
+                      const float *sin_t) {
+    tk_rope_head(x, y, m->rope_dim, adjacent, cos_t, sin_t);
+    if (y != x) memcpy(y + m->rope_dim, x + m->rope_dim, (size_t)(m->hp.head_dim - m->rope_dim) * sizeof *y);
+}
+
 /* RoPE written straight into the cache row (one pass, no in-place copy). */
-static void rope_store(const tk_kv_pool *kv, const float *x, bool adjacent, const float *cos_t, const float *sin_t,
-                       unsigned char *row) {
+static void rope_store(const tk_model *m, const tk_kv_pool *kv, const float *x, bool adjacent, const float *cos_t,
+                       const float *sin_t, unsigned char *row) {
     float buf[TK_MAX_HEAD_DIM];
     float *y = kv->type == TK_KV_F32 ? (float *)(void *)row : buf;
-    tk_rope_head(x, y, kv->head_dim, adjacent, cos_t, sin_t);
+    rope_head(m, x, y, adjacent, cos_t, sin_t);
     if (y == buf) tk_kv_store(kv, buf, row);
 }
 
@@ -382,10 +390,10 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         tk_tensor_row(m->w.tok_embd, batch->token[t], x);
         if (m->embd_scale != 1.0f)
             for (int i = 0; i < D; i++) x[i] *= m->embd_scale;
-        for (int i = 0; i < half; i++) {
+        for (int i = 0; i < m->rope_dim / 2; i++) { /* rows of `half`: rotated frequencies first */
             float angle = (float)batch->pos[t] * m->rope_inv_freq[i];
-            ws->rope_cos[(size_t)t * half + i] = cosf(angle);
-            ws->rope_sin[(size_t)t * half + i] = sinf(angle);
+            ws->rope_cos[(size_t)t * half + i] = cosf(angle) * m->rope_mscale;
+            ws->rope_sin[(size_t)t * half + i] = sinf(angle) * m->rope_mscale;
             if (m->rope_inv_freq_swa) {
                 angle = (float)batch->pos[t] * m->rope_inv_freq_swa[i];
                 ws->rope_cos_swa[(size_t)t * half + i] = cosf(angle);
@@ -412,8 +420,8 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         }
         const bool adjacent = hp->rope_style == TK_ROPE_ADJACENT;
         /* a bias is added before RoPE, and a norm over the whole projection needs
-         * the whole row: either way Q is rotated unfused */
-        const bool rope_q_fused = (ws->fuse & TK_FUSE_ROPE_Q) && !L->bq && !a->qk_norm_full;
+         * the whole row: either way Q is rotated unfused; so is a partial rotary */
+        const bool rope_q_fused = (ws->fuse & TK_FUSE_ROPE_Q) && !L->bq && !a->qk_norm_full && m->rope_dim == hd;
         {
             float *y[3] = {ws->q, ws->k, ws->v};
             int64_t ld[3] = {q_dim, kv_dim, kv_dim};
@@ -439,16 +447,16 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             for (int h = 0; h < hp->n_heads && !rope_q_fused; h++) {
                 float *q = ws->q + (size_t)t * q_dim + (size_t)h * hd;
                 if (a->qk_norm) tk_rmsnorm(q, q, L->attn_q_norm, hd, hp->norm_eps);
-                tk_rope_head(q, q, hd, adjacent, c, s);
+                rope_head(m, q, q, adjacent, c, s);
             }
             tk_kv_seq *seq = seqs[batch->seq[t]];
             for (int h = 0; h < hp->n_kv_heads; h++) {
                 float *k = ws->k + (size_t)t * kv_dim + (size_t)h * hd;
                 if (a->qk_norm) tk_rmsnorm(k, k, L->attn_k_norm, hd, hp->norm_eps);
                 if (ws->fuse & TK_FUSE_ROPE_KV) {
-                    rope_store(kv, k, adjacent, c, s, tk_kv_k(kv, seq, l, h, batch->pos[t]));
+                    rope_store(m, kv, k, adjacent, c, s, tk_kv_k(kv, seq, l, h, batch->pos[t]));
                 } else {
-                    tk_rope_head(k, k, hd, adjacent, c, s);
+                    rope_head(m, k, k, adjacent, c, s);
                     tk_kv_store(kv, k, tk_kv_k(kv, seq, l, h, batch->pos[t]));
                 }
                 tk_kv_store(kv, ws->v + (size_t)t * kv_dim + (size_t)h * hd, tk_kv_v(kv, seq, l, h, batch->pos[t]));

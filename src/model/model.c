@@ -10,6 +10,8 @@
 #include "../formats/dtype.h"
 #include "moe.h"
 
+static int rope_dim_of(const tk_hparams *hp) { return hp->rope_dim > 0 ? hp->rope_dim : hp->head_dim; }
+
 static int64_t resolve_dim(const tk_hparams *hp, tk_dim_sym d) {
     switch (d) {
     case TK_DIM_NONE: return 1;
@@ -22,6 +24,9 @@ static int64_t resolve_dim(const tk_hparams *hp, tk_dim_sym d) {
     case TK_DIM_EXPERTS: return hp->n_expert;
     case TK_DIM_EXP_FFN: return hp->expert_ffn_dim;
     case TK_DIM_SHEXP_FFN: return hp->shexp_ffn_dim;
+    case TK_DIM_QKV: return (int64_t)(hp->n_heads + 2 * hp->n_kv_heads) * hp->head_dim;
+    case TK_DIM_FFN2: return 2 * (int64_t)hp->ffn_dim;
+    case TK_DIM_ROPE_HALF: return rope_dim_of(hp) / 2;
     }
     return -1;
 }
@@ -42,6 +47,9 @@ static int check_hparams(const tk_hparams *hp, tk_err *err) {
         return tk_err_set(err, "head_dim %d is above the supported maximum %d", hp->head_dim, TK_MAX_HEAD_DIM);
     if (!(hp->norm_eps > 0) || !(hp->rope_theta > 0))
         return tk_err_set(err, "invalid norm epsilon %g or RoPE base %g", hp->norm_eps, hp->rope_theta);
+    if (hp->rope_dim < 0 || hp->rope_dim > hp->head_dim || hp->rope_dim % 2 != 0)
+        return tk_err_set(err, "rotary dimension %d must be even and at most head_dim %d", hp->rope_dim,
+                          hp->head_dim);
     return 0;
 }
 
@@ -108,23 +116,59 @@ static int bind_role(tk_model *m, const tk_tensor_role *role, int layer, void *b
     return 0;
 }
 
+/* Binds a fused matrix of layer `layer` as views of its row blocks, taken
+ * from *views. */
+static int bind_fused(tk_model *m, const tk_fused_role *fr, int layer, tk_layer *L, tk_tensor **views,
+                      tk_err *err) {
+    char name[128];
+    snprintf(name, sizeof name, fr->name, layer);
+    const tk_tensor *t = tk_source_find(&m->src, name);
+    if (!t) return tk_err_set(err, "missing tensor '%s'", name);
+    const int64_t ne0 = resolve_dim(&m->hp, fr->ne0), ne1 = resolve_dim(&m->hp, fr->ne1);
+    if (t->ne[0] != ne0 || t->ne[1] != ne1 || t->ne[2] != 1 || t->ne[3] != 1)
+        return tk_err_set(err, "tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                          (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
+                          (long long)ne0, (long long)ne1);
+    const tk_dtype_info *info = tk_dtype_get(t->type);
+    if (!info || !info->can_dequant) return tk_err_set(err, "tensor '%s' has unsupported type %d", name, (int)t->type);
+    const size_t row_bytes = tk_dtype_row_bytes(t->type, t->ne[0]);
+    if (row_bytes * (size_t)ne1 > t->nbytes) return tk_err_set(err, "tensor '%s' data is shorter than its shape", name);
+    m->weight_bytes += t->nbytes;
+    int64_t row = 0;
+    for (int i = 0; i < fr->n_parts; i++) {
+        const int64_t rows = resolve_dim(&m->hp, fr->parts[i].rows);
+        tk_tensor *v = (*views)++;
+        *v = *t;
+        v->ne[1] = rows;
+        v->data = (const unsigned char *)t->data + (size_t)row * row_bytes;
+        v->nbytes = (size_t)rows * row_bytes;
+        row += rows;
+        const tk_tensor *cv = v;
+        memcpy((char *)L + fr->parts[i].offset, &cv, sizeof cv);
+    }
+    return 0;
+}
+
 /* Inverse frequencies for base theta; `scaled` applies the model's RoPE
  * scaling (global layers only: sliding layers of Gemma 3 are unscaled). */
 /* YaRN's correction dimension for `rot` rotations over the original context. */
 static double yarn_corr_dim(const tk_hparams *hp, double theta, double rot) {
-    return hp->head_dim * log(hp->rope_orig_ctx / (rot * 2 * M_PI)) / (2 * log(theta));
+    return rope_dim_of(hp) * log(hp->rope_orig_ctx / (rot * 2 * M_PI)) / (2 * log(theta));
 }
 
+/* Over the rotated dimensions only (partial rotary: as HF, the exponent's
+ * denominator is the rotary dimension, not head_dim).  LongRoPE's factors
+ * are applied afterwards (apply_rope_factors). */
 static void init_rope(const tk_hparams *hp, double theta, bool scaled, float *out) {
-    int half = hp->head_dim / 2;
+    const int rot = rope_dim_of(hp), half = rot / 2;
     /* YaRN: frequencies below dimension `lo` kept, above `hi` divided by
      * factor, a linear ramp between (bounds floored / ceiled, as HF's
      * default truncate and llama.cpp do) */
     double lo = fmax(floor(yarn_corr_dim(hp, theta, hp->rope_yarn_beta_fast)), 0);
-    double hi = fmin(ceil(yarn_corr_dim(hp, theta, hp->rope_yarn_beta_slow)), hp->head_dim - 1);
+    double hi = fmin(ceil(yarn_corr_dim(hp, theta, hp->rope_yarn_beta_slow)), rot - 1);
     if (hi == lo) hi += 0.001;
     for (int i = 0; i < half; i++) {
-        double f = pow(theta, -2.0 * i / hp->head_dim);
+        double f = pow(theta, -2.0 * i / rot);
         if (!scaled) {
             /* as is */
         } else if (hp->rope_scaling == TK_ROPE_SCALING_LINEAR && hp->rope_factor > 0) {
@@ -163,14 +207,16 @@ static int init_layer_options(tk_model *m, tk_err *err) {
         if (a->attn_scale == TK_ATTN_SCALE_GEMMA3 && hp->n_layers == 62) qpas = (float)hp->dim / hp->n_heads;
         m->attn_scale = 1.0f / sqrtf(qpas);
     }
-    if (hp->rope_scaling == TK_ROPE_SCALING_YARN) {
-        /* YaRN multiplies cos and sin by the attention factor; q and k are
-         * both rotated and meet only in q.k, so the scores scale by its square */
-        double af = hp->rope_attn_factor > 0      ? hp->rope_attn_factor
-                    : hp->rope_factor > 1 ? 0.1 * log(hp->rope_factor) + 1.0
-                                          : 1.0;
-        m->attn_scale *= (float)(af * af);
-    }
+    /* YaRN and LongRoPE multiply cos and sin by an attention factor (in the
+     * tables, not folded into the score scale: with partial rotary the
+     * dimensions that do not rotate are not scaled) */
+    m->rope_mscale = 1.0f;
+    if (hp->rope_scaling == TK_ROPE_SCALING_YARN)
+        m->rope_mscale = hp->rope_attn_factor > 0 ? hp->rope_attn_factor
+                         : hp->rope_factor > 1    ? (float)(0.1 * log(hp->rope_factor) + 1.0)
+                                                  : 1.0f;
+    else if (hp->rope_scaling == TK_ROPE_SCALING_LONGROPE && hp->rope_attn_factor > 0)
+        m->rope_mscale = hp->rope_attn_factor;
     m->swa_window = a->uses_swa ? hp->swa_window : 0;
     m->n_swa_layers = 0;
     if (m->swa_window > 0) {
@@ -191,10 +237,36 @@ static int init_layer_options(tk_model *m, tk_err *err) {
         m->rope_inv_freq_swa = malloc((size_t)hp->head_dim / 2 * sizeof(float));
         if (!m->rope_inv_freq_swa) return tk_err_set(err, "out of memory");
         init_rope(hp, theta, false, m->rope_inv_freq_swa);
-        if (hp->rope_scaling == TK_ROPE_SCALING_YARN)
-            return tk_err_set(err, "yarn RoPE scaling with separately rotated sliding layers is not supported");
+        if (hp->rope_scaling == TK_ROPE_SCALING_YARN || hp->rope_scaling == TK_ROPE_SCALING_LONGROPE)
+            return tk_err_set(err, "%s RoPE scaling with separately rotated sliding layers is not supported",
+                              hp->rope_scaling == TK_ROPE_SCALING_YARN ? "yarn" : "longrope");
     }
     return 0;
+}
+
+/* LongRoPE needs both factor sets; factors without LongRoPE are refused
+ * rather than ignored. */
+static int bind_longrope(const tk_model *m, tk_err *err) {
+    const bool longrope = m->hp.rope_scaling == TK_ROPE_SCALING_LONGROPE;
+    const float *sets[2] = {m->w.rope_factors_long, m->w.rope_factors_short};
+    const char *names[2] = {"rope_factors_long.weight", "rope_factors_short.weight"};
+    for (int s = 0; s < 2; s++) {
+        if (!sets[s] != !longrope)
+            return tk_err_set(err, longrope ? "longrope RoPE scaling needs tensor '%s'"
+                                            : "tensor '%s' is only used with longrope RoPE scaling",
+                              names[s]);
+        for (int i = 0; sets[s] && i < m->rope_dim / 2; i++)
+            if (!(sets[s][i] > 0) || !isfinite(sets[s][i]))
+                return tk_err_set(err, "tensor '%s' has a non-positive factor at %d", names[s], i);
+    }
+    return 0;
+}
+
+void tk_model_set_context(tk_model *m, int ctx_len) {
+    if (m->hp.rope_scaling != TK_ROPE_SCALING_LONGROPE) return;
+    const float *factor = ctx_len > m->hp.rope_orig_ctx ? m->w.rope_factors_long : m->w.rope_factors_short;
+    init_rope(&m->hp, m->hp.rope_theta, true, m->rope_inv_freq);
+    for (int i = 0; i < m->rope_dim / 2; i++) m->rope_inv_freq[i] /= factor[i];
 }
 
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
@@ -216,6 +288,9 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
          !(m->hp.rope_yarn_beta_slow > 0) || !(m->hp.rope_attn_factor >= 0)))
         return tk_err_set(err, "invalid yarn RoPE scaling parameters (factor, original context, beta_fast, "
                                "beta_slow and attention factor must be positive)");
+    if (m->hp.rope_scaling == TK_ROPE_SCALING_LONGROPE && (m->hp.rope_orig_ctx <= 0 || !(m->hp.rope_attn_factor >= 0)))
+        return tk_err_set(err, "invalid longrope RoPE scaling parameters (original context and attention factor "
+                               "must be positive)");
     m->src = *src; /* take ownership */
     const tk_arch *a = m->arch;
 
@@ -229,27 +304,41 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
     m->vectors = malloc((n_vec ? n_vec : 1) * sizeof(float));
     m->layers = calloc((size_t)m->hp.n_layers, sizeof(tk_layer));
     m->rope_inv_freq = malloc((size_t)m->hp.head_dim / 2 * sizeof(float));
-    if (!m->vectors || !m->layers || !m->rope_inv_freq) {
+    size_t n_views = 0;
+    for (int i = 0; i < a->n_fused_roles; i++) n_views += (size_t)a->fused_roles[i].n_parts;
+    m->fused_views = calloc(n_views * (size_t)m->hp.n_layers + 1, sizeof(tk_tensor));
+    if (!m->vectors || !m->layers || !m->rope_inv_freq || !m->fused_views) {
         tk_err_set(err, "out of memory");
         goto fail;
     }
     float *cursor = m->vectors;
     for (int i = 0; i < a->n_global_roles; i++)
         if (bind_role(m, &a->global_roles[i], -1, &m->w, &cursor, err)) goto fail;
-    for (int l = 0; l < m->hp.n_layers; l++)
+    tk_tensor *views = m->fused_views;
+    for (int l = 0; l < m->hp.n_layers; l++) {
         for (int i = 0; i < a->n_layer_roles; i++)
             if (bind_role(m, &a->layer_roles[i], l, &m->layers[l], &cursor, err)) goto fail;
+        for (int i = 0; i < a->n_fused_roles; i++)
+            if (bind_fused(m, &a->fused_roles[i], l, &m->layers[l], &views, err)) goto fail;
+    }
     if (m->arch->moe && tk_moe_bind(m, err)) goto fail;
     if (!m->w.output) {
         m->w.output = m->w.tok_embd;
         m->hp.tied_output = true;
     }
+    m->rope_dim = rope_dim_of(&m->hp);
+    if (bind_longrope(m, err)) goto fail;
     init_rope(&m->hp, m->hp.rope_theta, true, m->rope_inv_freq);
+    tk_model_set_context(m, 0);
     if (init_layer_options(m, err)) goto fail;
     /* GGUF files carry Llama-3.1 style scaling as per-frequency divisors. */
     const tk_tensor *rf = tk_source_find(&m->src, "rope_freqs.weight");
+    if (rf && m->hp.rope_scaling == TK_ROPE_SCALING_LONGROPE) {
+        tk_err_set(err, "tensor 'rope_freqs.weight' cannot be combined with longrope RoPE scaling");
+        goto fail;
+    }
     if (rf && m->hp.rope_scaling != TK_ROPE_SCALING_LLAMA3) {
-        int half = m->hp.head_dim / 2;
+        int half = m->rope_dim / 2;
         if (rf->type != TK_F32 || rf->ne[0] != half || rf->nbytes < sizeof(float) * (size_t)half) {
             tk_err_set(err, "tensor 'rope_freqs.weight' must be %d float32 values", half);
             goto fail;
@@ -286,6 +375,7 @@ void tk_model_free(tk_model *m) {
     free(m->vectors);
     free(m->moe_router_f32);
     free(m->moe_views);
+    free(m->fused_views);
     free(m->layers);
     free(m->rope_inv_freq);
     free(m->rope_inv_freq_swa);

@@ -37,6 +37,7 @@ typedef struct tk_model_weights {
     const tk_tensor *tok_embd;
     float *output_norm;
     const tk_tensor *output; /* tok_embd when tied */
+    float *rope_factors_long, *rope_factors_short; /* LongRoPE divisors [rope_dim / 2] */
 } tk_model_weights;
 
 typedef struct tk_model {
@@ -45,7 +46,9 @@ typedef struct tk_model {
     tk_hparams hp;
     tk_model_weights w;
     tk_layer *layers;
-    float *rope_inv_freq; /* [head_dim / 2], scaling applied */
+    float *rope_inv_freq; /* [rope_dim / 2], scaling applied */
+    int rope_dim;         /* leading dimensions of each head that RoPE rotates (hp.rope_dim or head_dim) */
+    float rope_mscale;    /* cos and sin multiplier: the yarn / longrope attention factor, else 1 */
     /* Sliding-window attention: layers with swa set only attend to the last
      * swa_window positions (0: no sliding layers) and rotate with
      * rope_inv_freq_swa (the local base, no scaling). */
@@ -63,6 +66,7 @@ typedef struct tk_model {
     float *vectors;       /* storage for all float32 vectors */
     float *moe_router_f32; /* storage of the layers' router_f32 */
     tk_tensor *moe_views;  /* storage of the layers' expert views */
+    tk_tensor *fused_views; /* storage of the views of fused matrices (arch->fused_roles) */
     size_t weight_bytes;  /* bytes of all bound tensors */
 } tk_model;
 
@@ -133,6 +137,10 @@ typedef struct tk_forward_ws {
 int tk_model_load(const char *path, tk_model *m, tk_err *err);
 /* Binds an already-open source (takes ownership on success). */
 int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err);
+/* The context the model runs with: LongRoPE uses its long factors when it
+ * exceeds the original context (llama.cpp's rule), else the short ones
+ * (the default after loading).  Other models: no effect. */
+void tk_model_set_context(tk_model *m, int ctx_len);
 void tk_model_free(tk_model *m);
 
 int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int ctx_len, int kv_block_size,

@@ -71,7 +71,8 @@ int tk_convert(const char *in_path, const char *out_path, const tk_convert_param
         /* The writer emits llama keys and tensors only; other architectures'
          * extra tensors and options (e.g. Gemma 3's norms and sliding
          * window) would be lost. */
-        tk_err_set(err, "%s: architecture '%s' is not supported (llama, mistral, qwen2, qwen3)", in_path, src.arch);
+        tk_err_set(err, "%s: architecture '%s' is not supported (llama, mistral, qwen2, qwen3, qwen2moe, qwen3moe, olmoe, "
+                        "phi3)", in_path, src.arch);
         tk_source_close(&src);
         return -1;
     }

@@ -27,6 +27,18 @@ BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
             rms_norm_eps=1e-6, torch_dtype="float32")
 
+PHI3 = dict(tie_word_embeddings=False, sliding_window=None, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+PHI_ORIG = 40
+
+
+def longrope(n):
+    return dict(original_max_position_embeddings=PHI_ORIG,
+                rope_scaling=dict(type="longrope", short_factor=[1.0 + 0.07 * i for i in range(n)],
+                                  long_factor=[1.0 + 2.3 * i for i in range(n)]))
+
+
+LONGROPE = longrope(8)  # head_dim 16: 8 frequencies
+
 CASES = {
     "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=False)),
     "qwen2-tied": ("Qwen2Config", "Qwen2ForCausalLM", dict(tie_word_embeddings=True)),
@@ -38,10 +50,14 @@ CASES = {
                          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
                                            high_freq_factor=4.0, original_max_position_embeddings=32))),
     # Phi-3 without longrope and with full rotary: fused qkv_proj / gate_up_proj
-    # split at load; no window (loads and converts as llama)
-    "phi3": ("Phi3Config", "Phi3ForCausalLM",
-             dict(tie_word_embeddings=False, sliding_window=None, pad_token_id=0, bos_token_id=1,
-                  eos_token_id=2)),
+    # (kept fused, llama.cpp's attn_qkv / ffn_up; converted to a GGUF phi3)
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", PHI3),
+    # Phi-3.5-mini-like: longrope with an original context of 40 (PROMPTS
+    # give sequences of 35 and 40 tokens, short factors, and of 73, long);
+    # attention factor sqrt(1 + ln(256/40) / ln 40) = 1.23
+    "phi3.5-longrope": ("Phi3Config", "Phi3ForCausalLM", dict(PHI3, **LONGROPE)),
+    # Phi-4-mini-like: the same plus partial rotary (12 of head_dim 16 rotated)
+    "phi4-mini": ("Phi3Config", "Phi3ForCausalLM", dict(PHI3, partial_rotary_factor=0.75, **longrope(6))),
     "llama-linear": ("LlamaConfig", "LlamaForCausalLM",
                      dict(tie_word_embeddings=False, rope_scaling=dict(rope_type="linear", factor=2.5))),
     # yarn: theta 100, original context 64 and beta_fast 4 put the ramp at
@@ -73,8 +89,9 @@ def build(tmp_path, shared, case):
 
 
 def tk_logits(tokamak_bin, path, tokens, out):
+    # the context is the sequence: LongRoPE's factor set then follows the sequence length, as in transformers
     res = subprocess.run([tokamak_bin, "logits", "-m", str(path), "--tokens", ",".join(map(str, tokens)),
-                          "--kv-type", "f32", "-o", str(out)], capture_output=True, text=True)
+                          "--kv-type", "f32", "-c", str(len(tokens)), "-o", str(out)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     return np.fromfile(out, dtype=np.float32).reshape(len(tokens), VOCAB)
 
@@ -98,6 +115,39 @@ def test_family_matches_transformers(tokamak_bin, shared, tmp_path, case):
             # greedy: tokamak picks transformers' next token at every generated step
             picks = got[len(prompt) - 1:-1].argmax(axis=1)
             assert picks.tolist() == gen[len(prompt):], f"{case} {path.name} prompt {i}: greedy differs"
+
+
+@pytest.mark.parametrize("case", ["phi3.5-longrope", "phi4-mini"])
+def test_longrope_switches_at_the_original_context(tokamak_bin, shared, tmp_path, case):
+    # transformers picks the factor set by the sequence length: PHI_ORIG tokens rotate with the short
+    # factors, PHI_ORIG + 1 with the long ones at every position.  tokamak picks it by its context (llama.cpp's
+    # rule): a context of the sequence's length must give transformers' logits on both sides of the switch.
+    model, d = build(tmp_path, shared, case)
+    seq = [1] + [(i * 7919) % VOCAB for i in range(1, PHI_ORIG + 1)]
+    rows = {}
+    for n in [PHI_ORIG, PHI_ORIG + 1]:
+        with torch.no_grad():
+            ref = model(torch.tensor([seq[:n]])).logits[0].numpy()
+        got = tk_logits(tokamak_bin, d, seq[:n], tmp_path / "l.bin")
+        err = np.abs(got - ref).max() / float(ref.max() - ref.min())
+        assert err < 1e-4, f"{case} {n} tokens: max error {err:.2e} of the logit range"
+        rows[n] = got
+    # the switch is real: the shared prefix's logits differ between the two
+    assert np.abs(rows[PHI_ORIG] - rows[PHI_ORIG + 1][:PHI_ORIG]).max() > 1e-2
+
+
+def test_longrope_bad_factors_are_refused(tokamak_bin, shared, tmp_path):
+    import json
+    _, d = build(tmp_path, shared, "phi3.5-longrope")
+    cfg = json.loads((d / "config.json").read_text())
+    rp = cfg.get("rope_parameters") or cfg["rope_scaling"]
+    rp["long_factor"] = rp["long_factor"][:-1]  # one short of head_dim / 2
+    (d / "config.json").write_text(json.dumps(cfg))
+    err = load_error(tokamak_bin, d)
+    assert "long_factor" in err and "8" in err
+    rp["long_factor"] = [1.0] * 7 + [-2.0]
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert "long_factor" in load_error(tokamak_bin, d)
 
 
 def edit_config(d, **changes):
@@ -145,3 +195,30 @@ def test_bias_of_an_architecture_without_biases_is_refused(tokamak_bin, shared, 
     edit_config(d, model_type="llama", architectures=["LlamaForCausalLM"])
     err = load_error(tokamak_bin, d)
     assert "_proj.bias" in err and "architecture llama" in err
+
+
+def patch_gguf_dim(src, dst, tensor, dim, value):
+    """Copies a GGUF with one dimension of one tensor's header entry changed."""
+    import struct
+    data = bytearray(src.read_bytes())
+    name = tensor.encode()
+    at = data.index(struct.pack("<Q", len(name)) + name) + 8 + len(name)
+    (ndim,) = struct.unpack_from("<I", data, at)
+    assert dim < ndim
+    struct.pack_into("<Q", data, at + 4 + 8 * dim, value)
+    dst.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("tensor,dim,value", [
+    ("rope_factors_long.weight", 0, 7),  # one factor short of head_dim / 2
+    ("blk.1.attn_qkv.weight", 1, 96),     # fused q/k/v rows that do not add up to q + 2 kv
+    ("blk.0.ffn_up.weight", 1, 128),      # gate|up rows: one ffn_dim, not two
+])
+def test_phi3_gguf_bad_shapes_are_refused_naming_the_tensor(tokamak_bin, shared, tmp_path, tensor, dim, value):
+    _, d = build(tmp_path, shared, "phi3.5-longrope")
+    good = tmp_path / "good.gguf"
+    assert subprocess.run([tokamak_bin, "convert", str(d), str(good)], capture_output=True).returncode == 0
+    bad = tmp_path / "bad.gguf"
+    patch_gguf_dim(good, bad, tensor, dim, value)
+    err = load_error(tokamak_bin, bad)
+    assert tensor in err and "shape" in err, err
