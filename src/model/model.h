@@ -64,6 +64,12 @@ typedef struct tk_model {
     float *moe_router_f32; /* storage of the layers' router_f32 */
     tk_tensor *moe_views;  /* storage of the layers' expert views */
     size_t weight_bytes;  /* bytes of all bound tensors */
+    /* Tensor parallelism (src/parallel): the job this model is one rank's
+     * share of (NULL: the whole model), and the storage of its share's
+     * views and copied columns. */
+    struct tk_tp *tp;
+    tk_tensor *tp_views;
+    unsigned char *tp_data;
 } tk_model;
 
 
