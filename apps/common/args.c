@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,6 +219,10 @@ const char tk_tp_usage[] = "  --tp N                tensor parallelism over N MP
                            "                        (a build with -DTK_MPI=ON; docs/parallel.md)\n";
 
 int tk_tp_follow_cmd(const char *cmd, tk_engine *e) {
+    /* Rank 0 alone decides when the job ends (mpirun passes a SIGTERM or
+     * ^C to every rank): it finishes, then stops the others. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
     tk_err err;
     int rank = tk_engine_tp_rank(e), rc = tk_engine_tp_follow(e, &err);
     if (rc) fprintf(stderr, "tokamak %s (rank %d): %s\n", cmd, rank, err.msg);

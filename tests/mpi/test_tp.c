@@ -9,9 +9,9 @@
 #include "../tk_test.h"
 
 /* Opens model over 2 ranks (tp = 2) or on this rank alone (tp = 0). */
-static tk_engine *open_engine(const char *model, int tp, tk_err *err) {
+static tk_engine *open_engine(const char *model, const char *kv_type, int tp, tk_err *err) {
     tk_engine_config cfg = {.model_path = model, .n_threads = 1, .ctx_len = 256, .max_seqs = 2,
-                            .max_batch_tokens = 64, .kv_type = "f32", .tp = tp};
+                            .max_batch_tokens = 64, .kv_type = kv_type, .tp = tp};
     tk_engine *e;
     return tk_engine_open(&cfg, &e, err) ? NULL : e;
 }
@@ -90,8 +90,8 @@ static int greedy(tk_engine *e, text *out, tk_err *err) {
     return tk_engine_generate(e, "def main():\n    ", &gp, collect, out, &st, err);
 }
 
-/* The model on one rank (rank 0 only), then over both; rank 0 compares. */
-static void compare(const char *model, bool has_tokenizer, float tol) {
+/* The model over both ranks, then on rank 0 alone; rank 0 compares. */
+static void compare(const char *model, const char *kv_type, bool has_tokenizer, float tol) {
     tk_err err;
     const int rows = N_A + N_B + 2 * N_STEP;
     float *ref = NULL, *got = NULL;
@@ -99,7 +99,7 @@ static void compare(const char *model, bool has_tokenizer, float tol) {
     int nv = 0;
     /* over 2 ranks first: the other rank follows while rank 0 then runs the reference alone */
     tk_engine *e1 = NULL;
-    tk_engine *probe = open_engine(model, 2, &err);
+    tk_engine *probe = open_engine(model, kv_type, 2, &err);
     CHECK(probe, "%s over 2 ranks: %s", model, err.msg);
     if (!probe) return;
     if (tk_engine_tp_rank(probe) > 0) {
@@ -113,7 +113,7 @@ static void compare(const char *model, bool has_tokenizer, float tol) {
     CHECK(script(probe, got, &err) == 0, "2 ranks: %s", err.msg);
     if (has_tokenizer) CHECK(greedy(probe, &got_text, &err) == 0, "2 ranks greedy: %s", err.msg);
     tk_engine_close(probe);
-    e1 = open_engine(model, 0, &err);
+    e1 = open_engine(model, kv_type, 0, &err);
     CHECK(e1, "%s: %s", model, err.msg);
     if (e1) {
         CHECK(script(e1, ref, &err) == 0, "1 rank: %s", err.msg);
@@ -133,8 +133,8 @@ static void compare(const char *model, bool has_tokenizer, float tol) {
             }
             argmax_diff += ba != bb;
         }
-        printf("%s: max |logit(2 ranks) - logit(1 rank)| = %.3g (row %d of %d), largest |logit| %.3g\n", model,
-               worst, worst_row, rows, range);
+        printf("%s, %s KV: max |logit(2 ranks) - logit(1 rank)| = %.3g (row %d of %d), largest |logit| %.3g\n",
+               model, kv_type, worst, worst_row, rows, range);
         CHECK(worst <= tol, "%s: logits differ by %g (> %g)", model, worst, tol);
         CHECK(argmax_diff == 0, "%s: %d rows with another argmax", model, argmax_diff);
         if (has_tokenizer) {
@@ -150,14 +150,15 @@ static void compare(const char *model, bool has_tokenizer, float tol) {
 int main(void) {
     tk_err err;
     /* Q4_K_M: each rank's 128 output-projection columns would cut 256-value K-quant blocks. */
-    tk_engine *bad = open_engine(tk_shared("gguf-fixtures/qfix-Q4_K_M.gguf"), 2, &err);
+    tk_engine *bad = open_engine(tk_shared("gguf-fixtures/qfix-Q4_K_M.gguf"), "f32", 2, &err);
     CHECK(!bad, "a split cutting quantized blocks was accepted");
     if (bad) tk_engine_close(bad);
     else
         CHECK(strstr(err.msg, "block") || strstr(err.msg, "rank"), "unclear refusal: %s", err.msg);
     if (!bad) printf("refused: %s\n", err.msg);
 
-    compare(tk_shared("models/code-target"), true, 1e-5f);
-    compare(tk_shared("gguf-fixtures/qfix-Q8_0.gguf"), false, 1e-5f);
+    compare(tk_shared("models/code-target"), "f32", true, 1e-5f);
+    compare(tk_shared("gguf-fixtures/qfix-Q8_0.gguf"), "f32", false, 1e-5f);
+    compare(tk_shared("models/code-target"), "f16", true, 1e-4f); /* f16 rows round some K/V the other way */
     TK_TEST_END();
 }
