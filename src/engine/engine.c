@@ -42,6 +42,10 @@ static int parse_fusions(const char *spec, unsigned *out, tk_err *err) {
 static int tp_start(tk_engine *e, int max_blocks, tk_err *err) {
     int ok = !tk_tp_plan_init(&e->plan, e->tp, &e->kv, e->ws.max_tokens, e->max_seqs, max_blocks, err) &&
              !tk_tp_reserve(e->tp, (size_t)e->ws.max_tokens * e->model.hp.dim, err);
+    if (ok && e->model.tp_head && tk_tp_rank(e->tp) > 0) {
+        e->ws.tp_logits = malloc(sizeof(float) * (size_t)e->ws.max_tokens * (size_t)e->model.tp_head->ne[1]);
+        if (!e->ws.tp_logits) ok = !tk_err_set(err, "out of memory for this rank's logits");
+    }
     if (tk_tp_agree(e->tp, ok, err)) return -1;
     const tk_hparams *hp = &e->model.hp;
     int32_t mine[] = {hp->n_vocab, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->head_dim, hp->ffn_dim,
@@ -68,6 +72,7 @@ int tk_engine_tp_follow(tk_engine *e, tk_err *err) {
         tk_batch b;
         int rc = tk_tp_plan_recv(&e->plan, &e->kv, &b, err);
         if (rc <= 0) return rc;
+        e->ws.hidden_out = e->plan.hidden_out;
         /* A bad batch fails the same checks on rank 0, which reports it. */
         tk_err ferr;
         if (tk_forward(&e->model, &e->kv, e->plan.seq_ptrs, e->max_seqs, &b, NULL, &e->ws, e->pool, &ferr) &&
@@ -387,7 +392,7 @@ int tk_engine_decode(tk_engine *e, const tk_batch *b, float *logits, tk_err *err
             tk_kv_seq_prepare_write(&e->kv, &e->seqs[s], b->pos[i], b->pos[i] + 1, err))
             goto undo;
     }
-    if (e->tp && tk_tp_plan_send(&e->plan, b, e->seq_ptrs, err)) goto undo;
+    if (e->tp && tk_tp_plan_send(&e->plan, b, e->seq_ptrs, e->ws.hidden_out, err)) goto undo;
     if (tk_forward(&e->model, &e->kv, e->seq_ptrs, e->max_seqs, b, logits, &e->ws, e->pool, err)) goto undo;
     return 0;
 undo:

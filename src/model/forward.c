@@ -119,6 +119,7 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     free(ws->h1);
     free(ws->h2);
     free(ws->logits_in);
+    free(ws->tp_logits);
     free(ws->rope_cos);
     free(ws->rope_sin);
     free(ws->rope_cos_swa);
@@ -493,15 +494,27 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
         tk_kv_seq *s = seqs[batch->seq[t]];
         if (batch->pos[t] + 1 > s->len) s->len = batch->pos[t] + 1;
     }
-    if (tk_tp_rank(m->tp) > 0) return 0; /* rank 0 alone computes the outputs */
+    /* Outputs are rank 0's; a head split by vocabulary (tp_head) needs every rank. */
+    const bool rank0 = tk_tp_rank(m->tp) == 0;
+    if (!rank0 && (!m->tp_head || ws->hidden_out)) return 0;
     int n_out = 0;
     float *normed = ws->hidden_out ? logits : ws->logits_in; /* embeddings: the normed states are the output */
     for (int t = 0; t < T; t++)
         if (batch->logits[t])
             tk_rmsnorm(normed + (size_t)n_out++ * D, ws->x + (size_t)t * D, m->w.output_norm, D, hp->norm_eps);
-    if (ws->hidden_out) return 0;
-    if (n_out) tk_matmul(pool, &ws->mm, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab);
-    if (n_out && hp->final_softcap > 0) {
+    if (ws->hidden_out || !n_out) return 0;
+    if (m->tp_head) {
+        /* each rank its rows of the vocabulary (rank 0's straight into
+         * logits), gathered into rank 0's rows */
+        const int64_t part = m->tp_head->ne[1];
+        float *mine = rank0 ? logits : ws->tp_logits;
+        tk_matmul(pool, &ws->mm, m->tp_head, ws->logits_in, D, n_out, mine, rank0 ? hp->n_vocab : part);
+        if (tk_tp_gather_cols(m->tp, mine, n_out, part, logits, err)) return -1;
+        if (!rank0) return 0;
+    } else {
+        tk_matmul(pool, &ws->mm, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab);
+    }
+    if (hp->final_softcap > 0) {
         float c = hp->final_softcap;
         for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] = c * tanhf(logits[i] / c);
     }

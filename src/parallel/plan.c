@@ -1,6 +1,8 @@
 /* Sending and receiving batch plans (plan.h).  A plan is two broadcasts
  * from rank 0: a header of HEADER ints, then its payload:
  *   token[n] pos[n] seq[n] wants_logits[n] copies[2 * n_copies]
+ * (the header: command, counts, whether the outputs are hidden states
+ * rather than logits, payload length)
  *   per sequence in the batch: id len n_dropped n_blocks blocks[n_blocks] */
 #include "plan.h"
 
@@ -8,7 +10,7 @@
 #include <string.h>
 
 enum { CMD_STOP = 0, CMD_FORWARD = 1 };
-enum { H_CMD, H_TOKENS, H_COPIES, H_SEQS, H_LEN, HEADER };
+enum { H_CMD, H_TOKENS, H_COPIES, H_SEQS, H_HIDDEN, H_LEN, HEADER };
 enum { SEQ_FIELDS = 4 };
 
 static void record_copy(void *ctx, int src, int dst) {
@@ -72,7 +74,7 @@ static int broadcast(tk_tp_plan *p, tk_err *err) {
     return p->buf[H_LEN] ? tk_tp_bcast(p->tp, p->buf + HEADER, p->buf[H_LEN], err) : 0;
 }
 
-int tk_tp_plan_send(tk_tp_plan *p, const tk_batch *b, tk_kv_seq *const *seqs, tk_err *err) {
+int tk_tp_plan_send(tk_tp_plan *p, const tk_batch *b, tk_kv_seq *const *seqs, bool hidden_out, tk_err *err) {
     if (p->copies_lost)
         return tk_err_set(err, "tensor parallelism: more copy-on-write copies in one step than the pool has blocks");
     const int n = b->n_tokens;
@@ -110,6 +112,7 @@ int tk_tp_plan_send(tk_tp_plan *p, const tk_batch *b, tk_kv_seq *const *seqs, tk
     p->buf[H_TOKENS] = n;
     p->buf[H_COPIES] = p->n_copies;
     p->buf[H_SEQS] = n_seqs;
+    p->buf[H_HIDDEN] = hidden_out;
     p->buf[H_LEN] = (int32_t)(w - (p->buf + HEADER));
     p->n_copies = 0;
     return broadcast(p, err);
@@ -156,6 +159,7 @@ int tk_tp_plan_recv(tk_tp_plan *p, tk_kv_pool *kv, tk_batch *b, tk_err *err) {
     if (h[H_CMD] == CMD_STOP) return 0;
     const int n = h[H_TOKENS], nc = h[H_COPIES];
     if (h[H_CMD] != CMD_FORWARD) return bad(err, "an unknown command");
+    p->hidden_out = h[H_HIDDEN] != 0;
     if (n <= 0 || n > p->max_tokens) return bad(err, "a token count out of bounds");
     if (nc < 0 || nc > p->pool_blocks) return bad(err, "a copy count out of bounds");
     if (h[H_SEQS] < 0 || h[H_SEQS] > p->max_seqs) return bad(err, "a sequence count out of bounds");

@@ -71,7 +71,7 @@ int tk_tp_slice_model(tk_model *m, int rank, int n, tk_err *err) {
         if (!down) return -1;
         bytes += wo + down;
     }
-    m->tp_views = calloc((size_t)hp->n_layers * VIEWS_PER_LAYER, sizeof(tk_tensor));
+    m->tp_views = calloc((size_t)hp->n_layers * VIEWS_PER_LAYER + 1, sizeof(tk_tensor));
     m->tp_data = malloc(bytes);
     if (!m->tp_views || !m->tp_data)
         return tk_err_set(err, "out of memory for this rank's share of the weights (%zu bytes)", bytes);
@@ -93,6 +93,13 @@ int tk_tp_slice_model(tk_model *m, int rank, int n, tk_err *err) {
         if (L->bq) L->bq += rank * q;
         if (L->bk) L->bk += rank * kv;
         if (L->bv) L->bv += rank * kv;
+    }
+    /* The head by vocabulary when it divides (each logit is then computed
+     * whole, by one rank, as on one rank); else rank 0 computes it all. */
+    if (hp->n_vocab % n == 0) {
+        tk_tensor *h = m->tp_views + (size_t)hp->n_layers * VIEWS_PER_LAYER;
+        row_share(m->w.output, (int64_t)rank * (hp->n_vocab / n), hp->n_vocab / n, h);
+        m->tp_head = h;
     }
     hp->n_heads /= n;
     hp->n_kv_heads /= n;

@@ -36,4 +36,9 @@ int tk_tp_reserve(tk_tp *tp, size_t n, tk_err *err);
  * the transport's own reduction order. */
 int tk_tp_allreduce(tk_tp *tp, float *x, size_t n, tk_err *err);
 
+/* Collective: rows x cols floats from each rank (contiguous) become columns
+ * [r * cols, (r + 1) * cols) of rank 0's rows x (ranks * cols) matrix out;
+ * rank 0's own share is already in place there (part == out). */
+int tk_tp_gather_cols(tk_tp *tp, const float *part, int rows, int64_t cols, float *out, tk_err *err);
+
 #endif

@@ -123,3 +123,26 @@ int tk_tp_allreduce(tk_tp *tp, float *x, size_t n, tk_err *err) {
     }
     return 0;
 }
+
+int tk_tp_gather_cols(tk_tp *tp, const float *part, int rows, int64_t cols, float *out, tk_err *err) {
+    if ((int64_t)rows * cols > INT_MAX || cols * tp->size > INT_MAX)
+        return tk_err_set(err, "tensor parallelism: a gather of %d x %lld floats is too large", rows, (long long)cols);
+    const int n = rows * (int)cols;
+    if (tp->rank != 0) {
+        int rc = MPI_Gather(part, n, MPI_FLOAT, NULL, n, MPI_FLOAT, 0, tp->comm);
+        return rc == MPI_SUCCESS ? 0 : mpi_fail(tp, rc, "MPI_Gather", err);
+    }
+    /* one rank's share: rows runs of cols floats, a row apart; consecutive
+     * ranks' shares start cols floats apart */
+    MPI_Datatype share, placed;
+    int rc = MPI_Type_vector(rows, (int)cols, (int)cols * tp->size, MPI_FLOAT, &share);
+    if (rc == MPI_SUCCESS) {
+        rc = MPI_Type_create_resized(share, 0, (MPI_Aint)(cols * (int64_t)sizeof(float)), &placed);
+        MPI_Type_free(&share);
+    }
+    if (rc != MPI_SUCCESS) return mpi_fail(tp, rc, "MPI_Type_vector", err);
+    rc = MPI_Type_commit(&placed);
+    if (rc == MPI_SUCCESS) rc = MPI_Gather(MPI_IN_PLACE, n, MPI_FLOAT, out, 1, placed, 0, tp->comm);
+    MPI_Type_free(&placed);
+    return rc == MPI_SUCCESS ? 0 : mpi_fail(tp, rc, "MPI_Gather", err);
+}

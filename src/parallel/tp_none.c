@@ -50,3 +50,12 @@ int tk_tp_allreduce(tk_tp *tp, float *x, size_t n, tk_err *err) {
     (void)n;
     return tk_err_set(err, "no tensor-parallel job");
 }
+
+int tk_tp_gather_cols(tk_tp *tp, const float *part, int rows, int64_t cols, float *out, tk_err *err) {
+    (void)tp;
+    (void)part;
+    (void)rows;
+    (void)cols;
+    (void)out;
+    return tk_err_set(err, "no tensor-parallel job");
+}

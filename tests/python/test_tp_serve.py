@@ -109,3 +109,15 @@ def test_dead_rank_ends_the_job(mpi_bin, model_dir):
         if s.proc.poll() is None:
             s.proc.kill()
             s.proc.wait()
+
+
+def test_embeddings_same_as_one_rank(servers):
+    """Pooled final-norm hidden states: the plan tells the other ranks to skip the head."""
+    one, two = servers
+    a = one.client().embeddings.create(model=MODEL_NAME, input=["def add(a, b):", "import os"])
+    b = two.client().embeddings.create(model=MODEL_NAME, input=["def add(a, b):", "import os"])
+    for x, y in zip(a.data, b.data):
+        assert len(x.embedding) == len(y.embedding) > 0
+        assert max(abs(p - q) for p, q in zip(x.embedding, y.embedding)) < 1e-5
+    # and generation still works after an embeddings batch
+    assert chat(two, temperature=0).choices[0].message.content == chat(one, temperature=0).choices[0].message.content
