@@ -215,8 +215,8 @@ int tk_args_take_repeated(const char *cmd, const char *name, int argc, char **ar
     return n;
 }
 
-const char tk_tp_usage[] = "  --tp N                tensor parallelism over N MPI ranks: mpirun -np N tokamak ... --tp N\n"
-                           "                        (a build with -DTK_MPI=ON; docs/parallel.md)\n";
+const char tk_tp_usage[] = "  --tp N                tensor parallelism over N MPI ranks: mpirun -np N tokamak ...\n"
+                           "                        --tp N (a build with -DTK_MPI=ON; docs/parallel.md)\n";
 
 int tk_tp_follow_cmd(const char *cmd, tk_engine *e) {
     /* Rank 0 alone decides when the job ends (mpirun passes a SIGTERM or

@@ -205,7 +205,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         return tk_err_set(err, "unknown speculative mode %d", cfg->spec_mode);
     if (cfg->spec_mode == TK_SPEC_DRAFT && !cfg->draft_model_path)
         return tk_err_set(err, "speculative decoding with a draft model needs a draft model path");
-    if (cfg->tp < 0 || cfg->tp > TK_TP_MAX) return tk_err_set(err, "tensor parallelism: %d ranks (1 to %d)", cfg->tp, TK_TP_MAX);
+    if (cfg->tp < 0 || cfg->tp > TK_TP_MAX)
+        return tk_err_set(err, "tensor parallelism over %d ranks: 1 to %d", cfg->tp, TK_TP_MAX);
     if (cfg->tp > 1 && cfg->draft_model_path)
         return tk_err_set(err, "tensor parallelism does not run a draft model yet");
     if (!(cfg->draft_cost >= 0 && cfg->draft_cost <= 100) || !(cfg->verify_slope >= 0 && cfg->verify_slope <= 100))
@@ -317,10 +318,11 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     o->n_vocab = hp->n_vocab;
     o->dim = hp->dim;
     o->n_layers = hp->n_layers;
-    o->n_heads = hp->n_heads;
-    o->n_kv_heads = hp->n_kv_heads;
+    const int ranks = tk_tp_size(e->tp); /* hp holds this rank's share */
+    o->n_heads = hp->n_heads * ranks;
+    o->n_kv_heads = hp->n_kv_heads * ranks;
     o->head_dim = hp->head_dim;
-    o->ffn_dim = hp->ffn_dim;
+    o->ffn_dim = hp->ffn_dim * ranks;
     o->ctx_len = hp->ctx_len;
     o->norm_eps = hp->norm_eps;
     o->rope_theta = hp->rope_theta;

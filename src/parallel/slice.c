@@ -67,7 +67,8 @@ int tk_tp_slice_model(tk_model *m, int rank, int n, tk_err *err) {
     size_t bytes = 0;
     for (int l = 0; l < hp->n_layers; l++) {
         const tk_layer *L = &m->layers[l];
-        size_t wo = col_share_bytes(L->wo, rank * q, q, err), down = wo ? col_share_bytes(L->w_down, rank * f, f, err) : 0;
+        size_t wo = col_share_bytes(L->wo, rank * q, q, err);
+        size_t down = wo ? col_share_bytes(L->w_down, rank * f, f, err) : 0;
         if (!down) return -1;
         bytes += wo + down;
     }

@@ -113,7 +113,8 @@ int tk_tp_reserve(tk_tp *tp, size_t n, tk_err *err) {
 }
 
 int tk_tp_allreduce(tk_tp *tp, float *x, size_t n, tk_err *err) {
-    if (n > tp->cap) return tk_err_set(err, "tensor parallelism: all-reduce of %zu floats above the %zu reserved", n, tp->cap);
+    if (n > tp->cap)
+        return tk_err_set(err, "tensor parallelism: all-reduce of %zu floats above the %zu reserved", n, tp->cap);
     int rc = MPI_Allgather(x, (int)n, MPI_FLOAT, tp->gather, (int)n, MPI_FLOAT, tp->comm);
     if (rc != MPI_SUCCESS) return mpi_fail(tp, rc, "MPI_Allgather", err);
     for (size_t i = 0; i < n; i++) {
