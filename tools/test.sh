@@ -18,7 +18,7 @@ if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   cmake -S . -B build-mpi -DCMAKE_BUILD_TYPE=Release -DTK_MPI=ON >/dev/null || exit 1
   cmake --build build-mpi -j"$jobs" --target tokamak test_tp || exit 1
-  (cd build-mpi && ctest -R '^test_tp$' --output-on-failure) || status=1
+  (cd build-mpi && ctest -R '^test_tp_' --output-on-failure) || status=1
   tk_mpi_bin="$PWD/build-mpi/tokamak"
 else
   echo "SKIP: no mpicc/mpirun (Open MPI); tensor-parallel tests not run"
