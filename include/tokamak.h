@@ -68,7 +68,21 @@ typedef struct tk_engine_config {
      * that a seed reproduces its output; greedy decoding, whose output does
      * not depend on the draft length, uses the costs measured as it runs. */
     float draft_cost, verify_slope;
+    /* Tensor parallelism (a build with -DTK_MPI=ON, run under mpirun -np tp;
+     * docs/parallel.md): every rank opens the engine with the same
+     * configuration and holds its share of the heads and FFN columns;
+     * 0 or 1: none. */
+    int tp;
 } tk_engine_config;
+
+#define TK_TP_MAX 256
+
+/* Tensor parallelism: this process's rank (0 without it).  Rank 0 uses the
+ * engine as usual; every other rank calls tk_engine_tp_follow, which runs
+ * its share of rank 0's forward passes and returns when rank 0 closes its
+ * engine (0) or the job fails (-1); then it closes its engine. */
+int tk_engine_tp_rank(const tk_engine *e);
+int tk_engine_tp_follow(tk_engine *e, tk_err *err);
 
 /* One batch: parallel arrays of n_tokens entries. */
 typedef struct tk_batch {

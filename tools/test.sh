@@ -14,6 +14,18 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null || exit 1
 cmake --build build -j"$jobs" || exit 1
 (cd build && ctest --output-on-failure -j"$jobs") || status=1
 
+if command -v mpicc >/dev/null && command -v mpirun >/dev/null; then
+  echo "== tensor parallelism (MPI build, 2 ranks)"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  cmake -S . -B build-mpi -DCMAKE_BUILD_TYPE=Release -DTK_MPI=ON >/dev/null || exit 1
+  cmake --build build-mpi -j"$jobs" --target tokamak test_tp || exit 1
+  (cd build-mpi && ctest -R '^test_tp_' --output-on-failure) || status=1
+  tk_mpi_bin="$PWD/build-mpi/tokamak"
+else
+  echo "SKIP: no mpicc/mpirun (Open MPI); tensor-parallel tests not run"
+  tk_mpi_bin=""
+fi
+
 echo "== sanitizer build (ASan + UBSan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DTK_SANITIZE=ON -DTK_NATIVE=ON >/dev/null || exit 1
 cmake --build build-asan -j"$jobs" || exit 1
@@ -25,7 +37,7 @@ tools/test_arm64.sh || status=1
 echo "== Python differential tests"
 tools/oracles.sh >/dev/null || echo "oracles: Gemma 3 GGUF / llama-cpp-python unavailable; those tests will skip"
 if [ -x .venv/bin/python ] && .venv/bin/python -c 'import pytest' 2>/dev/null; then
-  TOKAMAK_BIN="$PWD/build/tokamak" TOKAMAK_ASAN_BIN="$PWD/build-asan/tokamak" \
+  TOKAMAK_BIN="$PWD/build/tokamak" TOKAMAK_ASAN_BIN="$PWD/build-asan/tokamak" TOKAMAK_MPI_BIN="$tk_mpi_bin" \
     .venv/bin/python -m pytest -q tests/python
   rc=$?
   # 5 = no tests collected: not a failure of the suite itself.

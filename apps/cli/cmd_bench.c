@@ -128,6 +128,7 @@ static void usage(FILE *f) {
                "                   (after the same prefill; shows what split-KV attention gains)\n"
                "  --kv-type T      KV cache storage: f16 (default), f32, q8_0\n"
                "  --block-size N   tokens per KV block (default 64)\n"
+               "%s"
                "  --fuse LIST      operator fusions: all (default), none, or norm-quant,glu,rope-kv,rope-q,residual\n"
                "  --verify-cost    time a pass over k + 1 tokens relative to one token, k = 1..8 (at\n"
                "                   context -p), and nothing else\n"
@@ -138,14 +139,14 @@ static void usage(FILE *f) {
                "  --n-prompts N  prompts (default 4)   -n N tokens each   -r N repetitions\n"
                "  --temp T       temperature (default 0)   --seed S\n"
                "  --cpu-time     decode speed in process CPU time (with -t 1: robust on a busy machine)\n",
-            tk_spec_usage);
+            tk_tp_usage, tk_spec_usage);
 }
 
 int tk_cmd_bench(int argc, char **argv) {
     const char *model = NULL;
     tk_spec_args spec = {0};
     int pp = 128, tg = -1, reps = 0, threads = 0, batch = 0, ctx_threads = 0; /* tg, reps < defaults: not given */
-    int block_size = 0;
+    int block_size = 0, tp = 0;
     bool json = false, bandwidth = true, verify_cost = false;
     tk_bench_spec_opts so = {.prompt_chars = 600, .n_prompts = 4, .seed = 1};
     const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
@@ -170,6 +171,7 @@ int tk_cmd_bench(int argc, char **argv) {
         TK_OPT_S("--kv-type", &kv_type),
         TK_OPT_I("--block-size", &block_size, 1, 4096),
         TK_OPT_S("--fuse", &fusions),
+        TK_OPT_I("--tp", &tp, 1, TK_TP_MAX),
     };
     const tk_cli cli = {.cmd = "bench", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
     int prc = tk_args_parse(&cli, argc, argv);
@@ -225,7 +227,7 @@ int tk_cmd_bench(int argc, char **argv) {
     tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
                             .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
                             .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions,
-                            .kv_block_size = block_size};
+                            .kv_block_size = block_size, .tp = tp};
     if (n_ctx_list && cfg.max_batch_tokens < 512) cfg.max_batch_tokens = 512; /* context prefill in chunks */
     if (cfg.max_batch_tokens < 1) cfg.max_batch_tokens = 1;
     tk_engine *e;
@@ -234,6 +236,7 @@ int tk_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "tokamak bench: %s\n", err.msg);
         return 1;
     }
+    if (tk_engine_tp_rank(e) > 0) return tk_tp_follow_cmd("bench", e);
     tk_model_summary ms;
     tk_engine_summary(e, &ms);
     if (verify_cost) {

@@ -26,6 +26,7 @@ static void usage(FILE *f) {
             "  -c, --ctx-size N      context length (default: the model's)\n"
             "  -t, --threads N       threads (default: all cores)\n"
             "  --kv-type T           KV cache storage: f16 (default), f32, q8_0\n"
+            "%s"
             "  --no-bos              do not prepend BOS\n"
             "  --ignore-eos          keep generating past end-of-generation tokens\n"
             "  --chat                the prompt is one user message: render it through the model's chat\n"
@@ -39,7 +40,7 @@ static void usage(FILE *f) {
             "  --grammar FILE        text of the GBNF grammar in FILE (rule root)\n"
             "speculative decoding:\n"
             "%s",
-            tk_spec_usage);
+            tk_tp_usage, tk_spec_usage);
 }
 
 /* --chat: the prompt as one user turn (after an optional system message),
@@ -99,6 +100,7 @@ int tk_cmd_run(int argc, char **argv) {
         TK_OPT_I("-c|--ctx-size", &cfg.ctx_len, 1, 1 << 24),
         TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
         TK_OPT_S("--kv-type", &cfg.kv_type),
+        TK_OPT_I("--tp", &cfg.tp, 1, TK_TP_MAX),
         TK_OPT_OFF("--no-bos", &gp.add_bos),
         TK_OPT_ON("--ignore-eos", &gp.ignore_eos),
         TK_OPT_ON("--chat", &chat),
@@ -150,6 +152,10 @@ int tk_cmd_run(int argc, char **argv) {
         free(file_text);
         free(constraint_text);
         return 1;
+    }
+    if (tk_engine_tp_rank(e) > 0) {
+        free(file_text);
+        return tk_tp_follow_cmd("run", e);
     }
     if (chat && chat_prompt(e, system, prompt, &gp, &chat_text)) {
         tk_engine_close(e);

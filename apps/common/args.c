@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -212,4 +213,19 @@ int tk_args_take_repeated(const char *cmd, const char *name, int argc, char **ar
     }
     rest[n] = NULL;
     return n;
+}
+
+const char tk_tp_usage[] = "  --tp N                tensor parallelism over N MPI ranks: mpirun -np N tokamak ...\n"
+                           "                        --tp N (a build with -DTK_MPI=ON; docs/parallel.md)\n";
+
+int tk_tp_follow_cmd(const char *cmd, tk_engine *e) {
+    /* Rank 0 alone decides when the job ends (mpirun passes a SIGTERM or
+     * ^C to every rank): it finishes, then stops the others. */
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    tk_err err;
+    int rank = tk_engine_tp_rank(e), rc = tk_engine_tp_follow(e, &err);
+    if (rc) fprintf(stderr, "tokamak %s (rank %d): %s\n", cmd, rank, err.msg);
+    tk_engine_close(e);
+    return rc ? 1 : 0;
 }

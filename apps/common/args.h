@@ -96,6 +96,13 @@ struct tk_engine;
  * the speed-up the engine's measured cost model expects. */
 void tk_print_spec_stats(FILE *f, struct tk_engine *e, long drafted, long accepted, long passes, long tokens);
 
+/* A rank other than 0 of a tensor-parallel job (--tp): follows rank 0's
+ * forward passes until it closes its engine, closes e and returns the
+ * command's exit status (errors printed as "tokamak CMD (rank R): ..."). */
+int tk_tp_follow_cmd(const char *cmd, struct tk_engine *e);
+/* The --tp option's help line. */
+extern const char tk_tp_usage[];
+
 /* Peak resident set size of this process in bytes. */
 size_t tk_peak_rss(void);
 

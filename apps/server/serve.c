@@ -51,6 +51,7 @@ static void usage(FILE *f) {
             "  --kv-memory SIZE         KV cache pool, e.g. 512M, 2G (default: max-seqs full contexts)\n"
             "  --block-size N           tokens per KV block (default 64)\n"
             "  --kv-type TYPE           KV cache element type: f16 (default), f32, q8_0\n"
+            "%s"
             "  --no-prefix-cache        disable automatic prefix caching\n"
             "  --no-window-release      keep KV blocks that left the sliding window (models whose layers all\n"
             "                           slide release them by default)\n"
@@ -68,7 +69,7 @@ static void usage(FILE *f) {
             "speculative decoding (server-wide defaults; a request may override them with\n"
             "\"speculative\": {\"mode\": \"off\"|\"ngram\"|\"draft\", \"draft_max\": N, \"draft_min\": N}):\n"
             "%s",
-            tk_spec_usage);
+            tk_tp_usage, tk_spec_usage);
 }
 
 /* "512M", "2G", "65536", "1.5G" -> bytes. */
@@ -191,6 +192,7 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
         TK_OPT_S("--kv-memory", &kv_mem),
         TK_OPT_I("--block-size", &cfg.kv_block_size, 1, 4096),
         TK_OPT_S("--kv-type", &cfg.kv_type),
+        TK_OPT_I("--tp", &cfg.tp, 1, TK_TP_MAX),
         TK_OPT_ON("--no-prefix-cache", &cfg.no_prefix_cache),
         TK_OPT_ON("--no-window-release", &cfg.no_window_release),
         TK_OPT_I("--max-queue", &cfg.max_waiting, 1, 1 << 20),
@@ -274,6 +276,10 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
         fprintf(stderr, "tokamak serve: %s\n", err.msg);
         tk_chat_template_free(tmpl);
         return 1;
+    }
+    if (tk_engine_tp_rank(e) > 0) {
+        tk_chat_template_free(tmpl);
+        return tk_tp_follow_cmd("serve", e);
     }
     char origin_buf[160];
     const char *tmpl_origin = origin_buf;

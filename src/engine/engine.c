@@ -10,6 +10,7 @@
 
 #include "../formats/dtype.h"
 #include "../model/model.h"
+#include "../parallel/slice.h"
 #include "../sample/sampler.h"
 #include "../tokenizer/tokenizer.h"
 #include "engine_internal.h"
@@ -35,14 +36,69 @@ static int parse_fusions(const char *spec, unsigned *out, tk_err *err) {
     return 0;
 }
 
+/* Tensor parallelism, the end of opening: every rank has opened its share
+ * (agreed), and the shapes the plans rely on are rank 0's on every rank.
+ * Returns -1 on all ranks or on none. */
+static int tp_start(tk_engine *e, int max_blocks, tk_err *err) {
+    int ok = !tk_tp_plan_init(&e->plan, e->tp, &e->kv, e->ws.max_tokens, e->max_seqs, max_blocks, err) &&
+             !tk_tp_reserve(e->tp, (size_t)e->ws.max_tokens * e->model.hp.dim, err);
+    if (ok && e->model.tp_head && tk_tp_rank(e->tp) > 0) {
+        e->ws.tp_logits = malloc(sizeof(float) * (size_t)e->ws.max_tokens * (size_t)e->model.tp_head->ne[1]);
+        if (!e->ws.tp_logits) ok = !tk_err_set(err, "out of memory for this rank's logits");
+    }
+    if (tk_tp_agree(e->tp, ok, err)) return -1;
+    const tk_hparams *hp = &e->model.hp;
+    int32_t mine[] = {hp->n_vocab, hp->dim, hp->n_layers, hp->n_heads, hp->n_kv_heads, hp->head_dim, hp->ffn_dim,
+                      e->ctx_len, e->max_seqs, e->ws.max_tokens, e->kv.block_size, e->kv.n_blocks, (int)e->kv.type,
+                      e->kv.prefix_cache, (int)e->ws.fuse, e->kv_window};
+    enum { N = sizeof mine / sizeof mine[0] };
+    int32_t root[N];
+    memcpy(root, mine, sizeof mine);
+    if (tk_tp_bcast(e->tp, root, N, err)) return -1;
+    ok = !memcmp(root, mine, sizeof mine);
+    if (!ok)
+        tk_err_set(err, "tensor parallelism: rank %d opened the model with other settings than rank 0 "
+                        "(every rank must get the same options)", tk_tp_rank(e->tp));
+    if (tk_tp_agree(e->tp, ok, err)) return -1;
+    e->tp_started = true;
+    return 0;
+}
+
+int tk_engine_tp_rank(const tk_engine *e) { return tk_tp_rank(e->tp); }
+
+int tk_engine_tp_follow(tk_engine *e, tk_err *err) {
+    if (tk_tp_rank(e->tp) == 0) return tk_err_set(err, "only the ranks other than 0 of a tensor-parallel job follow");
+    for (;;) {
+        tk_batch b;
+        int rc = tk_tp_plan_recv(&e->plan, &e->kv, &b, err);
+        if (rc <= 0) return rc;
+        e->ws.hidden_out = e->plan.hidden_out;
+        /* A bad batch fails the same checks on rank 0, which reports it. */
+        tk_err ferr;
+        if (tk_forward(&e->model, &e->kv, e->plan.seq_ptrs, e->max_seqs, &b, NULL, &e->ws, e->pool, &ferr) &&
+            tk_tp_failed(e->tp))
+            return tk_err_set(err, "%s", ferr.msg);
+    }
+}
+
 /* Opens an engine; a draft engine passes its target's thread pool. */
 static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, tk_engine **out, tk_err *err) {
     *out = NULL;
     tk_engine *e = calloc(1, sizeof *e);
     if (!e) return tk_err_set(err, "out of memory");
-    if (tk_model_load(cfg->model_path, &e->model, err)) {
+    if (cfg->tp > 1 && tk_tp_open(cfg->tp, &e->tp, err)) {
         free(e);
         return -1;
+    }
+    if (tk_model_load(cfg->model_path, &e->model, err)) {
+        if (e->tp) tk_tp_agree(e->tp, 0, err);
+        tk_tp_close(e->tp);
+        free(e);
+        return -1;
+    }
+    if (e->tp) {
+        e->model.tp = e->tp;
+        if (tk_tp_slice_model(&e->model, tk_tp_rank(e->tp), cfg->tp, err)) goto fail;
     }
     /* The tokenizer from the metadata of the model's file, opened once. */
     tk_err tok_err;
@@ -136,9 +192,12 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     if (!shared_pool && draft_rows < TK_SPEC_MAX_DRAFT) draft_rows = TK_SPEC_MAX_DRAFT;
     if (tk_constraint_cache_init(&e->constraints, hp->n_vocab, err)) goto fail;
     if (tk_batcher_init(e, cfg->max_waiting > 0 ? cfg->max_waiting : 256, draft_rows, err)) goto fail;
+    if (e->tp && tp_start(e, blocks_per_seq + 1, err)) goto fail_agreed;
     *out = e;
     return 0;
 fail:
+    if (e->tp) tk_tp_agree(e->tp, 0, err);
+fail_agreed:
     tk_engine_close(e);
     return -1;
 }
@@ -148,6 +207,10 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         return tk_err_set(err, "unknown speculative mode %d", cfg->spec_mode);
     if (cfg->spec_mode == TK_SPEC_DRAFT && !cfg->draft_model_path)
         return tk_err_set(err, "speculative decoding with a draft model needs a draft model path");
+    if (cfg->tp < 0 || cfg->tp > TK_TP_MAX)
+        return tk_err_set(err, "tensor parallelism over %d ranks: 1 to %d", cfg->tp, TK_TP_MAX);
+    if (cfg->tp > 1 && cfg->draft_model_path)
+        return tk_err_set(err, "tensor parallelism does not run a draft model yet");
     if (!(cfg->draft_cost >= 0 && cfg->draft_cost <= 100) || !(cfg->verify_slope >= 0 && cfg->verify_slope <= 100))
         return tk_err_set(err, "invalid speculative cost priors");
     if (cfg->draft_max < 0 || cfg->draft_max > TK_SPEC_MAX_DRAFT || cfg->draft_min < 0 ||
@@ -211,6 +274,10 @@ void tk_engine_spec_info(tk_engine *e, tk_spec_info *o) {
 
 void tk_engine_close(tk_engine *e) {
     if (!e) return;
+    if (e->tp_started && tk_tp_rank(e->tp) == 0) {
+        tk_err ignored; /* a failed stop marks the job failed: closing it aborts the others */
+        tk_tp_plan_stop(&e->plan, &ignored);
+    }
     tk_engine_close(e->draft);
     tk_batcher_free(e);
     tk_constraint_cache_free(&e->constraints); /* after the requests, which hold its grammars */
@@ -221,9 +288,11 @@ void tk_engine_close(tk_engine *e) {
     free(e->saved_blocks);
     tk_forward_ws_free(&e->ws);
     if (e->owns_pool) tk_threadpool_free(e->pool);
+    tk_tp_plan_free(&e->plan, &e->kv);
     tk_kv_pool_free(&e->kv);
     tk_tokenizer_free(e->tok);
     tk_model_free(&e->model);
+    tk_tp_close(e->tp);
     free(e);
 }
 
@@ -252,10 +321,11 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     o->n_vocab = hp->n_vocab;
     o->dim = hp->dim;
     o->n_layers = hp->n_layers;
-    o->n_heads = hp->n_heads;
-    o->n_kv_heads = hp->n_kv_heads;
+    const int ranks = tk_tp_size(e->tp); /* hp holds this rank's share */
+    o->n_heads = hp->n_heads * ranks;
+    o->n_kv_heads = hp->n_kv_heads * ranks;
     o->head_dim = hp->head_dim;
-    o->ffn_dim = hp->ffn_dim;
+    o->ffn_dim = hp->ffn_dim * ranks;
     o->ctx_len = hp->ctx_len;
     o->norm_eps = hp->norm_eps;
     o->rope_theta = hp->rope_theta;
@@ -327,6 +397,7 @@ int tk_engine_decode(tk_engine *e, const tk_batch *b, float *logits, tk_err *err
             tk_kv_seq_prepare_write(&e->kv, &e->seqs[s], b->pos[i], b->pos[i] + 1, err))
             goto undo;
     }
+    if (e->tp && tk_tp_plan_send(&e->plan, b, e->seq_ptrs, e->ws.hidden_out, err)) goto undo;
     if (tk_forward(&e->model, &e->kv, e->seq_ptrs, e->max_seqs, b, logits, &e->ws, e->pool, err)) goto undo;
     return 0;
 undo:

@@ -11,6 +11,7 @@
 #include <tokamak.h>
 
 #include "../model/model.h"
+#include "../parallel/plan.h"
 #include "../sample/sampler.h"
 #include "../sched/sched.h"
 #include "../spec/spec.h"
@@ -129,6 +130,12 @@ struct tk_engine {
     int draft_max, draft_min;
     tk_spec_cost cost;       /* c and v(k), measured as the engine runs (stepping thread) */
     tk_spec_cost cost_pub;   /* its copy published with the metrics (under batcher.mu) */
+    /* tensor parallelism (cfg.tp > 1, docs/parallel.md): the job, the batch
+     * plans rank 0 sends (the other ranks receive), and whether every rank
+     * opened (then closing rank 0 stops the others) */
+    tk_tp *tp;
+    tk_tp_plan plan;
+    bool tp_started;
 };
 
 /* request.c */

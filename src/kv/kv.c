@@ -255,6 +255,11 @@ int tk_kv_seq_blocks_needed(const tk_kv_pool *p, const tk_kv_seq *s, int from, i
     return need;
 }
 
+void tk_kv_copy_block(tk_kv_pool *p, int src, int dst) {
+    memcpy(p->k + (size_t)dst * p->block_bytes, p->k + (size_t)src * p->block_bytes, p->block_bytes);
+    memcpy(p->v + (size_t)dst * p->block_bytes, p->v + (size_t)src * p->block_bytes, p->block_bytes);
+}
+
 int tk_kv_seq_prepare_write(tk_kv_pool *p, tk_kv_seq *s, int from, int to, tk_err *err) {
     if (to <= from) return 0;
     int first = from / p->block_size, last = (to - 1) / p->block_size;
@@ -265,8 +270,8 @@ int tk_kv_seq_prepare_write(tk_kv_pool *p, tk_kv_seq *s, int from, int to, tk_er
         if (p->refcount[b] > 1) {
             int nb = alloc_block(p);
             if (nb < 0) return tk_err_set(err, "KV cache full: no block for copy-on-write");
-            memcpy(p->k + (size_t)nb * p->block_bytes, p->k + (size_t)b * p->block_bytes, p->block_bytes);
-            memcpy(p->v + (size_t)nb * p->block_bytes, p->v + (size_t)b * p->block_bytes, p->block_bytes);
+            tk_kv_copy_block(p, b, nb);
+            if (p->on_copy) p->on_copy(p->on_copy_ctx, b, nb);
             p->refcount[b]--;
             s->blocks[i] = nb;
         } else {

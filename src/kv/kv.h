@@ -50,6 +50,10 @@ typedef struct tk_kv_pool {
     int lru_head, lru_tail;
     int n_cached;
     uint64_t evictions;
+    /* Told of every copy-on-write block copy (src -> dst), NULL: nobody.
+     * Tensor parallelism replays the copies on the other ranks' pools. */
+    void (*on_copy)(void *ctx, int src, int dst);
+    void *on_copy_ctx;
 } tk_kv_pool;
 
 typedef struct tk_kv_seq {
@@ -132,6 +136,9 @@ static inline unsigned char *tk_kv_v(const tk_kv_pool *p, const tk_kv_seq *s, in
     return p->v + (size_t)b * p->block_bytes +
            (((size_t)layer * p->n_kv_heads + head) * p->block_size + slot) * p->row_bytes;
 }
+
+/* Copies block src's K and V (all layers) into block dst. */
+void tk_kv_copy_block(tk_kv_pool *p, int src, int dst);
 
 /* Stores a float vector of head_dim values as one row of the pool's type. */
 void tk_kv_store(const tk_kv_pool *p, const float *x, unsigned char *row);

@@ -8,6 +8,7 @@
 
 #include "../kernels/attention.h"
 #include "../kernels/ops.h"
+#include "../parallel/tp.h"
 #include "model.h"
 #include "moe.h"
 
@@ -118,6 +119,7 @@ void tk_forward_ws_free(tk_forward_ws *ws) {
     free(ws->h1);
     free(ws->h2);
     free(ws->logits_in);
+    free(ws->tp_logits);
     free(ws->rope_cos);
     free(ws->rope_sin);
     free(ws->rope_cos_swa);
@@ -331,19 +333,24 @@ static void rope_store(const tk_model *m, const tk_kv_pool *kv, const float *x, 
 
 /* x += W·in (after an optional post-norm of W·in, as Gemma has), with the
  * residual add fused into the matmul's store when there is no post-norm
- * (a norm needs the whole output row first). */
-static void residual_matmul(tk_threadpool *pool, tk_forward_ws *ws, const tk_tensor *W, const float *in, int64_t ld_in,
-                            int T, int D, const float *post_norm, float eps) {
+ * (a norm needs the whole output row first).  A rank's share of a
+ * tensor-parallel model has a partial W·in: the ranks' partials are summed
+ * (tk_tp_allreduce) before the norm and the add. */
+static int residual_matmul(const tk_model *m, tk_threadpool *pool, tk_forward_ws *ws, const tk_tensor *W,
+                           const float *in, int64_t ld_in, int T, int D, const float *post_norm, float eps,
+                           tk_err *err) {
     float *y[1] = {ws->xn};
     int64_t ld[1] = {D};
-    if ((ws->fuse & TK_FUSE_RESIDUAL) && !post_norm) {
+    if ((ws->fuse & TK_FUSE_RESIDUAL) && !post_norm && !m->tp) {
         tk_matmul_fused(pool, &ws->mm, 1, &W, in, ld_in, T, y, ld, TK_MM_RESIDUAL, ws->x);
-        return;
+        return 0;
     }
     tk_matmul(pool, &ws->mm, W, in, ld_in, T, ws->xn, D);
+    if (m->tp && tk_tp_allreduce(m->tp, ws->xn, (size_t)T * D, err)) return -1;
     if (post_norm)
         for (int t = 0; t < T; t++) tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, post_norm, D, eps);
     for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
+    return 0;
 }
 
 /* y[t][i] += b[i] for T rows of n. */
@@ -468,8 +475,9 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
          * layer).  The scheduler does the releasing (tk_kv_seq_drop_before). */
         attention(m, kv, seqs, batch, l, L->swa ? m->swa_window : 0, ws, pool);
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->wo, ws->att, T, q_dim);
-        residual_matmul(pool, ws, L->wo, ws->att, q_dim, T, D, a->post_norms ? L->attn_post_norm : NULL,
-                        hp->norm_eps);
+        if (residual_matmul(m, pool, ws, L->wo, ws->att, q_dim, T, D, a->post_norms ? L->attn_post_norm : NULL,
+                            hp->norm_eps, err))
+            return -1;
 
         if (a->moe) {
             for (int t = 0; t < T; t++)
@@ -485,22 +493,36 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
                 tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->ffn_norm, D, hp->norm_eps);
         tk_forward_glu(m, l, L->w_gate, L->w_up, ws->xn, T, ws->h1, ws->h2, ws, pool);
         if (ws->observe) ws->observe(ws->observe_ctx, l, L->w_down, ws->h1, T, F);
-        residual_matmul(pool, ws, L->w_down, ws->h1, F, T, D, a->post_norms ? L->ffn_post_norm : NULL,
-                        hp->norm_eps);
+        if (residual_matmul(m, pool, ws, L->w_down, ws->h1, F, T, D, a->post_norms ? L->ffn_post_norm : NULL,
+                            hp->norm_eps, err))
+            return -1;
     }
 
     for (int t = 0; t < T; t++) {
         tk_kv_seq *s = seqs[batch->seq[t]];
         if (batch->pos[t] + 1 > s->len) s->len = batch->pos[t] + 1;
     }
+    /* Outputs are rank 0's; a head split by vocabulary (tp_head) needs every rank. */
+    const bool rank0 = tk_tp_rank(m->tp) == 0;
+    if (!rank0 && (!m->tp_head || ws->hidden_out)) return 0;
     int n_out = 0;
     float *normed = ws->hidden_out ? logits : ws->logits_in; /* embeddings: the normed states are the output */
     for (int t = 0; t < T; t++)
         if (batch->logits[t])
             tk_rmsnorm(normed + (size_t)n_out++ * D, ws->x + (size_t)t * D, m->w.output_norm, D, hp->norm_eps);
-    if (ws->hidden_out) return 0;
-    if (n_out) tk_matmul(pool, &ws->mm, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab);
-    if (n_out && hp->final_softcap > 0) {
+    if (ws->hidden_out || !n_out) return 0;
+    if (m->tp_head) {
+        /* each rank its rows of the vocabulary (rank 0's straight into
+         * logits), gathered into rank 0's rows */
+        const int64_t part = m->tp_head->ne[1];
+        float *mine = rank0 ? logits : ws->tp_logits;
+        tk_matmul(pool, &ws->mm, m->tp_head, ws->logits_in, D, n_out, mine, rank0 ? hp->n_vocab : part);
+        if (tk_tp_gather_cols(m->tp, mine, n_out, part, logits, err)) return -1;
+        if (!rank0) return 0;
+    } else {
+        tk_matmul(pool, &ws->mm, m->w.output, ws->logits_in, D, n_out, logits, hp->n_vocab);
+    }
+    if (hp->final_softcap > 0) {
         float c = hp->final_softcap;
         for (size_t i = 0; i < (size_t)n_out * hp->n_vocab; i++) logits[i] = c * tanhf(logits[i] / c);
     }

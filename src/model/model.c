@@ -376,6 +376,8 @@ void tk_model_free(tk_model *m) {
     free(m->moe_router_f32);
     free(m->moe_views);
     free(m->fused_views);
+    free(m->tp_views);
+    free(m->tp_data);
     free(m->layers);
     free(m->rope_inv_freq);
     free(m->rope_inv_freq_swa);

@@ -68,6 +68,14 @@ typedef struct tk_model {
     tk_tensor *moe_views;  /* storage of the layers' expert views */
     tk_tensor *fused_views; /* storage of the views of fused matrices (arch->fused_roles) */
     size_t weight_bytes;  /* bytes of all bound tensors */
+    /* Tensor parallelism (src/parallel): the job this model is one rank's
+     * share of (NULL: the whole model), and the storage of its share's
+     * views and copied columns; tp_head: this rank's rows of the head when
+     * it is split by vocabulary, NULL: rank 0 computes the whole head. */
+    struct tk_tp *tp;
+    const tk_tensor *tp_head;
+    tk_tensor *tp_views;
+    unsigned char *tp_data;
 } tk_model;
 
 
@@ -132,6 +140,9 @@ typedef struct tk_forward_ws {
      * for GPTQ/AWQ).  x holds n_tok rows of `dim` floats. */
     void (*observe)(void *ctx, int layer, const tk_tensor *w, const float *x, int n_tok, int dim);
     void *observe_ctx;
+    /* Tensor parallelism, ranks other than 0 of a head split by vocabulary:
+     * their rows' logits [max_tokens][n_vocab / ranks] before the gather. */
+    float *tp_logits;
 } tk_forward_ws;
 
 int tk_model_load(const char *path, tk_model *m, tk_err *err);

@@ -29,10 +29,10 @@ SANITIZER_MARKERS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSani
 class Server:
     """A `tokamak serve` child process on a loopback port."""
 
-    def __init__(self, binary, model, *extra, api_key=None, threads=2):
+    def __init__(self, binary, model, *extra, api_key=None, threads=2, launcher=()):
         self.out = tempfile.NamedTemporaryFile("w+", prefix="tk-serve-out-", delete=False)
         self.err = tempfile.NamedTemporaryFile("w+", prefix="tk-serve-err-", delete=False)
-        args = [binary, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-t", str(threads), *extra]
+        args = [*launcher, binary, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-t", str(threads), *extra]
         if api_key:
             args += ["--api-key", api_key]
         self.api_key = api_key

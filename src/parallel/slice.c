@@ -1,0 +1,109 @@
+/* Cutting a bound model down to one rank's heads and FFN columns. */
+#include "slice.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../formats/dtype.h"
+
+/* Rows [r0, r0 + nr) of t, as a view of its data. */
+static void row_share(const tk_tensor *t, int64_t r0, int64_t nr, tk_tensor *out) {
+    size_t row = tk_dtype_row_bytes(t->type, t->ne[0]);
+    *out = *t;
+    out->data = (const unsigned char *)t->data + (size_t)r0 * row;
+    out->ne[1] = nr;
+    out->nbytes = (size_t)nr * row;
+}
+
+/* Bytes of columns c0 .. c0 + nc of every row of t, or 0 with a message
+ * when the share would cut a block of t's type. */
+static size_t col_share_bytes(const tk_tensor *t, int64_t c0, int64_t nc, tk_err *err) {
+    const tk_dtype_info *info = tk_dtype_get(t->type);
+    if (!info || info->block_bytes <= 0) {
+        tk_err_set(err, "tensor %s: its type %s cannot be split by columns for tensor parallelism", t->name,
+                   info ? info->name : "?");
+        return 0;
+    }
+    if (c0 % info->block_elems || nc % info->block_elems) {
+        tk_err_set(err,
+                   "tensor %s: each rank's %lld of its %lld columns would cut a %s block of %d values "
+                   "(tensor parallelism needs a share that is a multiple of %d)",
+                   t->name, (long long)nc, (long long)t->ne[0], info->name, info->block_elems, info->block_elems);
+        return 0;
+    }
+    return (size_t)(nc / info->block_elems) * (size_t)info->block_bytes * (size_t)t->ne[1];
+}
+
+/* Columns [c0, c0 + nc) of every row of t, copied to dst. */
+static void col_share(const tk_tensor *t, int64_t c0, int64_t nc, unsigned char *dst, tk_tensor *out) {
+    const tk_dtype_info *info = tk_dtype_get(t->type);
+    size_t src_row = tk_dtype_row_bytes(t->type, t->ne[0]);
+    size_t off = (size_t)(c0 / info->block_elems) * (size_t)info->block_bytes;
+    size_t len = (size_t)(nc / info->block_elems) * (size_t)info->block_bytes;
+    for (int64_t r = 0; r < t->ne[1]; r++)
+        memcpy(dst + (size_t)r * len, (const unsigned char *)t->data + (size_t)r * src_row + off, len);
+    *out = *t;
+    out->data = dst;
+    out->ne[0] = nc;
+    out->nbytes = len * (size_t)t->ne[1];
+}
+
+enum { VIEWS_PER_LAYER = 7 };
+
+int tk_tp_slice_model(tk_model *m, int rank, int n, tk_err *err) {
+    tk_hparams *hp = &m->hp;
+    if (m->arch->moe) return tk_err_set(err, "tensor parallelism does not split mixture-of-experts layers yet");
+    if (m->arch->qk_norm_full)
+        return tk_err_set(err, "tensor parallelism cannot split a q/k norm over the whole projection (%s)",
+                          m->src.arch);
+    if (hp->n_kv_heads % n)
+        return tk_err_set(err, "tensor parallelism over %d ranks: the model's %d KV heads do not divide by %d", n,
+                          hp->n_kv_heads, n);
+    if (hp->ffn_dim % n)
+        return tk_err_set(err, "tensor parallelism over %d ranks: the FFN width %d does not divide by %d", n,
+                          hp->ffn_dim, n);
+    const int64_t hd = hp->head_dim;
+    const int64_t q = hp->n_heads / n * hd, kv = hp->n_kv_heads / n * hd, f = hp->ffn_dim / n;
+    size_t bytes = 0;
+    for (int l = 0; l < hp->n_layers; l++) {
+        const tk_layer *L = &m->layers[l];
+        size_t wo = col_share_bytes(L->wo, rank * q, q, err);
+        size_t down = wo ? col_share_bytes(L->w_down, rank * f, f, err) : 0;
+        if (!down) return -1;
+        bytes += wo + down;
+    }
+    m->tp_views = calloc((size_t)hp->n_layers * VIEWS_PER_LAYER + 1, sizeof(tk_tensor));
+    m->tp_data = malloc(bytes);
+    if (!m->tp_views || !m->tp_data)
+        return tk_err_set(err, "out of memory for this rank's share of the weights (%zu bytes)", bytes);
+    unsigned char *dst = m->tp_data;
+    for (int l = 0; l < hp->n_layers; l++) {
+        tk_layer *L = &m->layers[l];
+        tk_tensor *v = m->tp_views + (size_t)l * VIEWS_PER_LAYER;
+        row_share(L->wq, rank * q, q, &v[0]);
+        row_share(L->wk, rank * kv, kv, &v[1]);
+        row_share(L->wv, rank * kv, kv, &v[2]);
+        row_share(L->w_gate, rank * f, f, &v[3]);
+        row_share(L->w_up, rank * f, f, &v[4]);
+        col_share(L->wo, rank * q, q, dst, &v[5]);
+        dst += v[5].nbytes;
+        col_share(L->w_down, rank * f, f, dst, &v[6]);
+        dst += v[6].nbytes;
+        L->wq = &v[0], L->wk = &v[1], L->wv = &v[2], L->w_gate = &v[3], L->w_up = &v[4], L->wo = &v[5];
+        L->w_down = &v[6];
+        if (L->bq) L->bq += rank * q;
+        if (L->bk) L->bk += rank * kv;
+        if (L->bv) L->bv += rank * kv;
+    }
+    /* The head by vocabulary when it divides (each logit is then computed
+     * whole, by one rank, as on one rank); else rank 0 computes it all. */
+    if (hp->n_vocab % n == 0) {
+        tk_tensor *h = m->tp_views + (size_t)hp->n_layers * VIEWS_PER_LAYER;
+        row_share(m->w.output, (int64_t)rank * (hp->n_vocab / n), hp->n_vocab / n, h);
+        m->tp_head = h;
+    }
+    hp->n_heads /= n;
+    hp->n_kv_heads /= n;
+    hp->ffn_dim = (int)f;
+    return 0;
+}
