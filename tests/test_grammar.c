@@ -3,31 +3,15 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "grammar_feed.h"
 #include "tk_test.h"
 
 #include <tokamak.h>
 
-/* 1: the grammar accepts s completely; 0: it rejects; -1: error. */
-static int matches(const tk_grammar *g, const char *s) {
-    tk_err err = {{0}};
-    tk_gstate st, scratch = {0};
-    if (tk_gstate_init(&st, g, &err)) return -1;
-    int rc = tk_gstate_advance_bytes(&st, (const uint8_t *)s, (int)strlen(s), &scratch, &err);
-    int res = rc < 0 ? -1 : rc == 1 && st.accepting;
-    tk_gstate_free(&st);
-    tk_gstate_free(&scratch);
-    return res;
-}
-
 /* 1: s is a prefix of some sentence. */
 static int prefix_ok(const tk_grammar *g, const char *s) {
-    tk_err err = {{0}};
-    tk_gstate st, scratch = {0};
-    if (tk_gstate_init(&st, g, &err)) return -1;
-    int rc = tk_gstate_advance_bytes(&st, (const uint8_t *)s, (int)strlen(s), &scratch, &err);
-    tk_gstate_free(&st);
-    tk_gstate_free(&scratch);
-    return rc;
+    bool accepting;
+    return grammar_feed(g, s, &accepting);
 }
 
 typedef struct gcase {
@@ -274,9 +258,9 @@ int main(void) {
         CHECK(rc == 0, "regex %zu: %s", i, err.msg);
         if (rc) continue;
         for (int j = 0; j < 6 && regexes[i].accept[j]; j++)
-            CHECK(matches(&g, regexes[i].accept[j]) == 1, "regex %zu should accept \"%s\"", i, regexes[i].accept[j]);
+            CHECK(grammar_matches(&g, regexes[i].accept[j]) == 1, "regex %zu should accept \"%s\"", i, regexes[i].accept[j]);
         for (int j = 0; j < 6 && regexes[i].reject[j]; j++)
-            CHECK(matches(&g, regexes[i].reject[j]) == 0, "regex %zu should reject \"%s\"", i, regexes[i].reject[j]);
+            CHECK(grammar_matches(&g, regexes[i].reject[j]) == 0, "regex %zu should reject \"%s\"", i, regexes[i].reject[j]);
         tk_grammar_free(&g);
     }
     for (size_t i = 0; i < sizeof(bad_regexes) / sizeof(bad_regexes[0]); i++) {
@@ -292,8 +276,8 @@ int main(void) {
         CHECK(tk_grammar_json_object(&g, &err) == 0, "%s", err.msg);
         const char *ok[] = {"{}", "{\"a\": [1, -2.5e3, true, null, {\"b\": \"\\u00e9\\n\"}]}", "{ \"x\" : { } }"};
         const char *bad[] = {"[]", "{\"a\"}", "{'a': 1}", "{\"a\": 01}", "{\"a\": \"\x01\"}", "{} x"};
-        for (size_t j = 0; j < 3; j++) CHECK(matches(&g, ok[j]) == 1, "json should accept %s", ok[j]);
-        for (size_t j = 0; j < 6; j++) CHECK(matches(&g, bad[j]) == 0, "json should reject %s", bad[j]);
+        for (size_t j = 0; j < 3; j++) CHECK(grammar_matches(&g, ok[j]) == 1, "json should accept %s", ok[j]);
+        for (size_t j = 0; j < 6; j++) CHECK(grammar_matches(&g, bad[j]) == 0, "json should reject %s", bad[j]);
         tk_grammar_free(&g);
     }
 
@@ -304,9 +288,9 @@ int main(void) {
         CHECK(rc == 0, "case %zu: %s", i, err.msg);
         if (rc) continue;
         for (int j = 0; j < 6 && cases[i].accept[j]; j++)
-            CHECK(matches(&g, cases[i].accept[j]) == 1, "case %zu should accept \"%s\"", i, cases[i].accept[j]);
+            CHECK(grammar_matches(&g, cases[i].accept[j]) == 1, "case %zu should accept \"%s\"", i, cases[i].accept[j]);
         for (int j = 0; j < 6 && cases[i].reject[j]; j++)
-            CHECK(matches(&g, cases[i].reject[j]) == 0, "case %zu should reject \"%s\"", i, cases[i].reject[j]);
+            CHECK(grammar_matches(&g, cases[i].reject[j]) == 0, "case %zu should reject \"%s\"", i, cases[i].reject[j]);
         tk_grammar_free(&g);
     }
 
@@ -346,10 +330,10 @@ int main(void) {
     }
     /* non-terminating expansion is an error, not a hang */
     CHECK(tk_grammar_from_gbnf(&g, "root ::= a\na ::= root | \"x\"", &err) == 0, "%s", err.msg);
-    CHECK(matches(&g, "x") == -1, "A ::= B, B ::= A loops are bounded");
+    CHECK(grammar_matches(&g, "x") == -1, "A ::= B, B ::= A loops are bounded");
     tk_grammar_free(&g);
     CHECK(tk_grammar_from_gbnf(&g, "root ::= root \"x\" | \"y\"", &err) == 0, "%s", err.msg);
-    CHECK(matches(&g, "yx") == -1, "left recursion is bounded");
+    CHECK(grammar_matches(&g, "yx") == -1, "left recursion is bounded");
     tk_grammar_free(&g);
     /* deep nesting bounded */
     char deep[600];

@@ -4,19 +4,9 @@
 #include <string.h>
 
 #include "grammar/grammar.h"
+#include "grammar_feed.h"
 #include "tk_test.h"
 
-/* 1: the grammar accepts s completely; 0: it rejects; -1: error. */
-static int matches(const tk_grammar *g, const char *s) {
-    tk_err err = {{0}};
-    tk_gstate st, scratch = {0};
-    if (tk_gstate_init(&st, g, &err)) return -1;
-    int rc = tk_gstate_advance_bytes(&st, (const uint8_t *)s, (int)strlen(s), &scratch, &err);
-    int res = rc < 0 ? -1 : rc == 1 && st.accepting;
-    tk_gstate_free(&st);
-    tk_gstate_free(&scratch);
-    return res;
-}
 
 typedef struct scase {
     const char *schema;
@@ -175,9 +165,9 @@ int main(void) {
         CHECK(rc == 0, "schema %zu compiles: %s", i, err.msg);
         if (rc) continue;
         for (int j = 0; j < 8 && c->accept[j]; j++)
-            CHECK(matches(&g, c->accept[j]) == 1, "schema %zu accepts %s", i, c->accept[j]);
+            CHECK(grammar_matches(&g, c->accept[j]) == 1, "schema %zu accepts %s", i, c->accept[j]);
         for (int j = 0; j < 8 && c->reject[j]; j++)
-            CHECK(matches(&g, c->reject[j]) == 0, "schema %zu rejects %s", i, c->reject[j]);
+            CHECK(grammar_matches(&g, c->reject[j]) == 0, "schema %zu rejects %s", i, c->reject[j]);
         tk_grammar_free(&g);
     }
     for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
@@ -227,7 +217,7 @@ int main(void) {
     int rc = tk_grammar_from_json_schema(&g, wide, strlen(wide), &err);
     CHECK(rc == 0, "large bounds compile: %s", err.msg);
     if (rc == 0) {
-        CHECK(matches(&g, "[\"abc\",\"\"]") == 1, "large bounds grammar works");
+        CHECK(grammar_matches(&g, "[\"abc\",\"\"]") == 1, "large bounds grammar works");
         tk_grammar_free(&g);
     }
     TK_TEST_END();

@@ -27,22 +27,11 @@ pytest.importorskip("transformers", reason="transformers not installed (builds t
 
 import test_families  # noqa: E402
 import test_moe  # noqa: E402
-from test_gemma import plain_cpu_buffers  # noqa: E402
+from test_gemma import llama_cpp  # noqa: E402,F401  (the llama-cpp-python fixture)
 
 TOKENS = [1] + [(i * 7919) % test_families.VOCAB for i in range(1, 50)]
 DENSE = ["qwen2", "qwen2-tied", "qwen3", "phi3", "phi3.5-longrope", "phi4-mini"]
 MOE = ["mixtral", "qwen2_moe", "qwen3_moe", "olmoe"]
-
-
-@pytest.fixture(scope="module")
-def llama_cpp():
-    try:
-        import llama_cpp
-        import llama_cpp.llama
-    except ImportError:
-        pytest.skip("llama-cpp-python not installed (run tools/oracles.sh; needs PyPI and a compiler)")
-    plain_cpu_buffers(llama_cpp)
-    return llama_cpp
 
 
 def hf_dir(tmp_path, shared, case):
