@@ -57,6 +57,14 @@ AI float ldf(const void *p) {
 AI float32x4_t ldq_f32(const void *p) { return vreinterpretq_f32_u8(vld1q_u8(p)); }
 AI int16x8_t ldq_s16(const void *p) { return vreinterpretq_s16_u8(vld1q_u8(p)); }
 AI uint16x8_t ldq_u16(const void *p) { return vreinterpretq_u16_u8(vld1q_u8(p)); }
+/* A tile's sums, NT tokens x MR rows, into out (row i, token j at i * NT_MAX + j). */
+AI void store_tile(const float32x4_t *acc, int nt, float *out) {
+    UNROLL for (int j = 0; j < nt; j++) {
+        float v[MR];
+        vst1q_f32(v, acc[j]);
+        UNROLL for (int i = 0; i < MR; i++) out[i * NT_MAX + j] = v[i];
+    }
+}
 /* IEEE half to float (exact, as tk_f16_to_f32). */
 AI float h2f(const void *p) {
     __fp16 h;
@@ -164,11 +172,7 @@ AI void mk_legacy(const int T, const int NT, const bptr *w, const bptr *a, int64
             acc[j] = vaddq_f32(acc[j], t);
         }
     }
-    UNROLL for (int j = 0; j < NT; j++) {
-        float v[MR];
-        vst1q_f32(v, acc[j]);
-        UNROLL for (int i = 0; i < MR; i++) out[i * NT_MAX + j] = v[i];
-    }
+    store_tile(acc, NT, out);
 }
 
 #define C_Q4_0(NT, w, a, n, o) mk_legacy(L_Q4_0, NT, w, a, (n) / 32, o)
@@ -356,11 +360,7 @@ AI void mk_k(const int T, const int NT, const bptr *w, const bptr *a, int64_t nb
             acc[j] = vaddq_f32(acc[j], t);
         }
     }
-    UNROLL for (int j = 0; j < NT; j++) {
-        float v[MR];
-        vst1q_f32(v, acc[j]);
-        UNROLL for (int i = 0; i < MR; i++) out[i * NT_MAX + j] = v[i];
-    }
+    store_tile(acc, NT, out);
 }
 
 #define C_Q2_K(NT, w, a, n, o) mk_k(K_Q2, NT, w, a, (n) / 256, o)
