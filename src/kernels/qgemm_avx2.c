@@ -598,28 +598,32 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]) * 0x1p-14f;
 }
 
-/* ================= Q4_0 in 8-row panels ================= */
+/* ================= Q4_0 and Q8_0 in 8-row panels ================= */
 
-/* Q4_0 puts rows in lanes instead of tiling them: for each block, the quants
+/* These put rows in lanes instead of tiling them: for each block, the quants
  * of 8 rows are transposed in registers so that 32-bit lane i of vector k
- * holds bytes 4k..4k+3 of row i (elements 4k..4k+3 in the low nibbles,
- * 16+4k.. in the high ones), and 4 bytes of a token's activations are
- * broadcast against them: one maddubs does 4 elements of 8 rows.  The eight
- * maddubs of a block add up in int16 (at most 16 * 15 * 127 < 32768), one
- * madd gives the block's integer dot of each row with the unsigned codes, and
- * 8 * (sum of the activation quants) removes the offset: the exact isum of
- * the scalar reference.  Each lane then does acc = fma(isum, dw * da, acc)
- * block after block, so a (row, token) result never depends on the tile,
- * the split or the batch, and no horizontal sum is needed.  The scale and
- * the quant sum of each token's blocks are computed once per token chunk. */
+ * holds bytes 4k..4k+3 of row i, and 4 bytes of a token's activations are
+ * broadcast against them: one maddubs does 4 elements of 8 rows, and the
+ * weights of a block are unpacked once for up to NT_P tokens.
+ *   Q4_0: lane i of vector k has elements 4k..4k+3 of row i in the low
+ *   nibbles, 16+4k.. in the high ones; the eight maddubs of the unsigned
+ *   codes add up in int16 (at most 16 * 15 * 127 < 32768), one madd sums
+ *   the pairs, and 8 * (sum of the activation quants) removes the offset.
+ *   Q8_0: 8 vectors of signed quants, the sign trick maddubs(|w|, sign(a, w))
+ *   (pair sums up to 2 * 128 * 127, so each is widened by its own madd).
+ * Either gives the exact integer dot of the block, isum.  Each lane then
+ * does acc = fma(isum, dw * da, acc) block after block, so a (row, token)
+ * result never depends on the tile, the split or the batch, and no
+ * horizontal sum is needed.  The scale and quant sum of each token's blocks
+ * are computed once per token chunk. */
 #ifndef NT_P
-#define NT_P 16 /* tokens per pass: tuned with bench_qgemm (4: 180, 8: 215, 16: 240 GF/s) */
+#define NT_P 16 /* tokens per pass: tuned with bench_qgemm (Q4_0 4: 180, 8: 215, 16: 240 GF/s) */
 #endif
 enum { PANEL = 8, TOKDATA_MAX = 4096 };
 
 typedef struct tokblk {
     float d;     /* activation block scale */
-    int32_t off; /* 8 * sum of its quants */
+    int32_t off; /* Q4_0: 8 * sum of its quants */
 } tokblk;
 
 /* 8 rows' f16 block scales at byte offset o -> 8 floats, lane i = row i. */
@@ -645,30 +649,44 @@ AI void panel_transpose(const bptr *wp, size_t o, __m256i v[4]) {
 
 AI __m256i bcast32(bptr p) { return _mm256_set1_epi32((int)ld32(p)); }
 
-/* Rows wp[0..8), tokens ap[0..nt) with their block data td[j]; acc[j] lane
- * i = row i.  The accumulators live in memory (L1): the 8 unpacked weight
- * vectors take the registers, and more tokens per pass amortize the
- * transpose. */
-static void mk_q40_panel(int nt, const bptr *wp, const bptr *ap, const tokblk *const *td, int64_t nb, size_t pf,
-                         __m256 *acc) {
+/* Rows wp[0..8) of type T (L_Q4_0 or L_Q8_0), tokens ap[0..nt) with their
+ * block data td[j]; acc[j] lane i = row i.  The accumulators live in memory
+ * (L1): the 8 unpacked weight vectors take the registers. */
+AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokblk *const *td, int64_t nb, size_t pf,
+                 __m256 *acc) {
+    const size_t wb = lbytes(T);
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const size_t o = 18 * (size_t)b;
-        if (pf && !(b & 1)) UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + pf), _MM_HINT_T0);
-        __m256i v[4], lo[4], hi[4];
-        panel_transpose(wp, o + 2, v);
-        UNROLL for (int k = 0; k < 4; k++) {
-            lo[k] = _mm256_and_si256(v[k], m4);
-            hi[k] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
+        const size_t o = wb * (size_t)b;
+        if (pf) /* every 36 bytes or less: each line of the next panel */
+            for (size_t k = 0; k < wb; k += 36) UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + k + pf), _MM_HINT_T0);
+        __m256i q[8], u[8]; /* Q4_0: q = codes, low nibbles then high; Q8_0: q = quants, u = |q| */
+        if (T == L_Q4_0) {
+            __m256i v[4];
+            panel_transpose(wp, o + 2, v);
+            UNROLL for (int k = 0; k < 4; k++) {
+                q[k] = _mm256_and_si256(v[k], m4);
+                q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
+            }
+        } else {
+            panel_transpose(wp, o + 2, q);
+            panel_transpose(wp, o + 18, q + 4);
+            UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
         }
         const __m256 dw = panel_scales(wp, o);
         for (int j = 0; j < nt; j++) {
-            const bptr q = ap[j] + 34 * b + 2;
-            __m256i s = _mm256_maddubs_epi16(lo[0], bcast32(q));
-            UNROLL for (int k = 1; k < 4; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(lo[k], bcast32(q + 4 * k)));
-            UNROLL for (int k = 0; k < 4; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(hi[k], bcast32(q + 16 + 4 * k)));
-            const __m256i isum = _mm256_sub_epi32(madd1(s), _mm256_set1_epi32(td[j][b].off));
+            const bptr a = ap[j] + 34 * b + 2;
+            __m256i isum;
+            if (T == L_Q4_0) {
+                __m256i s = _mm256_maddubs_epi16(q[0], bcast32(a));
+                UNROLL for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast32(a + 4 * k)));
+                isum = _mm256_sub_epi32(madd1(s), _mm256_set1_epi32(td[j][b].off));
+            } else {
+                isum = madd1(_mm256_maddubs_epi16(u[0], _mm256_sign_epi8(bcast32(a), q[0])));
+                UNROLL for (int k = 1; k < 8; k++)
+                    isum = _mm256_add_epi32(isum, madd1(_mm256_maddubs_epi16(u[k], _mm256_sign_epi8(bcast32(a + 4 * k), q[k]))));
+            }
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(td[j][b].d)), acc[j]);
         }
     }
@@ -677,14 +695,14 @@ static void mk_q40_panel(int nt, const bptr *wp, const bptr *ap, const tokblk *c
 static const tk_qkernel *tiled_kernel(tk_dtype wtype);
 
 /* Token chunks (their block data in a stack buffer of TOKDATA_MAX blocks),
- * 8-row panels (the last repeats its last row), tiles of up to NT_P tokens.
+ * 8-row panels (the last repeats its last row), passes of up to NT_P tokens.
  * Rows longer than the buffer take the row-tiled kernel (a choice made by n
  * alone, so still the same bits for every batch and split). */
-static void q4_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
-                            size_t arb, int n_tok, float *y, int64_t ldy) {
+AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+                   size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
     if (nb > TOKDATA_MAX) {
-        tiled_kernel(TK_Q4_0)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+        tiled_kernel(T == L_Q4_0 ? TK_Q4_0 : TK_Q8_0)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
         return;
     }
     tokblk td[TOKDATA_MAX];
@@ -696,7 +714,7 @@ static void q4_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, in
         for (int64_t t = t0; t < t1; t++)
             for (int64_t b = 0; b < nb; b++) {
                 const bptr blk = A + (size_t)t * arb + 34 * (size_t)b;
-                td[(t - t0) * nb + b] = (tokblk){ldh(blk), 8 * sum_i8x32(ldu(blk + 2))};
+                td[(t - t0) * nb + b] = (tokblk){ldh(blk), T == L_Q4_0 ? 8 * sum_i8x32(ldu(blk + 2)) : 0};
             }
         for (int64_t r = r0; r < r1; r += PANEL) {
             bptr wp[PANEL];
@@ -710,8 +728,8 @@ static void q4_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, in
                     tp[j] = td + (t + j - t0) * nb;
                 }
                 __m256 acc[NT_P];
-                /* the first tile prefetches the next panel (decode streams it from DRAM) */
-                mk_q40_panel(nt, wp, ap, tp, nb, t == t0 ? PANEL * wrb : 0, acc);
+                /* the first pass prefetches the next panel (decode streams it from DRAM) */
+                mk_panel(T, nt, wp, ap, tp, nb, t == t0 ? PANEL * wrb : 0, acc);
                 for (int j = 0; j < nt; j++) {
                     float *yt = y + (t + j) * ldy + r;
                     if (r + PANEL <= r1) {
@@ -726,6 +744,16 @@ static void q4_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, in
             }
         }
     }
+}
+
+static void q4_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+                            size_t arb, int n_tok, float *y, int64_t ldy) {
+    panel_gemm(L_Q4_0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+}
+
+static void q8_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+                            size_t arb, int n_tok, float *y, int64_t ldy) {
+    panel_gemm(L_Q8_0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
 }
 
 /* ================= instantiation ================= */
@@ -778,10 +806,14 @@ static void q4_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, in
 
 GEMM_KERNELS(tiled_kernel)
 
-static const tk_qkernel q4_0_panel = {TK_Q4_0, TK_Q8_0, GEMM_ISA, "Q4_0" GEMM_SUFFIX, TK_QKERNEL_SIMD_PACK_Q8_0,
-                                      q4_0_panel_gemm};
+static const tk_qkernel panel_kernels[2] = {
+    {TK_Q4_0, TK_Q8_0, GEMM_ISA, "Q4_0" GEMM_SUFFIX, TK_QKERNEL_SIMD_PACK_Q8_0, q4_0_panel_gemm},
+    {TK_Q8_0, TK_Q8_0, GEMM_ISA, "Q8_0" GEMM_SUFFIX, TK_QKERNEL_SIMD_PACK_Q8_0, q8_0_panel_gemm},
+};
 
-const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype) { return wtype == TK_Q4_0 ? &q4_0_panel : tiled_kernel(wtype); }
+const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype) {
+    return wtype == TK_Q4_0 ? &panel_kernels[0] : wtype == TK_Q8_0 ? &panel_kernels[1] : tiled_kernel(wtype);
+}
 
 #else /* not built with AVX2 */
 
