@@ -659,8 +659,8 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
     for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b;
-        if (pf) /* every 36 bytes or less: each line of the next panel */
-            for (size_t k = 0; k < wb; k += 36) UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + k + pf), _MM_HINT_T0);
+        if (pf && (T == L_Q8_0 || !(b & 1))) /* every 36 bytes or less: each line of the next panel */
+            UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + pf), _MM_HINT_T0);
         __m256i q[8], u[8]; /* Q4_0: q = codes, low nibbles then high; Q8_0: q = quants, u = |q| */
         if (T == L_Q4_0) {
             __m256i v[4];
