@@ -696,12 +696,12 @@ static const tk_qkernel *tiled_kernel(tk_dtype wtype);
 
 /* Token chunks (their block data in a stack buffer of TOKDATA_MAX blocks),
  * 8-row panels (the last repeats its last row), passes of up to NT_P tokens.
- * Rows longer than the buffer take the row-tiled kernel (a choice made by n
- * alone, so still the same bits for every batch and split). */
+ * Rows longer than the buffer (or empty) take the row-tiled kernel (a choice
+ * made by n alone, so still the same bits for every batch and split). */
 AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
                    size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
-    if (nb > TOKDATA_MAX) {
+    if (nb == 0 || nb > TOKDATA_MAX) {
         tiled_kernel(T == L_Q4_0 ? TK_Q4_0 : TK_Q8_0)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
         return;
     }
