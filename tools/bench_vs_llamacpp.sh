@@ -10,7 +10,9 @@
 # prints the median tokens/s of each and their ratio. Nothing of llama.cpp goes into this repo.
 set -euo pipefail
 SRC=${1:-${LLAMA_CPP_DIR:-}}
-[ -n "$SRC" ] && [ -f "$SRC/CMakeLists.txt" ] || { echo "usage: $0 LLAMA_CPP_SRC_DIR (a llama.cpp checkout)" >&2; exit 2; }
+if [ -z "$SRC" ] || [ ! -f "$SRC/CMakeLists.txt" ]; then
+  echo "usage: $0 LLAMA_CPP_SRC_DIR (a llama.cpp checkout)" >&2; exit 2
+fi
 TK=${TOKAMAK_BIN:-$(dirname "$0")/../build/tokamak}
 ISA=${ISA:-avx2}; T=${THREADS:-2}; R=${ROUNDS:-3}
 TYPES=${TYPES:-"q4_0 q8_0 q4_k_m"}; LIKE=${LIKE:-tinyllama-1.1b}; TESTS=${TESTS:-"pp128 pp512 tg32"}
@@ -39,7 +41,7 @@ F16=$WORK/$LIKE-f16.gguf
 [ -s "$F16" ] || "$TK" synth --like "$LIKE" --type f16 -o "$F16" >/dev/null 2>&1
 for t in $TYPES; do
   f=$WORK/$LIKE-$t.gguf
-  [ -s "$f" ] || nice "$LB/bin/llama-quantize" "$F16" "$f" "$(echo "$t" | tr a-z A-Z)" >"$WORK/quantize-$t.log" 2>&1 ||
+  [ -s "$f" ] || nice "$LB/bin/llama-quantize" "$F16" "$f" "$(echo "$t" | tr '[:lower:]' '[:upper:]')" >"$WORK/quantize-$t.log" 2>&1 ||
     { tail "$WORK/quantize-$t.log" >&2; exit 1; }
 done
 
