@@ -740,6 +740,9 @@ int main(void) {
             test_invariance(wt, 37, 544, all, 40, 0);
             test_invariance(wt, 50, 5632, some, (int)(sizeof some / sizeof some[0]), 0);
             test_invariance(wt, 19, 8288, few, (int)(sizeof few / sizeof few[0]), 0); /* > 256 blocks */
+            /* AVX2: rows of more blocks than its panel kernels' token buffer take the tiled kernel */
+            test_invariance(wt, 9, 32 * 4100, few, 3, 0);
+            run_case(wt, 3, 32 * 4100, 2, 0);
             test_invariance(wt, 21, 96, all, 40, 1);
             if (wt == TK_Q8_0) test_invariance(wt, 21, 96, all, 40, 2);
             /* accuracy against the scalar reference / float64 for tile-sized batches */

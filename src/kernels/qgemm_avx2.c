@@ -598,6 +598,164 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]) * 0x1p-14f;
 }
 
+/* ================= Q4_0 and Q8_0 in 8-row panels ================= */
+
+/* These put rows in lanes instead of tiling them: for each block, the quants
+ * of 8 rows are transposed in registers so that 32-bit lane i of vector k
+ * holds bytes 4k..4k+3 of row i, and 4 bytes of a token's activations are
+ * broadcast against them: one maddubs does 4 elements of 8 rows, and the
+ * weights of a block are unpacked once for up to NT_P tokens.
+ *   Q4_0: lane i of vector k has elements 4k..4k+3 of row i in the low
+ *   nibbles, 16+4k.. in the high ones; the eight maddubs of the unsigned
+ *   codes add up in int16 (at most 16 * 15 * 127 < 32768), one madd sums
+ *   the pairs, and 8 * (sum of the activation quants) removes the offset.
+ *   Q8_0: 8 vectors of signed quants, the sign trick maddubs(|w|, sign(a, w))
+ *   (pair sums up to 2 * 128 * 127, so each is widened by its own madd).
+ * Either gives the exact integer dot of the block, isum.  Each lane then
+ * does acc = fma(isum, dw * da, acc) block after block, so a (row, token)
+ * result never depends on the tile, the split or the batch, and no
+ * horizontal sum is needed.  The scale and quant sum of each token's blocks
+ * are computed once per token chunk. */
+#ifndef NT_P
+#define NT_P 16 /* tokens per pass: tuned with bench_qgemm (Q4_0 4: 180, 8: 215, 16: 240 GF/s) */
+#endif
+enum { PANEL = 8, TOKDATA_MAX = 4096 };
+
+typedef struct tokblk {
+    float d;     /* activation block scale */
+    int32_t off; /* Q4_0: 8 * sum of its quants */
+} tokblk;
+
+/* 8 rows' f16 block scales at byte offset o -> 8 floats, lane i = row i. */
+AI __m256 panel_scales(const bptr *wp, size_t o) {
+    uint64_t s[2];
+    for (int h = 0; h < 2; h++)
+        s[h] = (uint64_t)ld16(wp[4 * h] + o) | (uint64_t)ld16(wp[4 * h + 1] + o) << 16 |
+               (uint64_t)ld16(wp[4 * h + 2] + o) << 32 | (uint64_t)ld16(wp[4 * h + 3] + o) << 48;
+    return _mm256_cvtph_ps(_mm_set_epi64x((long long)s[1], (long long)s[0]));
+}
+
+/* 16 bytes at byte offset o of 8 rows -> v[k] with dword k of row i in lane i. */
+AI void panel_transpose(const bptr *wp, size_t o, __m256i v[4]) {
+    __m256i r[4];
+    UNROLL for (int i = 0; i < 4; i++) r[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(ldu128(wp[i] + o)), ldu128(wp[i + 4] + o), 1);
+    const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(r[2], r[3]), t3 = _mm256_unpackhi_epi32(r[2], r[3]);
+    v[0] = _mm256_unpacklo_epi64(t0, t2);
+    v[1] = _mm256_unpackhi_epi64(t0, t2);
+    v[2] = _mm256_unpacklo_epi64(t1, t3);
+    v[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+AI __m256i bcast32(bptr p) { return _mm256_set1_epi32((int)ld32(p)); }
+
+/* Rows wp[0..8) of type T (L_Q4_0 or L_Q8_0), tokens ap[0..nt) with their
+ * block data td[j]; acc[j] lane i = row i.  The accumulators live in memory
+ * (L1): the 8 unpacked weight vectors take the registers. */
+AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokblk *const *td, int64_t nb, size_t pf,
+                 __m256 *acc) {
+    const size_t wb = lbytes(T);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = wb * (size_t)b;
+        if (pf && (T == L_Q8_0 || !(b & 1))) /* every 36 bytes or less: each line of the next panel */
+            UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + pf), _MM_HINT_T0);
+        __m256i q[8], u[8]; /* Q4_0: q = codes, low nibbles then high; Q8_0: q = quants, u = |q| */
+        if (T == L_Q4_0) {
+            __m256i v[4];
+            panel_transpose(wp, o + 2, v);
+            UNROLL for (int k = 0; k < 4; k++) {
+                q[k] = _mm256_and_si256(v[k], m4);
+                q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
+            }
+        } else {
+            panel_transpose(wp, o + 2, q);
+            panel_transpose(wp, o + 18, q + 4);
+            UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
+        }
+        const __m256 dw = panel_scales(wp, o);
+        for (int j = 0; j < nt; j++) {
+            const bptr a = ap[j] + 34 * b + 2;
+            __m256i isum;
+            if (T == L_Q4_0) {
+                __m256i s = _mm256_maddubs_epi16(q[0], bcast32(a));
+                UNROLL for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast32(a + 4 * k)));
+                isum = _mm256_sub_epi32(madd1(s), _mm256_set1_epi32(td[j][b].off));
+            } else {
+                isum = madd1(_mm256_maddubs_epi16(u[0], _mm256_sign_epi8(bcast32(a), q[0])));
+                UNROLL for (int k = 1; k < 8; k++)
+                    isum = _mm256_add_epi32(isum, madd1(_mm256_maddubs_epi16(u[k], _mm256_sign_epi8(bcast32(a + 4 * k), q[k]))));
+            }
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(td[j][b].d)), acc[j]);
+        }
+    }
+}
+
+static const tk_qkernel *tiled_kernel(tk_dtype wtype);
+
+/* Token chunks (their block data in a stack buffer of TOKDATA_MAX blocks),
+ * 8-row panels (the last repeats its last row), passes of up to NT_P tokens.
+ * Rows longer than the buffer (or empty) take the row-tiled kernel (a choice
+ * made by n alone, so still the same bits for every batch and split). */
+AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+                   size_t arb, int n_tok, float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    if (nb == 0 || nb > TOKDATA_MAX) {
+        tiled_kernel(T == L_Q4_0 ? TK_Q4_0 : TK_Q8_0)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+        return;
+    }
+    tokblk td[TOKDATA_MAX];
+    const uint8_t *W = w, *A = act;
+    int64_t chunk = TOKDATA_MAX / nb;
+    if (chunk > NT_P) chunk = chunk / NT_P * NT_P;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t b = 0; b < nb; b++) {
+                const bptr blk = A + (size_t)t * arb + 34 * (size_t)b;
+                td[(t - t0) * nb + b] = (tokblk){ldh(blk), T == L_Q4_0 ? 8 * sum_i8x32(ldu(blk + 2)) : 0};
+            }
+        for (int64_t r = r0; r < r1; r += PANEL) {
+            bptr wp[PANEL];
+            for (int i = 0; i < PANEL; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+            for (int64_t t = t0; t < t1;) {
+                const int nt = t1 - t >= NT_P ? NT_P : (int)(t1 - t);
+                bptr ap[NT_P];
+                const tokblk *tp[NT_P];
+                for (int j = 0; j < nt; j++) {
+                    ap[j] = A + (size_t)(t + j) * arb;
+                    tp[j] = td + (t + j - t0) * nb;
+                }
+                __m256 acc[NT_P];
+                /* the first pass prefetches the next panel (decode streams it from DRAM) */
+                mk_panel(T, nt, wp, ap, tp, nb, t == t0 ? PANEL * wrb : 0, acc);
+                for (int j = 0; j < nt; j++) {
+                    float *yt = y + (t + j) * ldy + r;
+                    if (r + PANEL <= r1) {
+                        _mm256_storeu_ps(yt, acc[j]);
+                    } else {
+                        float o8[PANEL];
+                        _mm256_storeu_ps(o8, acc[j]);
+                        memcpy(yt, o8, sizeof(float) * (size_t)(r1 - r));
+                    }
+                }
+                t += nt;
+            }
+        }
+    }
+}
+
+static void q4_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+                            size_t arb, int n_tok, float *y, int64_t ldy) {
+    panel_gemm(L_Q4_0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+}
+
+static void q8_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+                            size_t arb, int n_tok, float *y, int64_t ldy) {
+    panel_gemm(L_Q8_0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+}
+
 /* ================= instantiation ================= */
 
 #define C_Q4_0(MR, NT, ...) mk_nib2(L_Q4_0, MR, NT, __VA_ARGS__)
@@ -646,7 +804,16 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 #define NT_F 3
 #endif
 
-GEMM_KERNELS(tk_qkernel_avx2)
+GEMM_KERNELS(tiled_kernel)
+
+static const tk_qkernel panel_kernels[2] = {
+    {TK_Q4_0, TK_Q8_0, GEMM_ISA, "Q4_0" GEMM_SUFFIX, TK_QKERNEL_SIMD_PACK_Q8_0, q4_0_panel_gemm},
+    {TK_Q8_0, TK_Q8_0, GEMM_ISA, "Q8_0" GEMM_SUFFIX, TK_QKERNEL_SIMD_PACK_Q8_0, q8_0_panel_gemm},
+};
+
+const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype) {
+    return wtype == TK_Q4_0 ? &panel_kernels[0] : wtype == TK_Q8_0 ? &panel_kernels[1] : tiled_kernel(wtype);
+}
 
 #else /* not built with AVX2 */
 
