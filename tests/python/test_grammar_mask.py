@@ -23,7 +23,7 @@ these differences of the JSON Schema languages, which are excused one-sided
 - llguidance writes the integer -0; tokamak never does: llguidance-only tokens
   that complete "-0" are excused.
 TK_GRAMMAR_MASK_PATHS=N walks N paths per case (default 2) of at most
-TK_GRAMMAR_MASK_STEPS tokens (default 40)."""
+TK_GRAMMAR_MASK_STEPS tokens (default 40), from TK_GRAMMAR_MASK_SEED (17)."""
 import json
 import os
 import random
@@ -43,6 +43,7 @@ np = pytest.importorskip("numpy")
 TOOL = os.environ.get("TK_GRAMMAR_MASK_BIN") or os.path.join(REPO, "build", "grammar_mask")
 PATHS = int(os.environ.get("TK_GRAMMAR_MASK_PATHS", "2"))
 STEPS = int(os.environ.get("TK_GRAMMAR_MASK_STEPS", "40"))
+SEED = int(os.environ.get("TK_GRAMMAR_MASK_SEED", "17"))
 GEMMA = Path(os.environ.get("TK_GEMMA_GGUF", Path(REPO) / ".cache" / "models" / "gemma-3-270m-q4_k_m.gguf"))
 TOKENIZERS = ["tokenizers/llama2/tokenizer.json", "tokenizers/llama3/tokenizer.json", "gemma3"]
 # explicit ASCII classes: engines differ on what \w or . mean beyond ASCII
@@ -96,7 +97,6 @@ SCHEMAS = [
 ]
 # tokamak's JSON form (docs/grammar.md) in llguidance's terms
 LLG_JSON = {"whitespace_pattern": r"[ \t\n\r]{0,20}", "json_allow_general_unicode_escapes": True}
-JSON_ONLY_TOKAMAK = (b"\x7f", b"\\/")
 MINUS_ZERO = re.compile(rb"-0(?![0-9.eE])")
 
 
@@ -178,6 +178,20 @@ def reference_tokenizer(tok_rel):
     return str(GEMMA), build
 
 
+def writes_escaped_slash(text, tb):
+    """Whether appending tb writes the escape \\/ (its backslash maybe at the end of text)."""
+    run = len(text) - len(text.rstrip(b"\\"))
+    s, i = (b"\\" if run % 2 else b"") + tb, 0
+    while i < len(s):
+        if s[i] == ord("\\"):
+            if s[i + 1:i + 2] == b"/":
+                return True
+            i += 2
+        else:
+            i += 1
+    return False
+
+
 def excused(kind, ff, text, tb, only_tokamak):
     """Whether a token in one set only is a known difference (module docstring)."""
     if ff and only_tokamak:
@@ -185,7 +199,7 @@ def excused(kind, ff, text, tb, only_tokamak):
     if kind != "json_schema":
         return False
     if only_tokamak:
-        return any(x in tb for x in JSON_ONLY_TOKAMAK)
+        return b"\x7f" in tb or writes_escaped_slash(text, tb)
     return any(m.end() > 1 for m in MINUS_ZERO.finditer(text[-1:] + tb))
 
 
@@ -197,7 +211,7 @@ def test_masks_equal_llguidance(tok_rel):
     eog = tokamak_eog(tok_path)
     # the same end-of-generation tokens on both sides (tokamak takes EOT ones from the config too)
     lt, _keep = make_lt(eog)
-    rng = random.Random(17)
+    rng = random.Random(SEED)
     for kind, src, to_llg in CASES:
         for _ in range(PATHS):
             m = llguidance.LLMatcher(lt, to_llg(src), log_level=0)
