@@ -93,4 +93,7 @@ def main(src, dst):
 if __name__ == "__main__":
     if len(sys.argv) != 3:
         sys.exit("usage: gguf_vocab_only.py IN OUT.gguf")
-    main(sys.argv[1], sys.argv[2])
+    try:
+        main(sys.argv[1], sys.argv[2])
+    except ValueError as e:
+        sys.exit(f"{sys.argv[1]}: {e}")

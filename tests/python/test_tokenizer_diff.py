@@ -261,3 +261,27 @@ def test_added_token_flags(rel, tmp_path):
     ours = run_tokamak(d / "tokenizer.json", ADDED_LINES, tmp_path, ["--no-bos", "--no-parse-special"])
     bad = [(l, w, o) for l, w, o in zip(ADDED_LINES, want, ours) if w != o]
     assert not bad, report(bad, len(ADDED_LINES), "added-token flags, no parse_special")
+
+
+def test_gguf_vocab_only_tool(tmp_path):
+    """tools/gguf_vocab_only.py keeps every key of a GGUF and no tensor, and refuses a cut header."""
+    gguf = pytest.importorskip("gguf", reason="the `gguf` package (the reader checked against) is not installed")
+    import sys
+
+    src = SHARED / "gguf-fixtures" / "qfix-Q4_0.gguf"
+    if not src.exists():
+        pytest.skip(f"{src} not available")
+    tool = ROOT / "tools" / "gguf_vocab_only.py"
+    out = tmp_path / "v.gguf"
+    subprocess.run([sys.executable, str(tool), str(src), str(out)], check=True, capture_output=True)
+    a, b = gguf.GGUFReader(str(src)), gguf.GGUFReader(str(out))
+    assert len(b.tensors) == 0 and len(a.tensors) > 0
+    keys = [k for k in a.fields if not k.startswith("GGUF.")]
+    assert keys == [k for k in b.fields if not k.startswith("GGUF.")]
+    for k in keys:
+        assert a.fields[k].contents() == b.fields[k].contents(), k
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(src.read_bytes()[: (len(out.read_bytes()) // 2)])
+    r = subprocess.run([sys.executable, str(tool), str(cut), str(tmp_path / "x.gguf")], capture_output=True, text=True)
+    assert r.returncode != 0 and "runs past" in r.stderr, r.stderr
+    assert not (tmp_path / "x.gguf").exists()
