@@ -7,15 +7,19 @@
 # chromium-driver for the web page tests (tests/python/test_web.py).
 # --arm64 (test setup too) installs the arm64 cross compiler and qemu-user
 # for the emulated NEON kernel tests (tools/test_arm64.sh).
+# --mpi (test setup too) installs Open MPI for the tensor-parallel build and
+# its tests (cmake -DTK_MPI=ON; docs/parallel.md).
 # Safe to run repeatedly; without network the oracle and browser tests are skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 browser=0
 arm64=0
+mpi=0
 for arg in "$@"; do
   case "$arg" in
     --browser) browser=1 ;;
     --arm64) arm64=1 ;;
+    --mpi) mpi=1 ;;
   esac
 done
 
@@ -51,12 +55,19 @@ if [ $arm64 -eq 1 ] && ! { command -v aarch64-linux-gnu-gcc >/dev/null && comman
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null; } || echo "deps: cannot install them; the arm64 kernel tests will be skipped"
 fi
 
+if [ $mpi -eq 1 ] && ! command -v mpicc >/dev/null; then
+  echo "deps: installing openmpi-bin libopenmpi-dev (tensor-parallel tests)"
+  { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openmpi-bin \
+      libopenmpi-dev >/dev/null; } || echo "deps: cannot install Open MPI; the tensor-parallel tests will be skipped"
+fi
+
 # Python oracles for the differential tests (never used by the engine).
 if [ ! -x .venv/bin/python ]; then
   python3 -m venv .venv || echo "deps: cannot create .venv; Python oracle tests will be skipped"
 fi
-if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import tokenizers, gguf, numpy, pytest, jinja2, openai, requests, pexpect, selenium' 2>/dev/null; then
+if [ -x .venv/bin/python ] && ! .venv/bin/python -c 'import tokenizers, gguf, numpy, pytest, jinja2, openai, requests, pexpect, selenium, jsonschema, llguidance' 2>/dev/null; then
   .venv/bin/python -m pip install -q --disable-pip-version-check tokenizers gguf numpy pytest jinja2 openai requests pexpect selenium \
+    jsonschema llguidance \
     || echo "deps: pip install failed (its error is above); Python oracle tests will be skipped"
 fi
 exit 0

@@ -5,7 +5,7 @@
 # differential tests against independent oracles (HF tokenizers, gguf).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-tools/deps.sh --browser --arm64 || exit 1
+tools/deps.sh --browser --arm64 --mpi || exit 1
 jobs=$(nproc)
 status=0
 
