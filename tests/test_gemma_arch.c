@@ -121,15 +121,6 @@ static int write_model(const weights *w, const char *path, int pattern_key) {
 
 /* ---- naive float64 reference ---- */
 
-static void rope(double *x, int pos, double theta) {
-    for (int i = 0; i < HD / 2; i++) {
-        double a = pos * pow(theta, -2.0 * i / HD), c = cos(a), s = sin(a);
-        double x0 = x[i], x1 = x[i + HD / 2];
-        x[i] = x0 * c - x1 * s;
-        x[i + HD / 2] = x0 * s + x1 * c;
-    }
-}
-
 static double gelu_tanh(double x) {
     return 0.5 * x * (1.0 + tanh(sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
 }
@@ -150,31 +141,18 @@ static void reference(const weights *w, const int32_t *tok, int n, int window, i
             ref64_matvec(V[t], w->wv[l], xn, DIM, KV_HEADS * HD);
             for (int h = 0; h < HEADS; h++) {
                 ref64_rmsnorm(Q[t] + h * HD, Q[t] + h * HD, w->q_norm[l], HD, EPS);
-                rope(Q[t] + h * HD, t, theta);
+                ref64_rope(Q[t] + h * HD, HD, t, theta, true);
             }
             for (int h = 0; h < KV_HEADS; h++) {
                 ref64_rmsnorm(K[t] + h * HD, K[t] + h * HD, w->k_norm[l], HD, EPS);
-                rope(K[t] + h * HD, t, theta);
+                ref64_rope(K[t] + h * HD, HD, t, theta, true);
             }
         }
         for (int t = 0; t < n; t++) {
             for (int h = 0; h < HEADS; h++) {
                 int kvh = h / (HEADS / KV_HEADS);
-                double mx = -1e300, sum = 0;
-                for (int p = 0; p <= t; p++) {
-                    bool masked = swa && t - p >= window;
-                    double s = 0;
-                    for (int d = 0; d < HD; d++) s += Q[t][h * HD + d] * K[p][kvh * HD + d];
-                    sc[p] = masked ? -INFINITY : s / sqrt((double)HD);
-                    if (sc[p] > mx) mx = sc[p];
-                }
-                for (int d = 0; d < HD; d++) att[h * HD + d] = 0;
-                for (int p = 0; p <= t; p++) {
-                    double e = exp(sc[p] - mx);
-                    sum += e;
-                    for (int d = 0; d < HD; d++) att[h * HD + d] += e * V[p][kvh * HD + d];
-                }
-                for (int d = 0; d < HD; d++) att[h * HD + d] /= sum;
+                ref64_attend(att + h * HD, Q[t] + h * HD, &K[0][kvh * HD], &V[0][kvh * HD], KV_HEADS * HD, t, HD,
+                             swa ? window : 0, sc);
             }
             ref64_matvec(o, w->wo[l], att, HEADS * HD, DIM);
             ref64_rmsnorm(o, o, w->post_attn[l], DIM, EPS);

@@ -145,17 +145,6 @@ static int write_model(const weights *w, variant v, const char *path, int n_expe
 
 /* ---- naive float64 reference ---- */
 
-/* Llama GGUFs rotate adjacent pairs; the Qwen families rotate halves. */
-static void rope(double *x, int pos, bool halves) {
-    for (int i = 0; i < HD / 2; i++) {
-        double a = pos * pow(THETA, -2.0 * i / HD), c = cos(a), s = sin(a);
-        int i0 = halves ? i : 2 * i, i1 = halves ? i + HD / 2 : 2 * i + 1;
-        double x0 = x[i0], x1 = x[i1];
-        x[i0] = x0 * c - x1 * s;
-        x[i1] = x0 * s + x1 * c;
-    }
-}
-
 static double silu(double x) { return x / (1.0 + exp(-x)); }
 
 /* y = down(silu(gate x) * up x) for one expert's matrices. */
@@ -220,30 +209,17 @@ static void reference(const weights *w, variant v, const int32_t *tok, int n, do
             }
             for (int h = 0; h < HEADS; h++) {
                 if (v == QWEN3MOE) ref64_rmsnorm(Q[t] + h * HD, Q[t] + h * HD, w->q_norm[l], HD, EPS);
-                rope(Q[t] + h * HD, t, halves);
+                ref64_rope(Q[t] + h * HD, HD, t, THETA, halves);
             }
             for (int h = 0; h < KV_HEADS; h++) {
                 if (v == QWEN3MOE) ref64_rmsnorm(Kc[t] + h * HD, Kc[t] + h * HD, w->k_norm[l], HD, EPS);
-                rope(Kc[t] + h * HD, t, halves);
+                ref64_rope(Kc[t] + h * HD, HD, t, THETA, halves);
             }
         }
         for (int t = 0; t < n; t++) {
             for (int h = 0; h < HEADS; h++) {
                 int kvh = h / (HEADS / KV_HEADS);
-                double mx = -1e300, sum = 0;
-                for (int p = 0; p <= t; p++) {
-                    double s = 0;
-                    for (int d = 0; d < HD; d++) s += Q[t][h * HD + d] * Kc[p][kvh * HD + d];
-                    sc[p] = s / sqrt((double)HD);
-                    if (sc[p] > mx) mx = sc[p];
-                }
-                for (int d = 0; d < HD; d++) att[h * HD + d] = 0;
-                for (int p = 0; p <= t; p++) {
-                    double e = exp(sc[p] - mx);
-                    sum += e;
-                    for (int d = 0; d < HD; d++) att[h * HD + d] += e * Vc[p][kvh * HD + d];
-                }
-                for (int d = 0; d < HD; d++) att[h * HD + d] /= sum;
+                ref64_attend(att + h * HD, Q[t] + h * HD, &Kc[0][kvh * HD], &Vc[0][kvh * HD], KV_HEADS * HD, t, HD, 0, sc);
             }
             ref64_matvec(o, w->wo[l], att, HEADS * HD, DIM);
             for (int i = 0; i < DIM; i++) x[t][i] += o[i];
