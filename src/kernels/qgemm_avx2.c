@@ -598,7 +598,7 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]) * 0x1p-14f;
 }
 
-/* ================= Q4_0 and Q8_0 in 8-row panels ================= */
+/* ================= Q4_0 Q8_0 IQ4_NL in 8-row panels ================= */
 
 /* These put rows in lanes instead of tiling them: for each block, the quants
  * of 8 rows are transposed in registers so that 32-bit lane i of vector k
@@ -611,6 +611,8 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
  *   the pairs, and 8 * (sum of the activation quants) removes the offset.
  *   Q8_0: 8 vectors of signed quants, the sign trick maddubs(|w|, sign(a, w))
  *   (pair sums up to 2 * 128 * 127, so each is widened by its own madd).
+ *   IQ4_NL: the codes as Q4_0's, looked up (pshufb) into their signed values
+ *   (-127..113), then as Q8_0 (pair sums up to 2 * 127 * 127).
  * Either gives the exact integer dot of the block, isum.  Each lane then
  * does acc = fma(isum, dw * da, acc) block after block, so a (row, token)
  * result never depends on the tile, the split or the batch, and no
@@ -669,11 +671,19 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
                 q[k] = _mm256_and_si256(v[k], m4);
                 q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
             }
+        } else if (T == L_IQ4_NL) {
+            const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
+            __m256i v[4];
+            panel_transpose(wp, o + 2, v);
+            UNROLL for (int k = 0; k < 4; k++) {
+                q[k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(v[k], m4));
+                q[k + 4] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4));
+            }
         } else {
             panel_transpose(wp, o + 2, q);
             panel_transpose(wp, o + 18, q + 4);
-            UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
         }
+        if (T != L_Q4_0) UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
         const __m256 dw = panel_scales(wp, o);
         for (int j = 0; j < nt; j++) {
             const bptr a = ap[j] + 34 * b + 2;
@@ -692,26 +702,201 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
     }
 }
 
+/* ================= Q4_K Q5_K Q6_K in 8-row panels ================= */
+
+/* The same layout for the 256-element super-blocks (Q8_K activations): the
+ * quants of 8 rows are transposed 16 bytes at a time (lane i of vector k =
+ * bytes 4k..4k+3 of row i), each 4 activation bytes of a token broadcast.
+ * Per super-block and lane, the integer sum isum = sum_s sc_s * dot_s over
+ * its sub-blocks s is exact in int32 (dot_s: the sub-block's integer dot;
+ * the int16 pair sums are widened by one madd with the row's scale sc_s
+ * held twice in each lane), then per lane
+ *     acc = fma(float(isum), d * da, acc)                  (all three)
+ *     acc = fnmadd(float(msum), dmin * da, acc)            (Q4_K, Q5_K)
+ * with msum = sum_s min_s * (sum of the activation quants of s), from the
+ * Q8_K bsums (16-element sums, so each min is used twice).  Super-blocks go
+ * in order: a (row, token) result depends on nothing but its row and token.
+ * The weights of a 16-byte slice are unpacked once for up to NT_P tokens
+ * and the token loop is inside; isum of each token lives in memory (L1)
+ * across the slices, the weight vectors take the registers.
+ *
+ * int16 bounds (|a| <= 127, Q8_K quants are round(x * 127/amax)):
+ *   Q4_K: codes 0..15; a sub-block half (16 elements) is 4 maddubs of 4
+ *   elements per lane: |pair sum| <= 8 * 15 * 127 = 15240 < 32768.
+ *   Q5_K: codes 0..31: 8 * 31 * 127 = 31496 < 32768.
+ *   Q6_K: codes 0..63 (value + 32): two maddubs (4 elements) at most
+ *   4 * 63 * 127 = 32004 < 32768, so each pair of them gets its own madd;
+ *   the +32 is removed as 32 * sum_s sc_s * bsum_s (|32 sc| <= 4096 fits).
+ * int32: Q4_K/Q5_K |isum| <= 8 * 63 * 32 * 31 * 127 < 2^26, msum <= 16 *
+ * 63 * 2032; Q6_K |isum| <= 16 * 128 * 16 * 63 * 127 + 16 * 4096 * 2032
+ * < 2^29. */
+enum { PK_Q4 = 16, PK_Q5, PK_Q6 }; /* panel types past the L_ ones */
+
+AI size_t kbytes(int T) { return T == PK_Q4 ? 144 : T == PK_Q5 ? 176 : 210; }
+
+/* Byte b of each dword of v, in both int16 halves of that dword:
+ * zero-extended (SX 0) or sign-extended (SX 1). */
+AI __m256i dup_byte(__m256i v, int b, int SX) {
+    const __m256i base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4,
+                                          8, 8, 8, 8, 12, 12, 12, 12);
+    const unsigned z = 0x80, pat = SX ? z | (unsigned)b << 8 | z << 16 | (unsigned)b << 24
+                                      : (unsigned)b | z << 8 | (unsigned)b << 16 | z << 24;
+    const __m256i r = _mm256_shuffle_epi8(v, _mm256_add_epi8(_mm256_set1_epi32((int)pat), base));
+    return SX ? _mm256_srai_epi16(r, 8) : r;
+}
+
+/* The bits of each byte shifted from position s to t, masked by m. */
+AI __m256i bits_to(__m256i v, int s, int t, __m256i m) {
+    const __m256i x = s < t ? _mm256_slli_epi16(v, t - s) : s > t ? _mm256_srli_epi16(v, s - t) : v;
+    return _mm256_and_si256(x, m);
+}
+
+/* sum over the 8 bsum pairs p of madd(wq[p], (bsum 2p, bsum 2p+1) of a). */
+AI __m256i bsum_dot(const __m256i wq[8], bptr a) {
+    __m256i s = _mm256_madd_epi16(wq[0], bcast32(a + 260));
+    UNROLL for (int p = 1; p < 8; p++) s = _mm256_add_epi32(s, _mm256_madd_epi16(wq[p], bcast32(a + 260 + 4 * p)));
+    return s;
+}
+
+/* The int16 sum of K maddubs: q[0..K) against the activation bytes a, a+4, ... */
+AI __m256i dotk(const int K, const __m256i *q, bptr a) {
+    __m256i s = _mm256_maddubs_epi16(q[0], bcast32(a));
+    UNROLL for (int k = 1; k < K; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast32(a + 4 * k)));
+    return s;
+}
+
+/* Rows wp[0..8) of type T (PK_*), tokens ap[0..nt), nb super-blocks;
+ * acc[j] lane i = row i. */
+AI void mk_kpanel(const int T, int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf, __m256 *acc) {
+    const size_t wb = kbytes(T);
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i isum[NT_P];
+    for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = wb * (size_t)b, ao = QK_A * (size_t)b;
+        if (pf)
+            for (size_t k = 0; k < wb; k += 64)
+                UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + pf + k), _MM_HINT_T0);
+        for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
+        __m256i sc[16], wq[8]; /* sc[s]: sub-block s's scale twice per lane; wq: bsum weights */
+        __m256 dw, dm = _mm256_setzero_ps();
+        if (T != PK_Q6) {
+            /* the 12 scale bytes as dwords u0 u1 u2 per lane: tk_qkernel_k4_scales64 lane-wise */
+            __m256i v[4];
+            panel_transpose(wp, o + 4, v);
+            const __m256i lo6 = _mm256_set1_epi8(0x3F), lo4 = m4, lo2 = _mm256_set1_epi8(3);
+            const __m256i s03 = _mm256_and_si256(v[0], lo6), m03 = _mm256_and_si256(v[1], lo6);
+            const __m256i s47 = _mm256_or_si256(_mm256_and_si256(v[2], lo4),
+                                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[0], 6), lo2), 4));
+            const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v[2], 4), lo4),
+                                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[1], 6), lo2), 4));
+            UNROLL for (int s = 0; s < 4; s++) {
+                sc[s] = dup_byte(s03, s, 0);
+                sc[s + 4] = dup_byte(s47, s, 0);
+                wq[s] = dup_byte(m03, s, 0); /* bsum pair p = the two halves of sub-block p */
+                wq[s + 4] = dup_byte(m47, s, 0);
+            }
+            dw = panel_scales(wp, o);
+            dm = panel_scales(wp, o + 2);
+        } else {
+            __m256i v[4];
+            panel_transpose(wp, o + 192, v); /* the 16 int8 scales */
+            UNROLL for (int s = 0; s < 16; s++) sc[s] = dup_byte(v[s / 4], s % 4, 1);
+            UNROLL for (int p = 0; p < 8; p++) /* (32 sc_2p, 32 sc_2p+1) */
+                wq[p] = _mm256_slli_epi16(_mm256_blend_epi16(sc[2 * p], sc[2 * p + 1], 0xAA), 5);
+            dw = panel_scales(wp, o + 208);
+        }
+        if (T != PK_Q6) {
+            /* slice (c, p): qs bytes 32c + 16p..: low nibbles = elements 64c + 16p.. (sub-block 2c),
+             * high = 64c + 32 + 16p.. (2c + 1); Q5_K's 5th bits at bits 2c, 2c+1 of qh bytes 16p.. */
+            const size_t qo = T == PK_Q5 ? 48 : 16;
+            UNROLL for (int c = 0; c < 4; c++) UNROLL for (int p = 0; p < 2; p++) {
+                __m256i v[4], q[8];
+                panel_transpose(wp, o + qo + 32 * c + 16 * p, v);
+                UNROLL for (int k = 0; k < 4; k++) {
+                    q[k] = _mm256_and_si256(v[k], m4);
+                    q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
+                }
+                if (T == PK_Q5) {
+                    __m256i h[4];
+                    const __m256i b4 = _mm256_set1_epi8(0x10);
+                    panel_transpose(wp, o + 16 + 16 * p, h);
+                    UNROLL for (int k = 0; k < 4; k++) {
+                        q[k] = _mm256_or_si256(q[k], bits_to(h[k], 2 * c, 4, b4));
+                        q[k + 4] = _mm256_or_si256(q[k + 4], bits_to(h[k], 2 * c + 1, 4, b4));
+                    }
+                }
+                for (int j = 0; j < nt; j++) {
+                    const bptr a = ap[j] + ao + 4 + 64 * c + 16 * p;
+                    const __m256i s0 = _mm256_madd_epi16(dotk(4, q, a), sc[2 * c]);
+                    const __m256i s1 = _mm256_madd_epi16(dotk(4, q + 4, a + 32), sc[2 * c + 1]);
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(s0, s1));
+                }
+            }
+        } else {
+            /* slice (h, p, g2): element 128h + 32g + 16p + l (l < 16) of sub-block 8h + 2g + p:
+             * 4 bits of ql byte 64h + 32(g & 1) + 16p + l (high nibble for g >= 2), 2 bits at
+             * 2g of qh byte 128 + 32h + 16p + l; g = g2 and g2 + 2 */
+            const __m256i m30 = _mm256_set1_epi8(0x30);
+            UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) UNROLL for (int g2 = 0; g2 < 2; g2++) {
+                __m256i v[4], hq[4], q[8];
+                panel_transpose(wp, o + 64 * h + 32 * g2 + 16 * p, v);
+                panel_transpose(wp, o + 128 + 32 * h + 16 * p, hq);
+                UNROLL for (int k = 0; k < 4; k++) {
+                    q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), bits_to(hq[k], 2 * g2, 4, m30));
+                    q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4),
+                                               bits_to(hq[k], 2 * g2 + 4, 4, m30));
+                }
+                const int s0 = 8 * h + 2 * g2 + p, s1 = s0 + 4;
+                for (int j = 0; j < nt; j++) {
+                    const bptr a = ap[j] + ao + 4 + 128 * h + 32 * g2 + 16 * p;
+                    const __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q, a), sc[s0]),
+                                                        _mm256_madd_epi16(dotk(2, q + 2, a + 8), sc[s0]));
+                    const __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q + 4, a + 64), sc[s1]),
+                                                        _mm256_madd_epi16(dotk(2, q + 6, a + 72), sc[s1]));
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(d0, d1));
+                }
+            }
+        }
+        for (int j = 0; j < nt; j++) {
+            const bptr a = ap[j] + ao;
+            const __m256 da = _mm256_set1_ps(ldf(a));
+            if (T == PK_Q6) isum[j] = _mm256_sub_epi32(isum[j], bsum_dot(wq, a));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, da), acc[j]);
+            if (T != PK_Q6) acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(bsum_dot(wq, a)), _mm256_mul_ps(dm, da), acc[j]);
+        }
+    }
+}
+
 static const tk_qkernel *tiled_kernel(tk_dtype wtype);
 
-/* Token chunks (their block data in a stack buffer of TOKDATA_MAX blocks),
- * 8-row panels (the last repeats its last row), passes of up to NT_P tokens.
- * Rows longer than the buffer (or empty) take the row-tiled kernel (a choice
- * made by n alone, so still the same bits for every batch and split). */
+AI tk_dtype panel_dtype(int T) {
+    return T == L_Q4_0 ? TK_Q4_0 : T == L_Q8_0 ? TK_Q8_0 : T == L_IQ4_NL ? TK_IQ4_NL : T == PK_Q4 ? TK_Q4_K
+         : T == PK_Q5 ? TK_Q5_K : TK_Q6_K;
+}
+
+/* Token chunks, 8-row panels (the last repeats its last row), passes of up
+ * to NT_P tokens.  Legacy types: a chunk's block data in a stack buffer of
+ * TOKDATA_MAX blocks; rows longer than that (or empty) take the row-tiled
+ * kernel (a choice made by n alone, so still the same bits for every batch
+ * and split).  K-quants: chunks of CHUNK_BYTES of activations, which stay
+ * in L2 while the panels pass over them. */
 AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
                    size_t arb, int n_tok, float *y, int64_t ldy) {
-    const int64_t nb = n / 32;
-    if (nb == 0 || nb > TOKDATA_MAX) {
-        tiled_kernel(T == L_Q4_0 ? TK_Q4_0 : TK_Q8_0)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+    const int kq = T >= PK_Q4;
+    const int64_t nb = n / (kq ? 256 : 32);
+    if (nb == 0 || (!kq && nb > TOKDATA_MAX)) {
+        tiled_kernel(panel_dtype(T))->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
         return;
     }
     tokblk td[TOKDATA_MAX];
     const uint8_t *W = w, *A = act;
-    int64_t chunk = TOKDATA_MAX / nb;
+    int64_t chunk = kq ? (int64_t)(CHUNK_BYTES) / (int64_t)arb : TOKDATA_MAX / nb;
     if (chunk > NT_P) chunk = chunk / NT_P * NT_P;
+    else if (chunk < 1) chunk = 1;
     for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
         const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
-        for (int64_t t = t0; t < t1; t++)
+        for (int64_t t = t0; t < t1 && !kq; t++)
             for (int64_t b = 0; b < nb; b++) {
                 const bptr blk = A + (size_t)t * arb + 34 * (size_t)b;
                 td[(t - t0) * nb + b] = (tokblk){ldh(blk), T == L_Q4_0 ? 8 * sum_i8x32(ldu(blk + 2)) : 0};
@@ -729,7 +914,9 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
                 }
                 __m256 acc[NT_P];
                 /* the first pass prefetches the next panel (decode streams it from DRAM) */
-                mk_panel(T, nt, wp, ap, tp, nb, t == t0 ? PANEL * wrb : 0, acc);
+                const size_t pf = t == t0 ? PANEL * wrb : 0;
+                if (kq) mk_kpanel(T, nt, wp, ap, nb, pf, acc);
+                else mk_panel(T, nt, wp, ap, tp, nb, pf, acc);
                 for (int j = 0; j < nt; j++) {
                     float *yt = y + (t + j) * ldy + r;
                     if (r + PANEL <= r1) {
@@ -746,15 +933,17 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
     }
 }
 
-static void q4_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
-                            size_t arb, int n_tok, float *y, int64_t ldy) {
-    panel_gemm(L_Q4_0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
-}
-
-static void q8_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
-                            size_t arb, int n_tok, float *y, int64_t ldy) {
-    panel_gemm(L_Q8_0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
-}
+#define PANEL_GEMM(NAME, T)                                                                                      \
+    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
+                     int n_tok, float *y, int64_t ldy) {                                                         \
+        panel_gemm(T, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                               \
+    }
+PANEL_GEMM(q4_0_panel_gemm, L_Q4_0)
+PANEL_GEMM(q8_0_panel_gemm, L_Q8_0)
+PANEL_GEMM(iq4_nl_panel_gemm, L_IQ4_NL)
+PANEL_GEMM(q4_K_panel_gemm, PK_Q4)
+PANEL_GEMM(q5_K_panel_gemm, PK_Q5)
+PANEL_GEMM(q6_K_panel_gemm, PK_Q6)
 
 /* ================= instantiation ================= */
 
@@ -806,13 +995,19 @@ static void q8_0_panel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, in
 
 GEMM_KERNELS(tiled_kernel)
 
-static const tk_qkernel panel_kernels[2] = {
-    {TK_Q4_0, TK_Q8_0, GEMM_ISA, "Q4_0" GEMM_SUFFIX, TK_QKERNEL_SIMD_PACK_Q8_0, q4_0_panel_gemm},
-    {TK_Q8_0, TK_Q8_0, GEMM_ISA, "Q8_0" GEMM_SUFFIX, TK_QKERNEL_SIMD_PACK_Q8_0, q8_0_panel_gemm},
+/* The panel kernels replace the tiled ones of their types. */
+static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {
+    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm),
+    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm),
+    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm),
+    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_K, Q8_K, "Q4_K", q4_K_panel_gemm),
+    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q5_K, Q8_K, "Q5_K", q5_K_panel_gemm),
+    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q6_K, Q8_K, "Q6_K", q6_K_panel_gemm),
 };
 
 const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype) {
-    return wtype == TK_Q4_0 ? &panel_kernels[0] : wtype == TK_Q8_0 ? &panel_kernels[1] : tiled_kernel(wtype);
+    const tk_qkernel *p = tk_qkernel_pick(panel_kernels, wtype);
+    return p ? p : tiled_kernel(wtype);
 }
 
 #else /* not built with AVX2 */
