@@ -36,7 +36,8 @@
  *    results do not depend on how rows are split into [r0, r1) ranges, nor
  *    on how many tokens are in the batch; nothing outside the requested
  *    rows is written; test_invariance repeats the batch / split checks for
- *    every batch size 1..40 and beyond on the tiled (AMX) kernels' types. */
+ *    every batch size 1..40 and beyond on the tiled (AMX) kernels' types
+ *    and the AVX2 panel kernels' (Q4_0 Q8_0 IQ4_NL Q4_K Q5_K Q6_K). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -449,7 +450,8 @@ static void unguard(void *map, size_t map_len) {
 }
 
 /* Batch invariance in depth, for the types with tiled kernels (AMX: 16-row
- * panels, 16-token tiles, K chunks, a VNNI path for small batches): on
+ * panels, 16-token tiles, K chunks, a VNNI path for small batches; AVX2:
+ * 8-row panels, passes of 16 tokens, token chunks): on
  * every ISA, each token of a batch of n_tok (with the rows split into
  * ranges that are not multiples of 16) gives the same bits as that token
  * alone over all rows. */
@@ -734,8 +736,8 @@ int main(void) {
         for (int i = 0; i < 40; i++) all[i] = i + 1;
         const int some[] = {1, 2, 4, 5, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 65, 70, 100};
         const int few[] = {1, 3, 8, 9, 16, 20};
-        const tk_dtype tiled[] = {TK_Q4_0, TK_Q8_0};
-        for (int i = 0; i < 2; i++) {
+        const tk_dtype tiled[] = {TK_Q4_0, TK_Q8_0, TK_IQ4_NL};
+        for (int i = 0; i < 3; i++) {
             const tk_dtype wt = tiled[i];
             test_invariance(wt, 37, 544, all, 40, 0);
             test_invariance(wt, 50, 5632, some, (int)(sizeof some / sizeof some[0]), 0);
@@ -752,6 +754,19 @@ int main(void) {
             run_case(wt, 50, 64, 70, 0);
             run_case(wt, 5, 96, 20, 1);
             if (wt == TK_Q8_0) run_case(wt, 5, 96, 20, 2);
+        }
+        /* the AVX2 k-quant panels: ragged panels, token passes and their
+         * tails, token chunks (8192 columns: 16 tokens per chunk), extreme
+         * values (all-0xFF blocks: the int16 sums at their bounds) */
+        const tk_dtype kpanel[] = {TK_Q4_K, TK_Q5_K, TK_Q6_K};
+        for (int i = 0; i < 3; i++) {
+            const tk_dtype wt = kpanel[i];
+            test_invariance(wt, 37, 1024, all, 40, 0);
+            test_invariance(wt, 19, 8192, some, (int)(sizeof some / sizeof some[0]), 0);
+            test_invariance(wt, 13, 512, all, 40, 1);
+            run_case(wt, 37, 2048, 20, 0);
+            run_case(wt, 11, 8192, 40, 0);
+            run_case(wt, 9, 512, 17, 1);
         }
     }
     printf("max |simd - scalar| / S = %.3g, max |y - y64| / S = %.3g\n", max_rel_simd, max_rel_ref);
