@@ -737,11 +737,12 @@ AI size_t kbytes(int T) { return T == PK_Q4 ? 144 : T == PK_Q5 ? 176 : 210; }
 /* Byte b of each dword of v, in both int16 halves of that dword:
  * zero-extended (SX 0) or sign-extended (SX 1). */
 AI __m256i dup_byte(__m256i v, int b, int SX) {
-    const __m256i base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0, 0, 0, 4, 4, 4, 4,
-                                          8, 8, 8, 8, 12, 12, 12, 12);
-    const unsigned z = 0x80, pat = SX ? z | (unsigned)b << 8 | z << 16 | (unsigned)b << 24
-                                      : (unsigned)b | z << 8 | (unsigned)b << 16 | z << 24;
-    const __m256i r = _mm256_shuffle_epi8(v, _mm256_add_epi8(_mm256_set1_epi32((int)pat), base));
+    const char z = (char)0x80, x = (char)b; /* z: a zero byte */
+#define DUP_D(d) SX ? z : x + 4 * d, SX ? x + 4 * d : z, SX ? z : x + 4 * d, SX ? x + 4 * d : z
+#define DUP_LANE DUP_D(0), DUP_D(1), DUP_D(2), DUP_D(3)
+    const __m256i r = _mm256_shuffle_epi8(v, _mm256_setr_epi8(DUP_LANE, DUP_LANE));
+#undef DUP_LANE
+#undef DUP_D
     return SX ? _mm256_srai_epi16(r, 8) : r;
 }
 
@@ -801,7 +802,7 @@ AI void mk_kpanel(const int T, int nt, const bptr *wp, const bptr *ap, int64_t n
         } else {
             __m256i v[4];
             panel_transpose(wp, o + 192, v); /* the 16 int8 scales */
-            UNROLL for (int s = 0; s < 16; s++) sc[s] = dup_byte(v[s / 4], s % 4, 1);
+            UNROLL for (int k = 0; k < 4; k++) UNROLL for (int s = 0; s < 4; s++) sc[4 * k + s] = dup_byte(v[k], s, 1);
             UNROLL for (int p = 0; p < 8; p++) /* (32 sc_2p, 32 sc_2p+1) */
                 wq[p] = _mm256_slli_epi16(_mm256_blend_epi16(sc[2 * p], sc[2 * p + 1], 0xAA), 5);
             dw = panel_scales(wp, o + 208);
@@ -838,10 +839,12 @@ AI void mk_kpanel(const int T, int nt, const bptr *wp, const bptr *ap, int64_t n
              * 4 bits of ql byte 64h + 32(g & 1) + 16p + l (high nibble for g >= 2), 2 bits at
              * 2g of qh byte 128 + 32h + 16p + l; g = g2 and g2 + 2 */
             const __m256i m30 = _mm256_set1_epi8(0x30);
-            UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) UNROLL for (int g2 = 0; g2 < 2; g2++) {
-                __m256i v[4], hq[4], q[8];
-                panel_transpose(wp, o + 64 * h + 32 * g2 + 16 * p, v);
+            UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) {
+                __m256i hq[4];
                 panel_transpose(wp, o + 128 + 32 * h + 16 * p, hq);
+                UNROLL for (int g2 = 0; g2 < 2; g2++) {
+                __m256i v[4], q[8];
+                panel_transpose(wp, o + 64 * h + 32 * g2 + 16 * p, v);
                 UNROLL for (int k = 0; k < 4; k++) {
                     q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), bits_to(hq[k], 2 * g2, 4, m30));
                     q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4),
@@ -855,6 +858,7 @@ AI void mk_kpanel(const int T, int nt, const bptr *wp, const bptr *ap, int64_t n
                     const __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q + 4, a + 64), sc[s1]),
                                                         _mm256_madd_epi16(dotk(2, q + 6, a + 72), sc[s1]));
                     isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(d0, d1));
+                }
                 }
             }
         }
@@ -915,7 +919,8 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
                 __m256 acc[NT_P];
                 /* the first pass prefetches the next panel (decode streams it from DRAM) */
                 const size_t pf = t == t0 ? PANEL * wrb : 0;
-                if (kq) mk_kpanel(T, nt, wp, ap, nb, pf, acc);
+                if (kq && nt == 1) mk_kpanel(T, 1, wp, ap, nb, pf, acc); /* decode: the same code, unrolled for one token */
+                else if (kq) mk_kpanel(T, nt, wp, ap, nb, pf, acc);
                 else mk_panel(T, nt, wp, ap, tp, nb, pf, acc);
                 for (int j = 0; j < nt; j++) {
                     float *yt = y + (t + j) * ldy + r;
