@@ -335,6 +335,32 @@ AI __m256i pair_scales(__m128i sc8, int k) {
     return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc8, idx));
 }
 
+/* Q6_K block x, half h: codes (value + 32) of elements 128h + 32g + l, l < 32, in q[g]. */
+AI void q6k_unpack(bptr x, int h, __m256i q[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    const __m256i l0 = ldu(x + 64 * h), l1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
+    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
+    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4), _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+}
+
+/* One Q6_K row's integer sum for super-block x against activations a:
+ * sum_s sc_s * dot_s with the +32 of the codes removed, 8 int32 partial sums. */
+AI __m256i q6k_row(bptr x, bptr a) {
+    const __m128i sc8 = ldu128(x + 192);
+    __m256i s = _mm256_setzero_si256();
+    UNROLL for (int h = 0; h < 2; h++) {
+        __m256i q[4];
+        q6k_unpack(x, h, q);
+        UNROLL for (int g = 0; g < 4; g++) {
+            const __m256i p = _mm256_maddubs_epi16(q[g], ldu(a + 4 + 128 * h + 32 * g));
+            s = _mm256_add_epi32(s, _mm256_madd_epi16(p, pair_scales(sc8, 8 * h + 2 * g)));
+        }
+    }
+    return _mm256_sub_epi32(s, _mm256_slli_epi32(_mm256_madd_epi16(_mm256_cvtepi8_epi16(sc8), ldu(a + 260)), 5));
+}
+
 /* The 16-element sub-block family: Q2_K, Q3_K, Q6_K.  Element 128h + 32g + l
  * of a super-block is quant group g of half h; it belongs to sub-block
  * 8h + 2g + l/16. */
@@ -343,7 +369,7 @@ enum { K_Q2, K_Q3, K_Q6 };
 AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
     const int64_t nb = n / 256;
     const size_t wb = T == K_Q2 ? 84 : T == K_Q3 ? 110 : 210;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m3 = _mm256_set1_epi8(3);
+    const __m256i m3 = _mm256_set1_epi8(3);
     __m256 acc[8][4];
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -376,13 +402,7 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
             UNROLL for (int h = 0; h < 2; h++) {
                 __m256i q[4];
                 if (T == K_Q6) {
-                    const __m256i l0 = ldu(x + 64 * h), l1 = ldu(x + 64 * h + 32), qh = ldu(x + 128 + 32 * h);
-                    const __m256i m30 = _mm256_set1_epi8(0x30);
-                    q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-                    q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-                    q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(qh, m30));
-                    q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                           _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+                    q6k_unpack(x, h, q);
                 } else {
                     const __m256i qv = ldu(x + (T == K_Q2 ? 16 : 32) + 32 * h);
                     q[0] = _mm256_and_si256(qv, m3);
@@ -766,108 +786,138 @@ AI __m256i dotk(const int K, const __m256i *q, bptr a) {
     return s;
 }
 
-/* Rows wp[0..8) of type T (PK_*), tokens ap[0..nt), nb super-blocks;
- * acc[j] lane i = row i. */
-AI void mk_kpanel(const int T, int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf, __m256 *acc) {
-    const size_t wb = kbytes(T);
+/* Panel layout: isum[j] (Q6_K: less its bsum term) and msum[j] (Q4_K,
+ * Q5_K) of super-block o of the 8 rows for tokens ap[0..nt), ao the block's
+ * offset in an activation row. */
+AI void kpanel_slices(const int T, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m256i *isum,
+                      __m256i *msum) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    __m256i isum[NT_P];
+    for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
+    __m256i sc[16], wq[8]; /* sc[s]: sub-block s's scale twice per lane; wq: bsum weights */
+    if (T != PK_Q6) {
+        /* the 12 scale bytes as dwords u0 u1 u2 per lane: tk_qkernel_k4_scales64 lane-wise */
+        __m256i v[4];
+        panel_transpose(wp, o + 4, v);
+        const __m256i lo6 = _mm256_set1_epi8(0x3F), lo4 = m4, lo2 = _mm256_set1_epi8(3);
+        const __m256i s03 = _mm256_and_si256(v[0], lo6), m03 = _mm256_and_si256(v[1], lo6);
+        const __m256i s47 = _mm256_or_si256(_mm256_and_si256(v[2], lo4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[0], 6), lo2), 4));
+        const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v[2], 4), lo4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[1], 6), lo2), 4));
+        UNROLL for (int s = 0; s < 4; s++) {
+            sc[s] = dup_byte(s03, s, 0);
+            sc[s + 4] = dup_byte(s47, s, 0);
+            wq[s] = dup_byte(m03, s, 0); /* bsum pair p = the two halves of sub-block p */
+            wq[s + 4] = dup_byte(m47, s, 0);
+        }
+    } else {
+        __m256i v[4];
+        panel_transpose(wp, o + 192, v); /* the 16 int8 scales */
+        UNROLL for (int k = 0; k < 4; k++) UNROLL for (int s = 0; s < 4; s++) sc[4 * k + s] = dup_byte(v[k], s, 1);
+        UNROLL for (int p = 0; p < 8; p++) /* (32 sc_2p, 32 sc_2p+1) */
+            wq[p] = _mm256_slli_epi16(_mm256_blend_epi16(sc[2 * p], sc[2 * p + 1], 0xAA), 5);
+    }
+    if (T != PK_Q6) {
+        /* slice (c, p): qs bytes 32c + 16p..: low nibbles = elements 64c + 16p.. (sub-block 2c),
+         * high = 64c + 32 + 16p.. (2c + 1); Q5_K's 5th bits at bits 2c, 2c+1 of qh bytes 16p.. */
+        const size_t qo = T == PK_Q5 ? 48 : 16;
+        UNROLL for (int c = 0; c < 4; c++) UNROLL for (int p = 0; p < 2; p++) {
+            __m256i v[4], q[8];
+            panel_transpose(wp, o + qo + 32 * c + 16 * p, v);
+            UNROLL for (int k = 0; k < 4; k++) {
+                q[k] = _mm256_and_si256(v[k], m4);
+                q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
+            }
+            if (T == PK_Q5) {
+                __m256i h[4];
+                const __m256i b4 = _mm256_set1_epi8(0x10);
+                panel_transpose(wp, o + 16 + 16 * p, h);
+                UNROLL for (int k = 0; k < 4; k++) {
+                    q[k] = _mm256_or_si256(q[k], bits_to(h[k], 2 * c, 4, b4));
+                    q[k + 4] = _mm256_or_si256(q[k + 4], bits_to(h[k], 2 * c + 1, 4, b4));
+                }
+            }
+            for (int j = 0; j < nt; j++) {
+                const bptr a = ap[j] + ao + 4 + 64 * c + 16 * p;
+                const __m256i s0 = _mm256_madd_epi16(dotk(4, q, a), sc[2 * c]);
+                const __m256i s1 = _mm256_madd_epi16(dotk(4, q + 4, a + 32), sc[2 * c + 1]);
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(s0, s1));
+            }
+        }
+    } else {
+        /* slice (h, p, g2): element 128h + 32g + 16p + l (l < 16) of sub-block 8h + 2g + p:
+         * 4 bits of ql byte 64h + 32(g & 1) + 16p + l (high nibble for g >= 2), 2 bits at
+         * 2g of qh byte 128 + 32h + 16p + l; g = g2 and g2 + 2 */
+        const __m256i m30 = _mm256_set1_epi8(0x30);
+        UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) {
+            __m256i hq[4];
+            panel_transpose(wp, o + 128 + 32 * h + 16 * p, hq);
+            UNROLL for (int g2 = 0; g2 < 2; g2++) {
+            __m256i v[4], q[8];
+            panel_transpose(wp, o + 64 * h + 32 * g2 + 16 * p, v);
+            UNROLL for (int k = 0; k < 4; k++) {
+                q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), bits_to(hq[k], 2 * g2, 4, m30));
+                q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4),
+                                           bits_to(hq[k], 2 * g2 + 4, 4, m30));
+            }
+            const int s0 = 8 * h + 2 * g2 + p, s1 = s0 + 4;
+            for (int j = 0; j < nt; j++) {
+                const bptr a = ap[j] + ao + 4 + 128 * h + 32 * g2 + 16 * p;
+                const __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q, a), sc[s0]),
+                                                    _mm256_madd_epi16(dotk(2, q + 2, a + 8), sc[s0]));
+                const __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q + 4, a + 64), sc[s1]),
+                                                    _mm256_madd_epi16(dotk(2, q + 6, a + 72), sc[s1]));
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(d0, d1));
+            }
+            }
+        }
+    }
+    for (int j = 0; j < nt; j++) {
+        const bptr a = ap[j] + ao;
+        if (T == PK_Q6) isum[j] = _mm256_sub_epi32(isum[j], bsum_dot(wq, a));
+        else msum[j] = bsum_dot(wq, a);
+    }
+}
+
+/* 8 vectors of int32 partial sums -> lane i = the sum of r[i] (exact). */
+AI __m256i hsum_rows(const __m256i r[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(r[0], r[1]), _mm256_hadd_epi32(r[2], r[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(r[4], r[5]), _mm256_hadd_epi32(r[6], r[7]));
+    /* a = [rows 0..3, elements 0-3 | rows 0..3, 4-7], b likewise for rows 4..7 */
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+}
+
+/* Q6_K in row layout, one token: the same integers as kpanel_slices, each
+ * row's computed in its own vectors (32 elements each, no transposes) and
+ * summed into lanes.  For Q6_K's 13 transposes and 6-bit unpacking per
+ * super-block this is cheaper when the weights serve one token (decode);
+ * Q4_K and Q5_K decode faster in the panel layout. */
+AI __m256i q6k_rows(const bptr *wp, size_t o, bptr a) {
+    __m256i r[PANEL];
+    UNROLL for (int i = 0; i < PANEL; i++) r[i] = q6k_row(wp[i] + o, a);
+    return hsum_rows(r);
+}
+
+/* Rows wp[0..8) of type T (PK_*), tokens ap[0..nt), nb super-blocks;
+ * acc[j] lane i = row i.  ROWS (Q6_K): one token, the integers in row layout. */
+AI void mk_kpanel(const int T, const int ROWS, int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf,
+                  __m256 *acc) {
+    const size_t wb = kbytes(T);
+    __m256i isum[NT_P], msum[NT_P];
     for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b, ao = QK_A * (size_t)b;
         if (pf)
             for (size_t k = 0; k < wb; k += 64)
                 UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + pf + k), _MM_HINT_T0);
-        for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
-        __m256i sc[16], wq[8]; /* sc[s]: sub-block s's scale twice per lane; wq: bsum weights */
-        __m256 dw, dm = _mm256_setzero_ps();
-        if (T != PK_Q6) {
-            /* the 12 scale bytes as dwords u0 u1 u2 per lane: tk_qkernel_k4_scales64 lane-wise */
-            __m256i v[4];
-            panel_transpose(wp, o + 4, v);
-            const __m256i lo6 = _mm256_set1_epi8(0x3F), lo4 = m4, lo2 = _mm256_set1_epi8(3);
-            const __m256i s03 = _mm256_and_si256(v[0], lo6), m03 = _mm256_and_si256(v[1], lo6);
-            const __m256i s47 = _mm256_or_si256(_mm256_and_si256(v[2], lo4),
-                                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[0], 6), lo2), 4));
-            const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v[2], 4), lo4),
-                                                _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[1], 6), lo2), 4));
-            UNROLL for (int s = 0; s < 4; s++) {
-                sc[s] = dup_byte(s03, s, 0);
-                sc[s + 4] = dup_byte(s47, s, 0);
-                wq[s] = dup_byte(m03, s, 0); /* bsum pair p = the two halves of sub-block p */
-                wq[s + 4] = dup_byte(m47, s, 0);
-            }
-            dw = panel_scales(wp, o);
-            dm = panel_scales(wp, o + 2);
-        } else {
-            __m256i v[4];
-            panel_transpose(wp, o + 192, v); /* the 16 int8 scales */
-            UNROLL for (int k = 0; k < 4; k++) UNROLL for (int s = 0; s < 4; s++) sc[4 * k + s] = dup_byte(v[k], s, 1);
-            UNROLL for (int p = 0; p < 8; p++) /* (32 sc_2p, 32 sc_2p+1) */
-                wq[p] = _mm256_slli_epi16(_mm256_blend_epi16(sc[2 * p], sc[2 * p + 1], 0xAA), 5);
-            dw = panel_scales(wp, o + 208);
-        }
-        if (T != PK_Q6) {
-            /* slice (c, p): qs bytes 32c + 16p..: low nibbles = elements 64c + 16p.. (sub-block 2c),
-             * high = 64c + 32 + 16p.. (2c + 1); Q5_K's 5th bits at bits 2c, 2c+1 of qh bytes 16p.. */
-            const size_t qo = T == PK_Q5 ? 48 : 16;
-            UNROLL for (int c = 0; c < 4; c++) UNROLL for (int p = 0; p < 2; p++) {
-                __m256i v[4], q[8];
-                panel_transpose(wp, o + qo + 32 * c + 16 * p, v);
-                UNROLL for (int k = 0; k < 4; k++) {
-                    q[k] = _mm256_and_si256(v[k], m4);
-                    q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
-                }
-                if (T == PK_Q5) {
-                    __m256i h[4];
-                    const __m256i b4 = _mm256_set1_epi8(0x10);
-                    panel_transpose(wp, o + 16 + 16 * p, h);
-                    UNROLL for (int k = 0; k < 4; k++) {
-                        q[k] = _mm256_or_si256(q[k], bits_to(h[k], 2 * c, 4, b4));
-                        q[k + 4] = _mm256_or_si256(q[k + 4], bits_to(h[k], 2 * c + 1, 4, b4));
-                    }
-                }
-                for (int j = 0; j < nt; j++) {
-                    const bptr a = ap[j] + ao + 4 + 64 * c + 16 * p;
-                    const __m256i s0 = _mm256_madd_epi16(dotk(4, q, a), sc[2 * c]);
-                    const __m256i s1 = _mm256_madd_epi16(dotk(4, q + 4, a + 32), sc[2 * c + 1]);
-                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(s0, s1));
-                }
-            }
-        } else {
-            /* slice (h, p, g2): element 128h + 32g + 16p + l (l < 16) of sub-block 8h + 2g + p:
-             * 4 bits of ql byte 64h + 32(g & 1) + 16p + l (high nibble for g >= 2), 2 bits at
-             * 2g of qh byte 128 + 32h + 16p + l; g = g2 and g2 + 2 */
-            const __m256i m30 = _mm256_set1_epi8(0x30);
-            UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) {
-                __m256i hq[4];
-                panel_transpose(wp, o + 128 + 32 * h + 16 * p, hq);
-                UNROLL for (int g2 = 0; g2 < 2; g2++) {
-                __m256i v[4], q[8];
-                panel_transpose(wp, o + 64 * h + 32 * g2 + 16 * p, v);
-                UNROLL for (int k = 0; k < 4; k++) {
-                    q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), bits_to(hq[k], 2 * g2, 4, m30));
-                    q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4),
-                                               bits_to(hq[k], 2 * g2 + 4, 4, m30));
-                }
-                const int s0 = 8 * h + 2 * g2 + p, s1 = s0 + 4;
-                for (int j = 0; j < nt; j++) {
-                    const bptr a = ap[j] + ao + 4 + 128 * h + 32 * g2 + 16 * p;
-                    const __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q, a), sc[s0]),
-                                                        _mm256_madd_epi16(dotk(2, q + 2, a + 8), sc[s0]));
-                    const __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q + 4, a + 64), sc[s1]),
-                                                        _mm256_madd_epi16(dotk(2, q + 6, a + 72), sc[s1]));
-                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(d0, d1));
-                }
-                }
-            }
-        }
+        if (ROWS) isum[0] = q6k_rows(wp, o, ap[0] + ao);
+        else kpanel_slices(T, nt, wp, o, ap, ao, isum, msum);
+        const __m256 dw = panel_scales(wp, T == PK_Q6 ? o + 208 : o);
+        const __m256 dm = T == PK_Q6 ? _mm256_setzero_ps() : panel_scales(wp, o + 2);
         for (int j = 0; j < nt; j++) {
-            const bptr a = ap[j] + ao;
-            const __m256 da = _mm256_set1_ps(ldf(a));
-            if (T == PK_Q6) isum[j] = _mm256_sub_epi32(isum[j], bsum_dot(wq, a));
+            const __m256 da = _mm256_set1_ps(ldf(ap[j] + ao));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, da), acc[j]);
-            if (T != PK_Q6) acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(bsum_dot(wq, a)), _mm256_mul_ps(dm, da), acc[j]);
+            if (T != PK_Q6) acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[j]), _mm256_mul_ps(dm, da), acc[j]);
         }
     }
 }
@@ -919,8 +969,9 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
                 __m256 acc[NT_P];
                 /* the first pass prefetches the next panel (decode streams it from DRAM) */
                 const size_t pf = t == t0 ? PANEL * wrb : 0;
-                if (kq && nt == 1) mk_kpanel(T, 1, wp, ap, nb, pf, acc); /* decode: the same code, unrolled for one token */
-                else if (kq) mk_kpanel(T, nt, wp, ap, nb, pf, acc);
+                if (T == PK_Q6 && nt == 1) mk_kpanel(T, 1, 1, wp, ap, nb, pf, acc);
+                else if (kq && nt == 1) mk_kpanel(T, 0, 1, wp, ap, nb, pf, acc); /* decode: unrolled for one token */
+                else if (kq) mk_kpanel(T, 0, nt, wp, ap, nb, pf, acc);
                 else mk_panel(T, nt, wp, ap, tp, nb, pf, acc);
                 for (int j = 0; j < nt; j++) {
                     float *yt = y + (t + j) * ldy + r;
