@@ -853,22 +853,22 @@ AI void kpanel_slices(const int T, int nt, const bptr *wp, size_t o, const bptr 
             __m256i hq[4];
             panel_transpose(wp, o + 128 + 32 * h + 16 * p, hq);
             UNROLL for (int g2 = 0; g2 < 2; g2++) {
-            __m256i v[4], q[8];
-            panel_transpose(wp, o + 64 * h + 32 * g2 + 16 * p, v);
-            UNROLL for (int k = 0; k < 4; k++) {
-                q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), bits_to(hq[k], 2 * g2, 4, m30));
-                q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4),
-                                           bits_to(hq[k], 2 * g2 + 4, 4, m30));
-            }
-            const int s0 = 8 * h + 2 * g2 + p, s1 = s0 + 4;
-            for (int j = 0; j < nt; j++) {
-                const bptr a = ap[j] + ao + 4 + 128 * h + 32 * g2 + 16 * p;
-                const __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q, a), sc[s0]),
-                                                    _mm256_madd_epi16(dotk(2, q + 2, a + 8), sc[s0]));
-                const __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q + 4, a + 64), sc[s1]),
-                                                    _mm256_madd_epi16(dotk(2, q + 6, a + 72), sc[s1]));
-                isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(d0, d1));
-            }
+                __m256i v[4], q[8];
+                panel_transpose(wp, o + 64 * h + 32 * g2 + 16 * p, v);
+                UNROLL for (int k = 0; k < 4; k++) {
+                    q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), bits_to(hq[k], 2 * g2, 4, m30));
+                    q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4),
+                                               bits_to(hq[k], 2 * g2 + 4, 4, m30));
+                }
+                const int s0 = 8 * h + 2 * g2 + p, s1 = s0 + 4;
+                for (int j = 0; j < nt; j++) {
+                    const bptr a = ap[j] + ao + 4 + 128 * h + 32 * g2 + 16 * p;
+                    const __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q, a), sc[s0]),
+                                                        _mm256_madd_epi16(dotk(2, q + 2, a + 8), sc[s0]));
+                    const __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q + 4, a + 64), sc[s1]),
+                                                        _mm256_madd_epi16(dotk(2, q + 6, a + 72), sc[s1]));
+                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(d0, d1));
+                }
             }
         }
     }
