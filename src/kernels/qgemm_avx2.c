@@ -618,7 +618,7 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]) * 0x1p-14f;
 }
 
-/* ================= Q4_0 Q8_0 IQ4_NL in 8-row panels ================= */
+/* ================= Q4_0 Q5_0 Q8_0 IQ4_NL in 8-row panels ================= */
 
 /* These put rows in lanes instead of tiling them: for each block, the quants
  * of 8 rows are transposed in registers so that 32-bit lane i of vector k
@@ -631,9 +631,13 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
  *   the pairs, and 8 * (sum of the activation quants) removes the offset.
  *   Q8_0: 8 vectors of signed quants, the sign trick maddubs(|w|, sign(a, w))
  *   (pair sums up to 2 * 128 * 127, so each is widened by its own madd).
+ *   Q5_0: Q4_0's codes plus the 5th bit from qh (bit j for element j,
+ *   gathered per row); codes 0..31, so the four maddubs of the low
+ *   nibbles add up in int16 (at most 8 * 31 * 127 < 32768), those of the
+ *   high ones likewise, each half gets its madd, offset 16.
  *   IQ4_NL: the codes as Q4_0's, looked up (pshufb) into their signed values
  *   (-127..113), then as Q8_0 (pair sums up to 2 * 127 * 127).
- * Either gives the exact integer dot of the block, isum.  Each lane then
+ * Each gives the exact integer dot of the block, isum.  Each lane then
  * does acc = fma(isum, dw * da, acc) block after block, so a (row, token)
  * result never depends on the tile, the split or the batch, and no
  * horizontal sum is needed.  The scale and quant sum of each token's blocks
@@ -645,7 +649,7 @@ enum { PANEL = 8, TOKDATA_MAX = 4096 };
 
 typedef struct tokblk {
     float d;     /* activation block scale */
-    int32_t off; /* Q4_0: 8 * sum of its quants */
+    int32_t off; /* Q4_0 / Q5_0: 8 / 16 * sum of its quants */
 } tokblk;
 
 /* 8 rows' f16 block scales at byte offset o -> 8 floats, lane i = row i. */
@@ -671,7 +675,22 @@ AI void panel_transpose(const bptr *wp, size_t o, __m256i v[4]) {
 
 AI __m256i bcast32(bptr p) { return _mm256_set1_epi32((int)ld32(p)); }
 
-/* Rows wp[0..8) of type T (L_Q4_0 or L_Q8_0), tokens ap[0..nt) with their
+/* The int16 sum of K maddubs: q[0..K) against the activation bytes a, a+4, ... */
+AI __m256i dotk(const int K, const __m256i *q, bptr a) {
+    __m256i s = _mm256_maddubs_epi16(q[0], bcast32(a));
+    UNROLL for (int k = 1; k < K; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast32(a + 4 * k)));
+    return s;
+}
+
+/* Q5_0's 5th bits: byte b of lane i = 0x10 if bit s + b of qh lane i is set
+ * (the 4 bits spread to bit 4 of bytes 0..3 by one multiply: the shifted
+ * copies 7m + 4 apart never overlap, so nothing carries). */
+AI __m256i q5_bits(__m256i qh, int s) {
+    const __m256i x = _mm256_and_si256(_mm256_srli_epi32(qh, s), _mm256_set1_epi32(0xF));
+    return _mm256_and_si256(_mm256_mullo_epi32(x, _mm256_set1_epi32(0x02040810)), _mm256_set1_epi8(0x10));
+}
+
+/* Rows wp[0..8) of type T (L_Q4_0, L_Q5_0, L_Q8_0, L_IQ4_NL), tokens ap[0..nt) with their
  * block data td[j]; acc[j] lane i = row i.  The accumulators live in memory
  * (L1): the 8 unpacked weight vectors take the registers. */
 AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokblk *const *td, int64_t nb, size_t pf,
@@ -691,6 +710,16 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
                 q[k] = _mm256_and_si256(v[k], m4);
                 q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
             }
+        } else if (T == L_Q5_0) {
+            __m256i v[4];
+            panel_transpose(wp, o + 6, v);
+            const __m256i qh = _mm256_setr_epi32((int)ld32(wp[0] + o + 2), (int)ld32(wp[1] + o + 2), (int)ld32(wp[2] + o + 2),
+                                                 (int)ld32(wp[3] + o + 2), (int)ld32(wp[4] + o + 2), (int)ld32(wp[5] + o + 2),
+                                                 (int)ld32(wp[6] + o + 2), (int)ld32(wp[7] + o + 2));
+            UNROLL for (int k = 0; k < 4; k++) {
+                q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), q5_bits(qh, 4 * k));
+                q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4), q5_bits(qh, 16 + 4 * k));
+            }
         } else if (T == L_IQ4_NL) {
             const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
             __m256i v[4];
@@ -703,7 +732,7 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
             panel_transpose(wp, o + 2, q);
             panel_transpose(wp, o + 18, q + 4);
         }
-        if (T != L_Q4_0) UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
+        if (T == L_Q8_0 || T == L_IQ4_NL) UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
         const __m256 dw = panel_scales(wp, o);
         for (int j = 0; j < nt; j++) {
             const bptr a = ap[j] + 34 * b + 2;
@@ -712,6 +741,9 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
                 __m256i s = _mm256_maddubs_epi16(q[0], bcast32(a));
                 UNROLL for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast32(a + 4 * k)));
                 isum = _mm256_sub_epi32(madd1(s), _mm256_set1_epi32(td[j][b].off));
+            } else if (T == L_Q5_0) {
+                isum = _mm256_sub_epi32(_mm256_add_epi32(madd1(dotk(4, q, a)), madd1(dotk(4, q + 4, a + 16))),
+                                        _mm256_set1_epi32(td[j][b].off));
             } else {
                 isum = madd1(_mm256_maddubs_epi16(u[0], _mm256_sign_epi8(bcast32(a), q[0])));
                 UNROLL for (int k = 1; k < 8; k++)
@@ -776,13 +808,6 @@ AI __m256i bits_to(__m256i v, int s, int t, __m256i m) {
 AI __m256i bsum_dot(const __m256i wq[8], bptr a) {
     __m256i s = _mm256_madd_epi16(wq[0], bcast32(a + 260));
     UNROLL for (int p = 1; p < 8; p++) s = _mm256_add_epi32(s, _mm256_madd_epi16(wq[p], bcast32(a + 260 + 4 * p)));
-    return s;
-}
-
-/* The int16 sum of K maddubs: q[0..K) against the activation bytes a, a+4, ... */
-AI __m256i dotk(const int K, const __m256i *q, bptr a) {
-    __m256i s = _mm256_maddubs_epi16(q[0], bcast32(a));
-    UNROLL for (int k = 1; k < K; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast32(a + 4 * k)));
     return s;
 }
 
@@ -925,7 +950,7 @@ AI void mk_kpanel(const int T, const int ROWS, int nt, const bptr *wp, const bpt
 static const tk_qkernel *tiled_kernel(tk_dtype wtype);
 
 AI tk_dtype panel_dtype(int T) {
-    return T == L_Q4_0 ? TK_Q4_0 : T == L_Q8_0 ? TK_Q8_0 : T == L_IQ4_NL ? TK_IQ4_NL : T == PK_Q4 ? TK_Q4_K
+    return T == L_Q4_0 ? TK_Q4_0 : T == L_Q5_0 ? TK_Q5_0 : T == L_Q8_0 ? TK_Q8_0 : T == L_IQ4_NL ? TK_IQ4_NL : T == PK_Q4 ? TK_Q4_K
          : T == PK_Q5 ? TK_Q5_K : TK_Q6_K;
 }
 
@@ -953,7 +978,7 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
         for (int64_t t = t0; t < t1 && !kq; t++)
             for (int64_t b = 0; b < nb; b++) {
                 const bptr blk = A + (size_t)t * arb + 34 * (size_t)b;
-                td[(t - t0) * nb + b] = (tokblk){ldh(blk), T == L_Q4_0 ? 8 * sum_i8x32(ldu(blk + 2)) : 0};
+                td[(t - t0) * nb + b] = (tokblk){ldh(blk), loffset(T) * sum_i8x32(ldu(blk + 2))};
             }
         for (int64_t r = r0; r < r1; r += PANEL) {
             bptr wp[PANEL];
@@ -995,6 +1020,7 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
         panel_gemm(T, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                               \
     }
 PANEL_GEMM(q4_0_panel_gemm, L_Q4_0)
+PANEL_GEMM(q5_0_panel_gemm, L_Q5_0)
 PANEL_GEMM(q8_0_panel_gemm, L_Q8_0)
 PANEL_GEMM(iq4_nl_panel_gemm, L_IQ4_NL)
 PANEL_GEMM(q4_K_panel_gemm, PK_Q4)
@@ -1054,6 +1080,7 @@ GEMM_KERNELS(tiled_kernel)
 /* The panel kernels replace the tiled ones of their types. */
 static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm),
+    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q5_0, Q8_0, "Q5_0", q5_0_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_K, Q8_K, "Q4_K", q4_K_panel_gemm),
