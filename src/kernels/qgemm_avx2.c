@@ -618,7 +618,7 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]) * 0x1p-14f;
 }
 
-/* ================= Q4_0 Q5_0 Q8_0 IQ4_NL in 8-row panels ================= */
+/* ================= Q4_0 Q4_1 Q5_0 Q8_0 IQ4_NL in 8-row panels ================= */
 
 /* These put rows in lanes instead of tiling them: for each block, the quants
  * of 8 rows are transposed in registers so that 32-bit lane i of vector k
@@ -631,6 +631,9 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
  *   the pairs, and 8 * (sum of the activation quants) removes the offset.
  *   Q8_0: 8 vectors of signed quants, the sign trick maddubs(|w|, sign(a, w))
  *   (pair sums up to 2 * 128 * 127, so each is widened by its own madd).
+ *   Q4_1: Q4_0's codes without offset (Q8_1 activations); the min term
+ *   adds fma(m, s, acc) per block, m the rows' min, s the token block's
+ *   stored d * sum.
  *   Q5_0: Q4_0's codes plus the 5th bit from qh (bit j for element j,
  *   gathered per row); codes 0..31, so the four maddubs of the low
  *   nibbles add up in int16 (at most 8 * 31 * 127 < 32768), those of the
@@ -648,8 +651,11 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 enum { PANEL = 8, TOKDATA_MAX = 4096 };
 
 typedef struct tokblk {
-    float d;     /* activation block scale */
-    int32_t off; /* Q4_0 / Q5_0: 8 / 16 * sum of its quants */
+    float d; /* activation block scale */
+    union {
+        int32_t off; /* Q4_0 / Q5_0: 8 / 16 * sum of its quants */
+        float s;     /* Q4_1 (Q8_1 activations): the block's stored d * sum */
+    };
 } tokblk;
 
 /* 8 rows' f16 block scales at byte offset o -> 8 floats, lane i = row i. */
@@ -690,12 +696,12 @@ AI __m256i q5_bits(__m256i qh, int s) {
     return _mm256_and_si256(_mm256_mullo_epi32(x, _mm256_set1_epi32(0x02040810)), _mm256_set1_epi8(0x10));
 }
 
-/* Rows wp[0..8) of type T (L_Q4_0, L_Q5_0, L_Q8_0, L_IQ4_NL), tokens ap[0..nt) with their
- * block data td[j]; acc[j] lane i = row i.  The accumulators live in memory
+/* Rows wp[0..8) of type T (L_Q4_0, L_Q4_1, L_Q5_0, L_Q8_0, L_IQ4_NL),
+ * tokens ap[0..nt) with their block data td[j]; acc[j] lane i = row i.  The accumulators live in memory
  * (L1): the 8 unpacked weight vectors take the registers. */
 AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokblk *const *td, int64_t nb, size_t pf,
                  __m256 *acc) {
-    const size_t wb = lbytes(T);
+    const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -703,9 +709,9 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
         if (pf && (T == L_Q8_0 || !(b & 1))) /* every 36 bytes or less: each line of the next panel */
             UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + pf), _MM_HINT_T0);
         __m256i q[8], u[8]; /* Q4_0: q = codes, low nibbles then high; Q8_0: q = quants, u = |q| */
-        if (T == L_Q4_0) {
+        if (T == L_Q4_0 || T == L_Q4_1) {
             __m256i v[4];
-            panel_transpose(wp, o + 2, v);
+            panel_transpose(wp, o + (T == L_Q4_1 ? 4 : 2), v);
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm256_and_si256(v[k], m4);
                 q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
@@ -733,14 +739,14 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
             panel_transpose(wp, o + 18, q + 4);
         }
         if (T == L_Q8_0 || T == L_IQ4_NL) UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
-        const __m256 dw = panel_scales(wp, o);
+        const __m256 dw = panel_scales(wp, o), mw = lmin(T) ? panel_scales(wp, o + 2) : _mm256_setzero_ps();
         for (int j = 0; j < nt; j++) {
-            const bptr a = ap[j] + 34 * b + 2;
+            const bptr a = ap[j] + ab * b + aq;
             __m256i isum;
-            if (T == L_Q4_0) {
+            if (T == L_Q4_0 || T == L_Q4_1) {
                 __m256i s = _mm256_maddubs_epi16(q[0], bcast32(a));
                 UNROLL for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast32(a + 4 * k)));
-                isum = _mm256_sub_epi32(madd1(s), _mm256_set1_epi32(td[j][b].off));
+                isum = T == L_Q4_1 ? madd1(s) : _mm256_sub_epi32(madd1(s), _mm256_set1_epi32(td[j][b].off));
             } else if (T == L_Q5_0) {
                 isum = _mm256_sub_epi32(_mm256_add_epi32(madd1(dotk(4, q, a)), madd1(dotk(4, q + 4, a + 16))),
                                         _mm256_set1_epi32(td[j][b].off));
@@ -750,6 +756,7 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
                     isum = _mm256_add_epi32(isum, madd1(_mm256_maddubs_epi16(u[k], _mm256_sign_epi8(bcast32(a + 4 * k), q[k]))));
             }
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(td[j][b].d)), acc[j]);
+            if (lmin(T)) acc[j] = _mm256_fmadd_ps(mw, _mm256_set1_ps(td[j][b].s), acc[j]);
         }
     }
 }
@@ -950,7 +957,7 @@ AI void mk_kpanel(const int T, const int ROWS, int nt, const bptr *wp, const bpt
 static const tk_qkernel *tiled_kernel(tk_dtype wtype);
 
 AI tk_dtype panel_dtype(int T) {
-    return T == L_Q4_0 ? TK_Q4_0 : T == L_Q5_0 ? TK_Q5_0 : T == L_Q8_0 ? TK_Q8_0 : T == L_IQ4_NL ? TK_IQ4_NL : T == PK_Q4 ? TK_Q4_K
+    return T == L_Q4_0 ? TK_Q4_0 : T == L_Q4_1 ? TK_Q4_1 : T == L_Q5_0 ? TK_Q5_0 : T == L_Q8_0 ? TK_Q8_0 : T == L_IQ4_NL ? TK_IQ4_NL : T == PK_Q4 ? TK_Q4_K
          : T == PK_Q5 ? TK_Q5_K : TK_Q6_K;
 }
 
@@ -977,8 +984,11 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
         const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
         for (int64_t t = t0; t < t1 && !kq; t++)
             for (int64_t b = 0; b < nb; b++) {
-                const bptr blk = A + (size_t)t * arb + 34 * (size_t)b;
-                td[(t - t0) * nb + b] = (tokblk){ldh(blk), loffset(T) * sum_i8x32(ldu(blk + 2))};
+                const bptr blk = A + (size_t)t * arb + (lmin(T) ? 36 : 34) * (size_t)b;
+                tokblk *tb = &td[(t - t0) * nb + b];
+                tb->d = ldh(blk);
+                if (lmin(T)) tb->s = ldh(blk + 2);
+                else tb->off = loffset(T) * sum_i8x32(ldu(blk + 2));
             }
         for (int64_t r = r0; r < r1; r += PANEL) {
             bptr wp[PANEL];
@@ -1020,6 +1030,7 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
         panel_gemm(T, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                               \
     }
 PANEL_GEMM(q4_0_panel_gemm, L_Q4_0)
+PANEL_GEMM(q4_1_panel_gemm, L_Q4_1)
 PANEL_GEMM(q5_0_panel_gemm, L_Q5_0)
 PANEL_GEMM(q8_0_panel_gemm, L_Q8_0)
 PANEL_GEMM(iq4_nl_panel_gemm, L_IQ4_NL)
@@ -1080,6 +1091,7 @@ GEMM_KERNELS(tiled_kernel)
 /* The panel kernels replace the tiled ones of their types. */
 static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm),
+    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_1, Q8_1, "Q4_1", q4_1_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q5_0, Q8_0, "Q5_0", q5_0_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm),
