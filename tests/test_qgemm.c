@@ -37,7 +37,7 @@
  *    on how many tokens are in the batch; nothing outside the requested
  *    rows is written; test_invariance repeats the batch / split checks for
  *    every batch size 1..40 and beyond on the tiled (AMX) kernels' types
- *    and the AVX2 panel kernels' (Q4_0 Q4_1 Q5_0 Q8_0 IQ4_NL Q4_K Q5_K Q6_K). */
+ *    and the AVX2 panel kernels' (the 32-element block types, Q4_K Q5_K Q6_K). */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -736,8 +736,8 @@ int main(void) {
         for (int i = 0; i < 40; i++) all[i] = i + 1;
         const int some[] = {1, 2, 4, 5, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 65, 70, 100};
         const int few[] = {1, 3, 8, 9, 16, 20};
-        const tk_dtype tiled[] = {TK_Q4_0, TK_Q4_1, TK_Q5_0, TK_Q8_0, TK_IQ4_NL};
-        for (int i = 0; i < 5; i++) {
+        const tk_dtype tiled[] = {TK_Q4_0, TK_Q4_1, TK_Q5_0, TK_Q5_1, TK_Q8_0, TK_IQ4_NL};
+        for (int i = 0; i < 6; i++) {
             const tk_dtype wt = tiled[i];
             test_invariance(wt, 37, 544, all, 40, 0);
             test_invariance(wt, 50, 5632, some, (int)(sizeof some / sizeof some[0]), 0);

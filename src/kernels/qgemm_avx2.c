@@ -618,7 +618,7 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum8(acc[i][j]) * 0x1p-14f;
 }
 
-/* ================= Q4_0 Q4_1 Q5_0 Q8_0 IQ4_NL in 8-row panels ================= */
+/* ================= the 32-element block types in 8-row panels ================= */
 
 /* These put rows in lanes instead of tiling them: for each block, the quants
  * of 8 rows are transposed in registers so that 32-bit lane i of vector k
@@ -637,7 +637,8 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
  *   Q5_0: Q4_0's codes plus the 5th bit from qh (bit j for element j,
  *   gathered per row); codes 0..31, so the four maddubs of the low
  *   nibbles add up in int16 (at most 8 * 31 * 127 < 32768), those of the
- *   high ones likewise, each half gets its madd, offset 16.
+ *   high ones likewise, each half gets its madd, offset 16.  Q5_1: the
+ *   same codes, no offset, the min term as Q4_1's.
  *   IQ4_NL: the codes as Q4_0's, looked up (pshufb) into their signed values
  *   (-127..113), then as Q8_0 (pair sums up to 2 * 127 * 127).
  * Each gives the exact integer dot of the block, isum.  Each lane then
@@ -654,7 +655,7 @@ typedef struct tokblk {
     float d; /* activation block scale */
     union {
         int32_t off; /* Q4_0 / Q5_0: 8 / 16 * sum of its quants */
-        float s;     /* Q4_1 (Q8_1 activations): the block's stored d * sum */
+        float s;     /* Q4_1 / Q5_1 (Q8_1 activations): the block's stored d * sum */
     };
 } tokblk;
 
@@ -696,7 +697,7 @@ AI __m256i q5_bits(__m256i qh, int s) {
     return _mm256_and_si256(_mm256_mullo_epi32(x, _mm256_set1_epi32(0x02040810)), _mm256_set1_epi8(0x10));
 }
 
-/* Rows wp[0..8) of type T (L_Q4_0, L_Q4_1, L_Q5_0, L_Q8_0, L_IQ4_NL),
+/* Rows wp[0..8) of type T (an L_ type),
  * tokens ap[0..nt) with their block data td[j]; acc[j] lane i = row i.  The accumulators live in memory
  * (L1): the 8 unpacked weight vectors take the registers. */
 AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokblk *const *td, int64_t nb, size_t pf,
@@ -716,12 +717,13 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
                 q[k] = _mm256_and_si256(v[k], m4);
                 q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
             }
-        } else if (T == L_Q5_0) {
+        } else if (T == L_Q5_0 || T == L_Q5_1) {
+            const size_t ho = o + (T == L_Q5_1 ? 4 : 2); /* qh, then qs */
             __m256i v[4];
-            panel_transpose(wp, o + 6, v);
-            const __m256i qh = _mm256_setr_epi32((int)ld32(wp[0] + o + 2), (int)ld32(wp[1] + o + 2), (int)ld32(wp[2] + o + 2),
-                                                 (int)ld32(wp[3] + o + 2), (int)ld32(wp[4] + o + 2), (int)ld32(wp[5] + o + 2),
-                                                 (int)ld32(wp[6] + o + 2), (int)ld32(wp[7] + o + 2));
+            panel_transpose(wp, ho + 4, v);
+            const __m256i qh = _mm256_setr_epi32((int)ld32(wp[0] + ho), (int)ld32(wp[1] + ho), (int)ld32(wp[2] + ho),
+                                                 (int)ld32(wp[3] + ho), (int)ld32(wp[4] + ho), (int)ld32(wp[5] + ho),
+                                                 (int)ld32(wp[6] + ho), (int)ld32(wp[7] + ho));
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), q5_bits(qh, 4 * k));
                 q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4), q5_bits(qh, 16 + 4 * k));
@@ -747,9 +749,9 @@ AI void mk_panel(const int T, int nt, const bptr *wp, const bptr *ap, const tokb
                 __m256i s = _mm256_maddubs_epi16(q[0], bcast32(a));
                 UNROLL for (int k = 1; k < 8; k++) s = _mm256_add_epi16(s, _mm256_maddubs_epi16(q[k], bcast32(a + 4 * k)));
                 isum = T == L_Q4_1 ? madd1(s) : _mm256_sub_epi32(madd1(s), _mm256_set1_epi32(td[j][b].off));
-            } else if (T == L_Q5_0) {
-                isum = _mm256_sub_epi32(_mm256_add_epi32(madd1(dotk(4, q, a)), madd1(dotk(4, q + 4, a + 16))),
-                                        _mm256_set1_epi32(td[j][b].off));
+            } else if (T == L_Q5_0 || T == L_Q5_1) {
+                isum = _mm256_add_epi32(madd1(dotk(4, q, a)), madd1(dotk(4, q + 4, a + 16)));
+                if (T == L_Q5_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(td[j][b].off));
             } else {
                 isum = madd1(_mm256_maddubs_epi16(u[0], _mm256_sign_epi8(bcast32(a), q[0])));
                 UNROLL for (int k = 1; k < 8; k++)
@@ -957,7 +959,7 @@ AI void mk_kpanel(const int T, const int ROWS, int nt, const bptr *wp, const bpt
 static const tk_qkernel *tiled_kernel(tk_dtype wtype);
 
 AI tk_dtype panel_dtype(int T) {
-    return T == L_Q4_0 ? TK_Q4_0 : T == L_Q4_1 ? TK_Q4_1 : T == L_Q5_0 ? TK_Q5_0 : T == L_Q8_0 ? TK_Q8_0 : T == L_IQ4_NL ? TK_IQ4_NL : T == PK_Q4 ? TK_Q4_K
+    return T == L_Q4_0 ? TK_Q4_0 : T == L_Q4_1 ? TK_Q4_1 : T == L_Q5_0 ? TK_Q5_0 : T == L_Q5_1 ? TK_Q5_1 : T == L_Q8_0 ? TK_Q8_0 : T == L_IQ4_NL ? TK_IQ4_NL : T == PK_Q4 ? TK_Q4_K
          : T == PK_Q5 ? TK_Q5_K : TK_Q6_K;
 }
 
@@ -1032,6 +1034,7 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
 PANEL_GEMM(q4_0_panel_gemm, L_Q4_0)
 PANEL_GEMM(q4_1_panel_gemm, L_Q4_1)
 PANEL_GEMM(q5_0_panel_gemm, L_Q5_0)
+PANEL_GEMM(q5_1_panel_gemm, L_Q5_1)
 PANEL_GEMM(q8_0_panel_gemm, L_Q8_0)
 PANEL_GEMM(iq4_nl_panel_gemm, L_IQ4_NL)
 PANEL_GEMM(q4_K_panel_gemm, PK_Q4)
@@ -1093,6 +1096,7 @@ static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_1, Q8_1, "Q4_1", q4_1_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q5_0, Q8_0, "Q5_0", q5_0_panel_gemm),
+    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q5_1, Q8_1, "Q5_1", q5_1_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm),
     TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_K, Q8_K, "Q4_K", q4_K_panel_gemm),
