@@ -54,7 +54,7 @@ static int tp_start(tk_engine *e, int max_blocks, tk_err *err) {
     enum { N = sizeof mine / sizeof mine[0] };
     int32_t root[N];
     memcpy(root, mine, sizeof mine);
-    if (tk_tp_bcast(e->tp, root, N, err)) return -1;
+    if (tk_tp_bcast(e->tp, root, N, false, err)) return -1; /* opening: unbounded, as the agreements */
     ok = !memcmp(root, mine, sizeof mine);
     if (!ok)
         tk_err_set(err, "tensor parallelism: rank %d opened the model with other settings than rank 0 "
@@ -77,7 +77,7 @@ int tk_engine_tp_follow(tk_engine *e, tk_err *err) {
         tk_err ferr;
         if (tk_forward(&e->model, &e->kv, e->plan.seq_ptrs, e->max_seqs, &b, NULL, &e->ws, e->pool, &ferr) &&
             tk_tp_failed(e->tp))
-            return tk_err_set(err, "%s", ferr.msg);
+            return tk_err_set(err, "step %llu: %s", (unsigned long long)e->plan.steps, ferr.msg);
     }
 }
 
@@ -86,7 +86,7 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     *out = NULL;
     tk_engine *e = calloc(1, sizeof *e);
     if (!e) return tk_err_set(err, "out of memory");
-    if (cfg->tp > 1 && tk_tp_open(cfg->tp, &e->tp, err)) {
+    if (cfg->tp > 1 && tk_tp_open(cfg->tp, cfg->tp_timeout > 0 ? cfg->tp_timeout : TK_TP_TIMEOUT_DEFAULT, &e->tp, err)) {
         free(e);
         return -1;
     }
@@ -209,6 +209,9 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         return tk_err_set(err, "speculative decoding with a draft model needs a draft model path");
     if (cfg->tp < 0 || cfg->tp > TK_TP_MAX)
         return tk_err_set(err, "tensor parallelism over %d ranks: 1 to %d", cfg->tp, TK_TP_MAX);
+    if (!(cfg->tp_timeout >= 0))
+        return tk_err_set(err, "tensor parallelism: timeout %g s (0: the default %d s)", cfg->tp_timeout,
+                          TK_TP_TIMEOUT_DEFAULT);
     if (cfg->tp > 1 && cfg->draft_model_path)
         return tk_err_set(err, "tensor parallelism does not run a draft model yet");
     if (!(cfg->draft_cost >= 0 && cfg->draft_cost <= 100) || !(cfg->verify_slope >= 0 && cfg->verify_slope <= 100))
@@ -401,6 +404,12 @@ int tk_engine_decode(tk_engine *e, const tk_batch *b, float *logits, tk_err *err
     if (tk_forward(&e->model, &e->kv, e->seq_ptrs, e->max_seqs, b, logits, &e->ws, e->pool, err)) goto undo;
     return 0;
 undo:
+    /* the transport failed inside a step: another rank is dead or stuck,
+     * and the others may be waiting in an exchange with this one */
+    if (tk_tp_failed(e->tp)) {
+        tk_err_wrap(err, "step %llu", (unsigned long long)e->plan.steps);
+        tk_tp_abort(e->tp, err->msg);
+    }
     for (int i = 0; i < e->max_seqs; i++)
         if (e->seq_ptrs[i]) tk_kv_seq_shrink(&e->kv, &e->seqs[i], e->saved_blocks[i]);
     return -1;

@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 
 import pytest
 
@@ -121,3 +122,48 @@ def test_embeddings_same_as_one_rank(servers):
         assert max(abs(p - q) for p, q in zip(x.embedding, y.embedding)) < 1e-5
     # and generation still works after an embeddings batch
     assert chat(two, temperature=0).choices[0].message.content == chat(one, temperature=0).choices[0].message.content
+
+
+def ended_with(s, timeout):
+    """The job's exit status (within timeout: never a hang) and its stderr."""
+    try:
+        status = s.proc.wait(timeout=timeout)
+    finally:
+        if s.proc.poll() is None:
+            s.proc.kill()
+            s.proc.wait()
+    return status, s.stderr()
+
+
+@pytest.mark.parametrize("stuck", [1, 0])
+def test_stuck_rank_ends_the_job(mpi_bin, model_dir, monkeypatch, stuck):
+    """A rank alive but stuck inside a step (the TK_TP_TEST_STALL hook: it sleeps in its first
+    all-reduce) ends the job within --tp-timeout, with a message naming it, instead of hanging
+    the other rank in the exchange; rank 1 stuck is found by rank 0 and the other way round."""
+    monkeypatch.setenv("TK_TP_TEST_STALL", str(stuck))
+    s = Server(mpi_bin, model_dir, "--max-seqs", "2", "--tp", "2", "--tp-timeout", "2", threads=1,
+               launcher=launcher())
+    start = time.time()
+    with pytest.raises(requests.RequestException):
+        requests.post(s.url + "/v1/completions", json={"prompt": "def f(", "max_tokens": 4}, timeout=60).raise_for_status()
+    status, err = ended_with(s, 60)
+    assert status != 0
+    assert time.time() - start < 40, "the job took too long to end"
+    assert f"rank {stuck} did not complete the all-reduce within 2 s" in err, err
+    assert "step 1" in err, err
+
+
+def test_idle_server_never_times_out(mpi_bin, model_dir):
+    """The bound counts only while an exchange of a step is in progress: the other rank waiting
+    for work longer than --tp-timeout is idle, not stuck."""
+    s = Server(mpi_bin, model_dir, "--max-seqs", "2", "--kv-type", "f32", "--tp", "2", "--tp-timeout", "1",
+               threads=1, launcher=launcher())
+    try:
+        time.sleep(2.5)
+        r = requests.post(s.url + "/v1/completions", json={"prompt": "def f(", "max_tokens": 4}, timeout=60)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4, r.text
+        time.sleep(1.5)
+        r = requests.post(s.url + "/v1/completions", json={"prompt": "def f(", "max_tokens": 4}, timeout=60)
+        assert r.status_code == 200, r.text
+    finally:
+        stop_tp(s)
