@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from test_server import MODEL_NAME, Server
+from test_server import MODEL_NAME, Server, tp_launcher
 
 openai = pytest.importorskip("openai", reason="the official openai package is not installed")
 requests = pytest.importorskip("requests", reason="requests is not installed")
@@ -26,30 +26,7 @@ def mpi_bin():
 
 
 def launcher():
-    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
-    return ["mpirun", *root, "--oversubscribe", "--mca", "mpi_yield_when_idle", "1", "-np", "2"]
-
-
-def ranks(server):
-    """pid of each rank among mpirun's children."""
-    out = {}
-    for pid in subprocess.run(["pgrep", "-P", str(server.proc.pid)], capture_output=True, text=True).stdout.split():
-        try:
-            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        for kv in env:
-            if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
-                out[int(kv.split(b"=")[1])] = int(pid)
-    return out
-
-
-def stop_tp(server):
-    """SIGTERM to rank 0 (mpirun would pass it to every rank and report the job killed): it
-    shuts down, stops the other rank, and the job exits 0."""
-    os.kill(ranks(server)[0], signal.SIGTERM)
-    server.proc.wait(timeout=30)
-    server.stop()
+    return tp_launcher(2)
 
 
 # f32 KV on both: the 2-rank logits differ from one rank's by about 1e-6, and f16 rows would
@@ -62,7 +39,7 @@ def servers(mpi_bin, model_dir):
                  launcher=launcher())
     yield one, two
     one.stop()
-    stop_tp(two)
+    two.stop()
 
 
 MESSAGES = [{"role": "user", "content": "Write a Python function that reverses a list."}]
@@ -99,7 +76,7 @@ def test_stream_and_forked_samples(servers):
 def test_dead_rank_ends_the_job(mpi_bin, model_dir):
     s = Server(mpi_bin, model_dir, "--max-seqs", "2", "--tp", "2", threads=1, launcher=launcher())
     try:
-        pids = ranks(s)
+        pids = s.ranks()
         assert 1 in pids, f"rank 1 not found among mpirun's children: {pids}"
         os.kill(pids[1], signal.SIGKILL)
         status = s.proc.wait(timeout=60)  # never a hang
@@ -166,4 +143,4 @@ def test_idle_server_never_times_out(mpi_bin, model_dir):
         r = requests.post(s.url + "/v1/completions", json={"prompt": "def f(", "max_tokens": 4}, timeout=60)
         assert r.status_code == 200, r.text
     finally:
-        stop_tp(s)
+        s.stop()
