@@ -86,7 +86,8 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     *out = NULL;
     tk_engine *e = calloc(1, sizeof *e);
     if (!e) return tk_err_set(err, "out of memory");
-    if (cfg->tp > 1 && tk_tp_open(cfg->tp, cfg->tp_timeout > 0 ? cfg->tp_timeout : TK_TP_TIMEOUT_DEFAULT, &e->tp, err)) {
+    const double tp_timeout = cfg->tp_timeout > 0 ? cfg->tp_timeout : TK_TP_TIMEOUT_DEFAULT;
+    if (cfg->tp > 1 && tk_tp_open(cfg->tp, tp_timeout, &e->tp, err)) {
         free(e);
         return -1;
     }
@@ -210,8 +211,8 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     if (cfg->tp < 0 || cfg->tp > TK_TP_MAX)
         return tk_err_set(err, "tensor parallelism over %d ranks: 1 to %d", cfg->tp, TK_TP_MAX);
     if (!(cfg->tp_timeout >= 0))
-        return tk_err_set(err, "tensor parallelism: timeout %g s (0: the default %d s)", cfg->tp_timeout,
-                          TK_TP_TIMEOUT_DEFAULT);
+        return tk_err_set(err, "tensor parallelism: the timeout must be positive or 0 (the default, %d s); got %g",
+                          TK_TP_TIMEOUT_DEFAULT, cfg->tp_timeout);
     if (cfg->tp > 1 && cfg->draft_model_path)
         return tk_err_set(err, "tensor parallelism does not run a draft model yet");
     if (!(cfg->draft_cost >= 0 && cfg->draft_cost <= 100) || !(cfg->verify_slope >= 0 && cfg->verify_slope <= 100))

@@ -79,13 +79,14 @@ static int wait_all(tk_tp *tp, int n, bool bounded, const char *what, tk_err *er
         if (done) return 0;
         const double waited = now_s() - start;
         if (bounded && waited > tp->timeout) {
-            tp->failed = 1;
             int late = -1;
             for (int i = 0; i < n && late < 0; i++) {
                 int flag = 1;
                 MPI_Test(&tp->reqs[i], &flag, MPI_STATUS_IGNORE);
                 if (!flag) late = tp->peers[i];
             }
+            if (late < 0) return 0; /* the last one came in meanwhile */
+            tp->failed = 1;
             return tk_err_set(err,
                               "tensor parallelism: rank %d did not complete the %s within %g s (--tp-timeout): "
                               "it is stuck, stopped or unreachable",
@@ -136,7 +137,8 @@ static void read_stall_hook(tk_tp *tp) {
 
 int tk_tp_open(int n, double timeout_s, tk_tp **out, tk_err *err) {
     *out = NULL;
-    if (!(timeout_s > 0)) return tk_err_set(err, "tensor parallelism: the timeout must be positive (got %g s)", timeout_s);
+    if (!(timeout_s > 0))
+        return tk_err_set(err, "tensor parallelism: the timeout must be positive (got %g s)", timeout_s);
     int inited = 0;
     MPI_Initialized(&inited);
     if (!inited) {

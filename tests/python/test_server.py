@@ -90,8 +90,11 @@ class Server:
         return self.ranks()[0] if self.tp > 1 else self.proc.pid
 
     def kill(self):
-        """SIGKILL to the serving process (rank 0 of a tensor-parallel job: the job ends too)."""
+        """SIGKILL to the serving process; a tensor-parallel job's rank 0, and then the job
+        ends too (mpirun ends the other ranks): waited for, as one process is dead at once."""
         os.kill(self.pid, signal.SIGKILL)
+        if self.tp > 1:
+            self.proc.wait(timeout=30)
 
     @property
     def url(self):
@@ -135,7 +138,9 @@ class Server:
         reach every rank and mpirun would report the job killed)."""
         if self.proc.poll() is None:
             if self.tp > 1:
-                os.kill(self.pid, signal.SIGTERM)
+                rank0 = self.ranks().get(0)  # none: the job is ending already
+                if rank0:
+                    os.kill(rank0, signal.SIGTERM)
             else:
                 self.proc.send_signal(signal.SIGTERM)
             try:
