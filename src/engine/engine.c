@@ -213,8 +213,6 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
     if (!(cfg->tp_timeout >= 0))
         return tk_err_set(err, "tensor parallelism: the timeout must be positive or 0 (the default, %d s); got %g",
                           TK_TP_TIMEOUT_DEFAULT, cfg->tp_timeout);
-    if (cfg->tp > 1 && cfg->draft_model_path)
-        return tk_err_set(err, "tensor parallelism does not run a draft model yet");
     if (!(cfg->draft_cost >= 0 && cfg->draft_cost <= 100) || !(cfg->verify_slope >= 0 && cfg->verify_slope <= 100))
         return tk_err_set(err, "invalid speculative cost priors");
     if (cfg->draft_max < 0 || cfg->draft_max > TK_SPEC_MAX_DRAFT || cfg->draft_min < 0 ||
@@ -233,7 +231,9 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
      * weigh relative to the target's; each extra verified token 20 % (10 %
      * to 30 % measured, docs/speculative.md). */
     double c_prior = 0;
-    if (cfg->draft_model_path) {
+    /* Tensor parallelism: the draft model runs whole on rank 0, which drafts
+     * and samples; the other ranks only follow the target's passes. */
+    if (cfg->draft_model_path && tk_tp_rank(e->tp) == 0) {
         tk_engine_config dc = {
             .model_path = cfg->draft_model_path, .tokenizer_path = cfg->draft_tokenizer_path,
             .ctx_len = e->ctx_len, .max_seqs = e->max_seqs, .max_batch_tokens = e->ws.max_tokens,

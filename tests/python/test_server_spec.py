@@ -16,14 +16,10 @@ import subprocess
 
 import pytest
 
-from test_server import TP, Server, assert_error, raw_post
+from test_server import Server, assert_error, raw_post
 
 openai = pytest.importorskip("openai")
 requests = pytest.importorskip("requests")
-
-if TP > 1:
-    pytest.skip("a draft model next to a tensor-parallel target is refused (docs/parallel.md), and these servers "
-                "all run with the draft", allow_module_level=True)
 
 MODEL_NAME = "code-target"
 

@@ -144,3 +144,24 @@ def test_idle_server_never_times_out(mpi_bin, model_dir):
         assert r.status_code == 200, r.text
     finally:
         s.stop()
+
+
+def test_draft_model_on_rank_0(mpi_bin, model_dir, shared, servers):
+    """Speculative decoding next to a tensor-parallel target: rank 0 drafts with the whole draft
+    model and verifies over both ranks (rejected drafts shorten the sequences, which the next plan
+    carries); greedy output is one rank's plain output."""
+    one, _ = servers
+    draft = os.path.join(shared, "models", "code-draft")
+    if not os.path.isdir(draft):
+        pytest.skip(f"{draft} not found")
+    s = Server(mpi_bin, model_dir, "--max-seqs", "4", "--kv-type", "f32", "--draft-model", draft, "--tp", "2",
+               threads=1, launcher=launcher())
+    try:
+        got = chat(s, temperature=0, n=2)
+        want = chat(one, temperature=0).choices[0].message.content
+        assert [c.message.content for c in got.choices] == [want, want]
+        m = s.metrics()
+        assert m["tokamak_spec_draft_tokens_total"] > 0 and m["tokamak_spec_accepted_tokens_total"] > 0, m
+        s.wait_idle()
+    finally:
+        s.stop()
