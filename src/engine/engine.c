@@ -327,7 +327,7 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     o->n_layers = hp->n_layers;
     const int ranks = tk_tp_size(e->tp); /* hp holds this rank's share */
     o->n_heads = hp->n_heads * ranks;
-    o->n_kv_heads = hp->n_kv_heads * ranks;
+    o->n_kv_heads = hp->n_kv_heads * ranks / (m->tp_kv_copies > 1 ? m->tp_kv_copies : 1);
     o->head_dim = hp->head_dim;
     o->ffn_dim = hp->ffn_dim * ranks;
     o->ctx_len = hp->ctx_len;

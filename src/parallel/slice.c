@@ -78,9 +78,17 @@ int tk_tp_slice_model(tk_model *m, int rank, int n, tk_err *err) {
     if (m->arch->qk_norm_full)
         return tk_err_set(err, "tensor parallelism cannot split a q/k norm over the whole projection (%s)",
                           m->src.arch);
-    if (hp->n_kv_heads % n)
-        return tk_err_set(err, "tensor parallelism over %d ranks: the model's %d KV heads do not divide by %d", n,
-                          hp->n_kv_heads, n);
+    /* Fewer KV heads than ranks: each KV head is held by n / n_kv_heads
+     * ranks, each with its own query heads of the head's group. */
+    const int kv_copies = hp->n_kv_heads < n && n % hp->n_kv_heads == 0 ? n / hp->n_kv_heads : 1;
+    if (hp->n_kv_heads * kv_copies % n)
+        return tk_err_set(err,
+                          "tensor parallelism over %d ranks: the model's %d KV heads do not divide by %d "
+                          "(nor %d by them)",
+                          n, hp->n_kv_heads, n, n);
+    if (hp->n_heads % n)
+        return tk_err_set(err, "tensor parallelism over %d ranks: the model's %d heads do not divide by %d", n,
+                          hp->n_heads, n);
     if (moe && (hp->expert_ffn_dim % n || hp->shexp_ffn_dim % n))
         return tk_err_set(err,
                           "tensor parallelism over %d ranks: the expert FFN width %d or the shared expert's %d "
@@ -90,7 +98,8 @@ int tk_tp_slice_model(tk_model *m, int rank, int n, tk_err *err) {
         return tk_err_set(err, "tensor parallelism over %d ranks: the FFN width %d does not divide by %d", n,
                           hp->ffn_dim, n);
     const int64_t hd = hp->head_dim;
-    const int64_t q = hp->n_heads / n * hd, kv = hp->n_kv_heads / n * hd, f = hp->ffn_dim / n;
+    const int64_t q = hp->n_heads / n * hd, kv = hp->n_kv_heads * kv_copies / n * hd, f = hp->ffn_dim / n;
+    const int64_t kv0 = rank / kv_copies * kv; /* this rank's first K/V row */
     const int64_t fe = hp->expert_ffn_dim / n, fs = hp->shexp_ffn_dim / n;
     size_t bytes = 0;
     for (int l = 0; l < hp->n_layers; l++) {
@@ -113,14 +122,14 @@ int tk_tp_slice_model(tk_model *m, int rank, int n, tk_err *err) {
         tk_layer *L = &m->layers[l];
         tk_tensor *v = m->tp_views + (size_t)l * VIEWS_PER_LAYER;
         row_share(L->wq, rank * q, q, &v[0]);
-        row_share(L->wk, rank * kv, kv, &v[1]);
-        row_share(L->wv, rank * kv, kv, &v[2]);
+        row_share(L->wk, kv0, kv, &v[1]);
+        row_share(L->wv, kv0, kv, &v[2]);
         col_share(L->wo, rank * q, q, dst, &v[3]);
         dst += v[3].nbytes;
         L->wq = &v[0], L->wk = &v[1], L->wv = &v[2], L->wo = &v[3];
         if (L->bq) L->bq += rank * q;
-        if (L->bk) L->bk += rank * kv;
-        if (L->bv) L->bv += rank * kv;
+        if (L->bk) L->bk += kv0;
+        if (L->bv) L->bv += kv0;
         if (!moe) {
             glu_share(L->w_gate, L->w_up, L->w_down, rank * f, f, &dst, &v[4]);
             L->w_gate = &v[4], L->w_up = &v[5], L->w_down = &v[6];
@@ -147,7 +156,8 @@ int tk_tp_slice_model(tk_model *m, int rank, int n, tk_err *err) {
         m->tp_head = h;
     }
     hp->n_heads /= n;
-    hp->n_kv_heads /= n;
+    hp->n_kv_heads = hp->n_kv_heads * kv_copies / n;
+    m->tp_kv_copies = kv_copies;
     hp->ffn_dim = (int)f;
     hp->expert_ffn_dim = (int)fe;
     hp->shexp_ffn_dim = (int)fs;

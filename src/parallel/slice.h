@@ -5,7 +5,8 @@
 #include "../model/model.h"
 
 /* Keeps rank `rank` of n's share of every layer: its n_kv_heads / n KV
- * heads and their query heads (rows of Q, K, V and their biases; the same
+ * heads (or, with fewer KV heads than ranks, the one KV head it shares
+ * with n / n_kv_heads - 1 other ranks) and their query heads (rows of Q, K, V and their biases; the same
  * columns of the output projection), ffn_dim / n FFN columns (rows of gate
  * and up; columns of down), likewise 1/n of every expert's and of the
  * shared expert's FFN columns (router and shared-expert gate whole) and,
