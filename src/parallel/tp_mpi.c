@@ -59,18 +59,23 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-/* Poll phases: spinning while the peers are a few microseconds away (an
- * all-reduce between ranks in step), yielding the core for a while, then
- * sleeping, longer and longer up to a millisecond (an idle server). */
-#define SPIN_S 50e-6
-#define YIELD_S 5e-3
+/* Poll phases: spinning while the peers are about to answer (an all-reduce
+ * between ranks in step takes a few microseconds, plus the time to move
+ * its bytes: spinning through a large transfer keeps both ranks
+ * progressing it; yielding then, on a loaded machine, hands the core to
+ * other jobs for whole time slices), then yielding the core for a while,
+ * then sleeping, longer and longer up to a millisecond (an idle server). */
+#define SPIN_S 1e-3
+#define SPIN_S_PER_BYTE 1e-9 /* 1 GB/s, well below this machine's shared-memory copies */
+#define YIELD_S 10e-3
 #define SLEEP_MAX_NS 1000000L
 
-/* Completes the n requests in tp->reqs (receives first).  bounded: waiting
- * longer than tp->timeout fails the job, naming the rank of the first
- * request still pending: one whose message did not come. */
-static int wait_all(tk_tp *tp, int n, bool bounded, const char *what, tk_err *err) {
-    const double start = now_s();
+/* Completes the n requests in tp->reqs (receives first), which move bytes
+ * in all.  bounded: waiting longer than tp->timeout fails the job, naming
+ * the rank of the first request still pending: one whose message did not
+ * come. */
+static int wait_all(tk_tp *tp, int n, size_t bytes, bool bounded, const char *what, tk_err *err) {
+    const double start = now_s(), spin = SPIN_S + SPIN_S_PER_BYTE * (double)bytes;
     long sleep_ns = 20000;
     for (;;) {
         int done = 0;
@@ -92,8 +97,8 @@ static int wait_all(tk_tp *tp, int n, bool bounded, const char *what, tk_err *er
                               "it is stuck, stopped or unreachable",
                               late, what, tp->timeout);
         }
-        if (waited < SPIN_S) continue;
-        if (waited < YIELD_S) {
+        if (waited < spin) continue;
+        if (waited < spin + YIELD_S) {
             sched_yield();
             continue;
         }
@@ -122,7 +127,7 @@ static int exchange(tk_tp *tp, const void *mine, void *all, int count, MPI_Datat
         int rc = MPI_Isend(mine, count, type, r, TAG, tp->comm, &tp->reqs[n++]);
         if (rc != MPI_SUCCESS) return mpi_fail(tp, rc, what, err);
     }
-    return wait_all(tp, n, bounded, what, err);
+    return wait_all(tp, n, slot * (size_t)(tp->size - 1) * 2, bounded, what, err);
 }
 
 /* Test hook (TK_TP_TEST_STALL=RANK[:SECONDS], default 600 s): that rank
@@ -221,14 +226,14 @@ int tk_tp_bcast(tk_tp *tp, int32_t *buf, int n, bool bounded, tk_err *err) {
         tp->peers[0] = 0;
         int rc = MPI_Irecv(buf, n, MPI_INT32_T, 0, TAG, tp->comm, &tp->reqs[k++]);
         if (rc != MPI_SUCCESS) return mpi_fail(tp, rc, "broadcast", err);
-        return wait_all(tp, k, bounded, "broadcast from rank 0", err);
+        return wait_all(tp, k, sizeof(int32_t) * (size_t)n, bounded, "broadcast from rank 0", err);
     }
     for (int r = 1; r < tp->size; r++) {
         tp->peers[k] = r;
         int rc = MPI_Isend(buf, n, MPI_INT32_T, r, TAG, tp->comm, &tp->reqs[k++]);
         if (rc != MPI_SUCCESS) return mpi_fail(tp, rc, "broadcast", err);
     }
-    return wait_all(tp, k, bounded, "broadcast", err);
+    return wait_all(tp, k, sizeof(int32_t) * (size_t)n * (size_t)k, bounded, "broadcast", err);
 }
 
 int tk_tp_reserve(tk_tp *tp, size_t n, tk_err *err) {
@@ -265,7 +270,7 @@ int tk_tp_gather_cols(tk_tp *tp, const float *part, int rows, int64_t cols, floa
         tp->peers[0] = 0;
         int rc = MPI_Isend(part, n, MPI_FLOAT, 0, TAG, tp->comm, &tp->reqs[0]);
         if (rc != MPI_SUCCESS) return mpi_fail(tp, rc, "logits gather", err);
-        return wait_all(tp, 1, true, "logits gather", err);
+        return wait_all(tp, 1, sizeof(float) * (size_t)n, true, "logits gather", err);
     }
     /* rank r's share: rows runs of cols floats, a row (ranks * cols) apart,
      * received in place at column r * cols; rank 0's own is there already */
@@ -280,5 +285,5 @@ int tk_tp_gather_cols(tk_tp *tp, const float *part, int rows, int64_t cols, floa
     }
     MPI_Type_free(&share); /* pending receives keep their own reference */
     if (rc != MPI_SUCCESS) return mpi_fail(tp, rc, "logits gather", err);
-    return wait_all(tp, k, true, "logits gather", err);
+    return wait_all(tp, k, sizeof(float) * (size_t)n * (size_t)k, true, "logits gather", err);
 }
