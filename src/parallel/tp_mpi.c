@@ -138,6 +138,7 @@ static void read_stall_hook(tk_tp *tp) {
     if (!s || !*s) return;
     tp->stall_s = 600;
     if (sscanf(s, "%d:%lf", &tp->stall_rank, &tp->stall_s) < 1) tp->stall_rank = -1;
+    if (!(tp->stall_s >= 0 && tp->stall_s <= 3600)) tp->stall_s = 600;
 }
 
 int tk_tp_open(int n, double timeout_s, tk_tp **out, tk_err *err) {

@@ -165,3 +165,16 @@ def test_draft_model_on_rank_0(mpi_bin, model_dir, shared, servers):
         s.wait_idle()
     finally:
         s.stop()
+
+
+def test_slow_rank_within_the_bound(mpi_bin, model_dir, monkeypatch):
+    """A rank late by less than --tp-timeout (the hook's RANK:SECONDS form: 1 s late in its first
+    all-reduce, bound 5 s) only delays the step."""
+    monkeypatch.setenv("TK_TP_TEST_STALL", "1:1")
+    s = Server(mpi_bin, model_dir, "--max-seqs", "2", "--tp", "2", "--tp-timeout", "5", threads=1,
+               launcher=launcher())
+    try:
+        r = requests.post(s.url + "/v1/completions", json={"prompt": "def f(", "max_tokens": 4}, timeout=60)
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 4, r.text
+    finally:
+        s.stop()
