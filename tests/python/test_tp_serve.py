@@ -1,6 +1,8 @@
 """`tokamak serve --tp 2` under `mpirun -np 2` (a build with -DTK_MPI=ON, named by
 TOKAMAK_MPI_BIN; docs/parallel.md): its answers against the same binary serving on one
-rank, and a rank that dies ending the whole job instead of hanging it."""
+rank (with a draft model on rank 0 too), a rank that dies or is stuck ending the whole job
+instead of hanging it (--tp-timeout), and an idle or merely slow rank not ending it.  The
+general server suite runs against a TP=2 server with TOKAMAK_TP=2 (test_server.py)."""
 import os
 import shutil
 import signal
