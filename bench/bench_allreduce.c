@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include <tokamak.h> /* TK_TP_TIMEOUT_DEFAULT */
+
 #include "parallel/tp.h"
 
 static double now(void) {
@@ -36,7 +38,7 @@ int main(int argc, char **argv) {
     tk_err err;
     const char *size_env = getenv("TK_BENCH_RANKS");
     int n = size_env ? atoi(size_env) : 2;
-    if (tk_tp_open(n, &tp, &err)) {
+    if (tk_tp_open(n, TK_TP_TIMEOUT_DEFAULT, &tp, &err)) {
         fprintf(stderr, "bench_allreduce: %s\n", err.msg);
         return 1;
     }

@@ -71,11 +71,16 @@ typedef struct tk_engine_config {
     /* Tensor parallelism (a build with -DTK_MPI=ON, run under mpirun -np tp;
      * docs/parallel.md): every rank opens the engine with the same
      * configuration and holds its share of the heads and FFN columns;
-     * 0 or 1: none. */
+     * 0 or 1: none.  tp_timeout: seconds a rank may wait for the others
+     * inside a forward pass before the job is ended, naming the rank that
+     * did not answer (0: TK_TP_TIMEOUT_DEFAULT); an idle server never
+     * times out. */
     int tp;
+    float tp_timeout;
 } tk_engine_config;
 
 #define TK_TP_MAX 256
+#define TK_TP_TIMEOUT_DEFAULT 60
 
 /* Tensor parallelism: this process's rank (0 without it).  Rank 0 uses the
  * engine as usual; every other rank calls tk_engine_tp_follow, which runs

@@ -42,6 +42,13 @@ if [ -x .venv/bin/python ] && .venv/bin/python -c 'import pytest' 2>/dev/null; t
   rc=$?
   # 5 = no tests collected: not a failure of the suite itself.
   [ $rc -ne 0 ] && [ $rc -ne 5 ] && status=1
+  if [ -n "$tk_mpi_bin" ]; then
+    # about a minute on 2 cores; TK_TP_TESTS="tests/python/test_server*.py ..." for more
+    tp_tests=${TK_TP_TESTS:-tests/python/test_server.py tests/python/test_api_features.py tests/python/test_server_spec.py}
+    echo "== server tests against a TP=2 server (mpirun -np 2 tokamak serve ... --tp 2)"
+    # shellcheck disable=SC2086 # a list of paths
+    TOKAMAK_TP=2 TOKAMAK_BIN="$tk_mpi_bin" .venv/bin/python -m pytest -q $tp_tests || status=1
+  fi
 else
   echo "SKIP: no Python venv with pytest (PyPI unreachable?); oracle tests not run"
 fi

@@ -147,6 +147,7 @@ int tk_cmd_bench(int argc, char **argv) {
     tk_spec_args spec = {0};
     int pp = 128, tg = -1, reps = 0, threads = 0, batch = 0, ctx_threads = 0; /* tg, reps < defaults: not given */
     int block_size = 0, tp = 0;
+    float tp_timeout = 0;
     bool json = false, bandwidth = true, verify_cost = false;
     tk_bench_spec_opts so = {.prompt_chars = 600, .n_prompts = 4, .seed = 1};
     const char *contexts = NULL, *kv_type = NULL, *fusions = NULL;
@@ -172,6 +173,7 @@ int tk_cmd_bench(int argc, char **argv) {
         TK_OPT_I("--block-size", &block_size, 1, 4096),
         TK_OPT_S("--fuse", &fusions),
         TK_OPT_I("--tp", &tp, 1, TK_TP_MAX),
+        TK_OPT_F("--tp-timeout", &tp_timeout, 0.001, 1e6),
     };
     const tk_cli cli = {.cmd = "bench", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};
     int prc = tk_args_parse(&cli, argc, argv);
@@ -227,7 +229,7 @@ int tk_cmd_bench(int argc, char **argv) {
     tk_engine_config cfg = {.model_path = model, .n_threads = threads, .ctx_len = ctx, .max_seqs = max_seqs,
                             .max_batch_tokens = pp > max_seqs ? (pp < 512 ? pp : 512) : max_seqs,
                             .no_prefix_cache = true, .kv_type = kv_type, .fusions = fusions,
-                            .kv_block_size = block_size, .tp = tp};
+                            .kv_block_size = block_size, .tp = tp, .tp_timeout = tp_timeout};
     if (n_ctx_list && cfg.max_batch_tokens < 512) cfg.max_batch_tokens = 512; /* context prefill in chunks */
     if (cfg.max_batch_tokens < 1) cfg.max_batch_tokens = 1;
     tk_engine *e;

@@ -51,11 +51,12 @@ static int parse_tokens(const char *s, int32_t **out, int *n) {
 }
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE] [-t N] [-c N] [--kv-type f32|f16|q8_0]\n"
+    fprintf(f, "usage: tokamak logits -m MODEL --tokens ID,ID,... [-o FILE] [-t N] [-c N] [--kv-type f32|f16|q8_0] [--tp N]\n"
                "  text output: one row of logits per position; -o writes raw little-endian float32 rows\n"
                "  -c, --ctx-size: context length (default: the model's, at most 4096; LongRoPE models use\n"
                "                  their long factors when it exceeds the original context)\n"
-               "  --kv-type: KV cache element type (default f16)\n");
+               "  --kv-type: KV cache element type (default f16)\n%s",
+            tk_tp_usage);
 }
 
 int tk_cmd_logits(int argc, char **argv) {
@@ -68,6 +69,8 @@ int tk_cmd_logits(int argc, char **argv) {
         TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
         TK_OPT_S("--kv-type", &cfg.kv_type),
         TK_OPT_I("-c|--ctx-size", &cfg.ctx_len, 1, 1 << 24),
+        TK_OPT_I("--tp", &cfg.tp, 1, TK_TP_MAX),
+        TK_OPT_F("--tp-timeout", &cfg.tp_timeout, 0.001, 1e6),
     };
     const tk_cli cli = {.cmd = "logits", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts)};
     int prc = tk_args_parse(&cli, argc, argv);
@@ -82,6 +85,10 @@ int tk_cmd_logits(int argc, char **argv) {
         fprintf(stderr, "tokamak logits: %s\n", err.msg);
         free(tokens);
         return 1;
+    }
+    if (tk_engine_tp_rank(e) > 0) {
+        free(tokens);
+        return tk_tp_follow_cmd("logits", e);
     }
     size_t nv = (size_t)tk_engine_n_vocab(e);
     float *logits = malloc((size_t)n * nv * sizeof(float));

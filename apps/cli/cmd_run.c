@@ -101,6 +101,7 @@ int tk_cmd_run(int argc, char **argv) {
         TK_OPT_I("-t|--threads", &cfg.n_threads, 1, 1024),
         TK_OPT_S("--kv-type", &cfg.kv_type),
         TK_OPT_I("--tp", &cfg.tp, 1, TK_TP_MAX),
+        TK_OPT_F("--tp-timeout", &cfg.tp_timeout, 0.001, 1e6),
         TK_OPT_OFF("--no-bos", &gp.add_bos),
         TK_OPT_ON("--ignore-eos", &gp.ignore_eos),
         TK_OPT_ON("--chat", &chat),

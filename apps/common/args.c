@@ -216,7 +216,9 @@ int tk_args_take_repeated(const char *cmd, const char *name, int argc, char **ar
 }
 
 const char tk_tp_usage[] = "  --tp N                tensor parallelism over N MPI ranks: mpirun -np N tokamak ...\n"
-                           "                        --tp N (a build with -DTK_MPI=ON; docs/parallel.md)\n";
+                           "                        --tp N (a build with -DTK_MPI=ON; docs/parallel.md)\n"
+                           "  --tp-timeout S        end the job when a rank does not answer within S seconds\n"
+                           "                        inside a forward pass (default 60; idle waits never time out)\n";
 
 int tk_tp_follow_cmd(const char *cmd, tk_engine *e) {
     /* Rank 0 alone decides when the job ends (mpirun passes a SIGTERM or

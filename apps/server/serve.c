@@ -193,6 +193,7 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
         TK_OPT_I("--block-size", &cfg.kv_block_size, 1, 4096),
         TK_OPT_S("--kv-type", &cfg.kv_type),
         TK_OPT_I("--tp", &cfg.tp, 1, TK_TP_MAX),
+        TK_OPT_F("--tp-timeout", &cfg.tp_timeout, 0.001, 1e6),
         TK_OPT_ON("--no-prefix-cache", &cfg.no_prefix_cache),
         TK_OPT_ON("--no-window-release", &cfg.no_window_release),
         TK_OPT_I("--max-queue", &cfg.max_waiting, 1, 1 << 20),

@@ -54,7 +54,7 @@ static int tp_start(tk_engine *e, int max_blocks, tk_err *err) {
     enum { N = sizeof mine / sizeof mine[0] };
     int32_t root[N];
     memcpy(root, mine, sizeof mine);
-    if (tk_tp_bcast(e->tp, root, N, err)) return -1;
+    if (tk_tp_bcast(e->tp, root, N, false, err)) return -1; /* opening: unbounded, as the agreements */
     ok = !memcmp(root, mine, sizeof mine);
     if (!ok)
         tk_err_set(err, "tensor parallelism: rank %d opened the model with other settings than rank 0 "
@@ -77,7 +77,7 @@ int tk_engine_tp_follow(tk_engine *e, tk_err *err) {
         tk_err ferr;
         if (tk_forward(&e->model, &e->kv, e->plan.seq_ptrs, e->max_seqs, &b, NULL, &e->ws, e->pool, &ferr) &&
             tk_tp_failed(e->tp))
-            return tk_err_set(err, "%s", ferr.msg);
+            return tk_err_set(err, "step %llu: %s", (unsigned long long)e->plan.steps, ferr.msg);
     }
 }
 
@@ -86,7 +86,8 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     *out = NULL;
     tk_engine *e = calloc(1, sizeof *e);
     if (!e) return tk_err_set(err, "out of memory");
-    if (cfg->tp > 1 && tk_tp_open(cfg->tp, &e->tp, err)) {
+    const double tp_timeout = cfg->tp_timeout > 0 ? cfg->tp_timeout : TK_TP_TIMEOUT_DEFAULT;
+    if (cfg->tp > 1 && tk_tp_open(cfg->tp, tp_timeout, &e->tp, err)) {
         free(e);
         return -1;
     }
@@ -209,8 +210,9 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
         return tk_err_set(err, "speculative decoding with a draft model needs a draft model path");
     if (cfg->tp < 0 || cfg->tp > TK_TP_MAX)
         return tk_err_set(err, "tensor parallelism over %d ranks: 1 to %d", cfg->tp, TK_TP_MAX);
-    if (cfg->tp > 1 && cfg->draft_model_path)
-        return tk_err_set(err, "tensor parallelism does not run a draft model yet");
+    if (!(cfg->tp_timeout >= 0))
+        return tk_err_set(err, "tensor parallelism: the timeout must be positive or 0 (the default, %d s); got %g",
+                          TK_TP_TIMEOUT_DEFAULT, cfg->tp_timeout);
     if (!(cfg->draft_cost >= 0 && cfg->draft_cost <= 100) || !(cfg->verify_slope >= 0 && cfg->verify_slope <= 100))
         return tk_err_set(err, "invalid speculative cost priors");
     if (cfg->draft_max < 0 || cfg->draft_max > TK_SPEC_MAX_DRAFT || cfg->draft_min < 0 ||
@@ -229,7 +231,9 @@ int tk_engine_open(const tk_engine_config *cfg, tk_engine **out, tk_err *err) {
      * weigh relative to the target's; each extra verified token 20 % (10 %
      * to 30 % measured, docs/speculative.md). */
     double c_prior = 0;
-    if (cfg->draft_model_path) {
+    /* Tensor parallelism: the draft model runs whole on rank 0, which drafts
+     * and samples; the other ranks only follow the target's passes. */
+    if (cfg->draft_model_path && tk_tp_rank(e->tp) == 0) {
         tk_engine_config dc = {
             .model_path = cfg->draft_model_path, .tokenizer_path = cfg->draft_tokenizer_path,
             .ctx_len = e->ctx_len, .max_seqs = e->max_seqs, .max_batch_tokens = e->ws.max_tokens,
@@ -323,7 +327,7 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     o->n_layers = hp->n_layers;
     const int ranks = tk_tp_size(e->tp); /* hp holds this rank's share */
     o->n_heads = hp->n_heads * ranks;
-    o->n_kv_heads = hp->n_kv_heads * ranks;
+    o->n_kv_heads = hp->n_kv_heads * ranks / (m->tp_kv_copies > 1 ? m->tp_kv_copies : 1);
     o->head_dim = hp->head_dim;
     o->ffn_dim = hp->ffn_dim * ranks;
     o->ctx_len = hp->ctx_len;
@@ -401,6 +405,12 @@ int tk_engine_decode(tk_engine *e, const tk_batch *b, float *logits, tk_err *err
     if (tk_forward(&e->model, &e->kv, e->seq_ptrs, e->max_seqs, b, logits, &e->ws, e->pool, err)) goto undo;
     return 0;
 undo:
+    /* the transport failed inside a step: another rank is dead or stuck,
+     * and the others may be waiting in an exchange with this one */
+    if (tk_tp_failed(e->tp)) {
+        tk_err_wrap(err, "step %llu", (unsigned long long)e->plan.steps);
+        tk_tp_abort(e->tp, err->msg);
+    }
     for (int i = 0; i < e->max_seqs; i++)
         if (e->seq_ptrs[i]) tk_kv_seq_shrink(&e->kv, &e->seqs[i], e->saved_blocks[i]);
     return -1;

@@ -483,6 +483,9 @@ int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_
             for (int t = 0; t < T; t++)
                 tk_rmsnorm(ws->xn + (size_t)t * D, ws->x + (size_t)t * D, L->ffn_norm, D, hp->norm_eps);
             tk_moe_ffn(m, l, T, ws, pool);
+            /* a rank's share of the experts' columns: the ranks' partial sums added */
+            if (m->tp && tk_tp_allreduce(m->tp, ws->moe_acc, (size_t)T * D, err)) return -1;
+            for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->moe_acc[i];
             continue;
         }
         const tk_tensor *gu[2] = {L->w_gate, L->w_up};

@@ -71,8 +71,11 @@ typedef struct tk_model {
     /* Tensor parallelism (src/parallel): the job this model is one rank's
      * share of (NULL: the whole model), and the storage of its share's
      * views and copied columns; tp_head: this rank's rows of the head when
-     * it is split by vocabulary, NULL: rank 0 computes the whole head. */
+     * it is split by vocabulary, NULL: rank 0 computes the whole head;
+     * tp_kv_copies: ranks holding each KV head (above 1 when the model has
+     * fewer KV heads than ranks). */
     struct tk_tp *tp;
+    int tp_kv_copies;
     const tk_tensor *tp_head;
     tk_tensor *tp_views;
     unsigned char *tp_data;

@@ -211,5 +211,4 @@ void tk_moe_ffn(const tk_model *m, int layer, int T, tk_forward_ws *ws, tk_threa
             for (int c = 0; c < D; c++) acc[c] += g * y[c];
         }
     }
-    for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->moe_acc[i];
 }

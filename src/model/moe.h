@@ -14,7 +14,9 @@ int tk_moe_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens);
 void tk_moe_ws_free(tk_forward_ws *ws);
 /* The longest matmul input the experts have (0 for dense models). */
 int64_t tk_moe_longest_input(const tk_model *m);
-/* x += MoE-FFN(xn) for the T tokens of ws->xn (already normalized). */
+/* ws->moe_acc = MoE-FFN(xn) for the T tokens of ws->xn (already
+ * normalized); the caller adds it to x (after summing the ranks' shares
+ * under tensor parallelism). */
 void tk_moe_ffn(const tk_model *m, int layer, int T, tk_forward_ws *ws, tk_threadpool *pool);
 
 #endif

@@ -70,8 +70,8 @@ void tk_tp_plan_free(tk_tp_plan *p, tk_kv_pool *kv) {
 }
 
 static int broadcast(tk_tp_plan *p, tk_err *err) {
-    if (tk_tp_bcast(p->tp, p->buf, HEADER, err)) return -1;
-    return p->buf[H_LEN] ? tk_tp_bcast(p->tp, p->buf + HEADER, p->buf[H_LEN], err) : 0;
+    if (tk_tp_bcast(p->tp, p->buf, HEADER, true, err)) return -1;
+    return p->buf[H_LEN] ? tk_tp_bcast(p->tp, p->buf + HEADER, p->buf[H_LEN], true, err) : 0;
 }
 
 int tk_tp_plan_send(tk_tp_plan *p, const tk_batch *b, tk_kv_seq *const *seqs, bool hidden_out, tk_err *err) {
@@ -115,6 +115,7 @@ int tk_tp_plan_send(tk_tp_plan *p, const tk_batch *b, tk_kv_seq *const *seqs, bo
     p->buf[H_HIDDEN] = hidden_out;
     p->buf[H_LEN] = (int32_t)(w - (p->buf + HEADER));
     p->n_copies = 0;
+    p->steps++;
     return broadcast(p, err);
 }
 
@@ -154,17 +155,18 @@ static int read_seqs(tk_tp_plan *p, const int32_t *r, const int32_t *end, int n_
 int tk_tp_plan_recv(tk_tp_plan *p, tk_kv_pool *kv, tk_batch *b, tk_err *err) {
     for (int i = 0; i < p->max_seqs; i++) p->seq_ptrs[i] = NULL;
     memset(p->listed, 0, sizeof(bool) * (size_t)p->max_seqs);
-    if (tk_tp_bcast(p->tp, p->buf, HEADER, err)) return -1;
+    if (tk_tp_bcast(p->tp, p->buf, HEADER, false, err)) return -1; /* idle until rank 0 has work */
     const int32_t *h = p->buf;
     if (h[H_CMD] == CMD_STOP) return 0;
     const int n = h[H_TOKENS], nc = h[H_COPIES];
     if (h[H_CMD] != CMD_FORWARD) return bad(err, "an unknown command");
+    p->steps++;
     p->hidden_out = h[H_HIDDEN] != 0;
     if (n <= 0 || n > p->max_tokens) return bad(err, "a token count out of bounds");
     if (nc < 0 || nc > p->pool_blocks) return bad(err, "a copy count out of bounds");
     if (h[H_SEQS] < 0 || h[H_SEQS] > p->max_seqs) return bad(err, "a sequence count out of bounds");
     if (h[H_LEN] < 4 * n + 2 * nc || (size_t)h[H_LEN] > p->cap - HEADER) return bad(err, "a length out of bounds");
-    if (tk_tp_bcast(p->tp, p->buf + HEADER, h[H_LEN], err)) return -1;
+    if (tk_tp_bcast(p->tp, p->buf + HEADER, h[H_LEN], true, err)) return -1;
     int32_t *r = p->buf + HEADER;
     for (int i = 0; i < n; i++) p->flags[i] = r[3 * n + i] != 0;
     *b = (tk_batch){n, r, r + n, r + 2 * n, p->flags};

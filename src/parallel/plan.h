@@ -20,6 +20,7 @@
 typedef struct tk_tp_plan {
     tk_tp *tp;
     int max_tokens, max_seqs, max_blocks, pool_blocks;
+    uint64_t steps;     /* forward passes sent or received so far (errors name the step) */
     int32_t *buf;       /* header and payload */
     size_t cap;         /* ints */
     bool *listed;       /* [max_seqs]: sequences already in the payload being built or read */

@@ -4,12 +4,19 @@
 
 #include "tp.h"
 
-int tk_tp_open(int n, tk_tp **out, tk_err *err) {
+int tk_tp_open(int n, double timeout_s, tk_tp **out, tk_err *err) {
+    (void)timeout_s;
     *out = NULL;
     return tk_err_set(err, "tensor parallelism over %d ranks needs a build with MPI (cmake -DTK_MPI=ON)", n);
 }
 
 void tk_tp_close(tk_tp *tp) { (void)tp; }
+
+void tk_tp_abort(tk_tp *tp, const char *why) {
+    (void)tp;
+    (void)why;
+    abort(); /* unreachable: no tk_tp exists without MPI */
+}
 
 int tk_tp_rank(const tk_tp *tp) {
     (void)tp;
@@ -31,8 +38,9 @@ int tk_tp_agree(tk_tp *tp, int ok, tk_err *err) {
     return ok ? 0 : tk_err_set(err, "no tensor-parallel job");
 }
 
-int tk_tp_bcast(tk_tp *tp, int32_t *buf, int n, tk_err *err) {
+int tk_tp_bcast(tk_tp *tp, int32_t *buf, int n, bool bounded, tk_err *err) {
     (void)tp;
+    (void)bounded;
     (void)buf;
     (void)n;
     return tk_err_set(err, "no tensor-parallel job");

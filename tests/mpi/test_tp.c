@@ -1,7 +1,8 @@
 /* Tensor parallelism over N MPI ranks (mpirun -np N test_tp N, N = 2 by
  * default; registered with ctest only when built with -DTK_MPI=ON): every
  * logit of an N-rank engine against the same model on one rank, greedy
- * output, and the refusal of a split that would cut quantized blocks. */
+ * output, and the refusals of a split that would cut quantized blocks and
+ * of a negative timeout. */
 #include <math.h>
 
 #include <tokamak.h>
@@ -159,6 +160,8 @@ int main(int argc, char **argv) {
         else
             CHECK(strstr(err.msg, "block") || strstr(err.msg, "rank"), "unclear refusal: %s", err.msg);
         if (!bad) printf("refused: %s\n", err.msg);
+        tk_engine_config neg = {.model_path = tk_shared("models/stories260K.bin"), .tp = 2, .tp_timeout = -1};
+        CHECK(tk_engine_open(&neg, &bad, &err) && strstr(err.msg, "timeout"), "a negative timeout: %s", err.msg);
         compare(tk_shared("models/code-target"), 2, "f32", true, 1e-5f);
         compare(tk_shared("gguf-fixtures/qfix-Q8_0.gguf"), 2, "f32", false, 1e-5f);
         compare(tk_shared("models/code-target"), 2, "f16", true, 1e-5f); /* f16 rows round some K/V the other way */

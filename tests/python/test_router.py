@@ -186,7 +186,7 @@ def test_replica_killed_under_load(tokamak_bin, model_dir):
                 time.sleep(0.05)
             victim = replicas[running.index(max(running))]
             assert max(running) >= 1
-            victim.proc.kill()
+            victim.kill()
             results = [f.result() for f in futs]
         assert results == [160] * 12
         m = router.metrics()
@@ -215,7 +215,7 @@ def test_stream_cut_ends_with_error_event(tokamak_bin, model_dir):
         assert "choices" in json.loads(first[6:])
         serving = [r for r in replicas if r.metrics()["tokamak_requests_running"] == 1]
         assert len(serving) == 1
-        serving[0].proc.kill()
+        serving[0].kill()
         events = [l[6:] for l in lines if l.startswith("data: ")]
         assert events[-1] == "[DONE]"
         err = json.loads(events[-2])

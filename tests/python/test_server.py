@@ -26,12 +26,26 @@ API_KEY = "sk-tokamak-test"
 SANITIZER_MARKERS = ("AddressSanitizer", "LeakSanitizer", "UndefinedBehaviorSanitizer", "runtime error:")
 
 
+# TOKAMAK_TP=N: every server these tests start is a tensor-parallel job, `mpirun -np N tokamak
+# serve ... --tp N` (TOKAMAK_BIN then names a build with -DTK_MPI=ON; docs/parallel.md).
+TP = int(os.environ.get("TOKAMAK_TP") or 1)
+
+
+def tp_launcher(n):
+    root = ["--allow-run-as-root"] if os.geteuid() == 0 else []
+    return ["mpirun", *root, "--oversubscribe", "-np", str(n)]
+
+
 class Server:
-    """A `tokamak serve` child process on a loopback port."""
+    """A `tokamak serve` child process on a loopback port (under TOKAMAK_TP, an mpirun job
+    whose rank 0 serves; threads are then per rank, divided among the ranks)."""
 
     def __init__(self, binary, model, *extra, api_key=None, threads=2, launcher=()):
         self.out = tempfile.NamedTemporaryFile("w+", prefix="tk-serve-out-", delete=False)
         self.err = tempfile.NamedTemporaryFile("w+", prefix="tk-serve-err-", delete=False)
+        if TP > 1 and not launcher and "--tp" not in extra:
+            launcher, extra, threads = tp_launcher(TP), (*extra, "--tp", str(TP)), max(1, threads // TP)
+        self.tp = int(extra[extra.index("--tp") + 1]) if "--tp" in extra else 1
         args = [*launcher, binary, "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", "-t", str(threads), *extra]
         if api_key:
             args += ["--api-key", api_key]
@@ -56,6 +70,31 @@ class Server:
                 pass
             time.sleep(0.05)
         raise RuntimeError("server never became healthy")
+
+    def ranks(self):
+        """pid of each rank of a tensor-parallel job among mpirun's children."""
+        out = {}
+        for pid in subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout.split():
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            for kv in env:
+                if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    out[int(kv.split(b"=")[1])] = int(pid)
+        return out
+
+    @property
+    def pid(self):
+        """The serving process: rank 0 of a tensor-parallel job."""
+        return self.ranks()[0] if self.tp > 1 else self.proc.pid
+
+    def kill(self):
+        """SIGKILL to the serving process; a tensor-parallel job's rank 0, and then the job
+        ends too (mpirun ends the other ranks): waited for, as one process is dead at once."""
+        os.kill(self.pid, signal.SIGKILL)
+        if self.tp > 1:
+            self.proc.wait(timeout=30)
 
     @property
     def url(self):
@@ -94,9 +133,16 @@ class Server:
             time.sleep(0.05)
 
     def stop(self):
-        """SIGTERM; the server must exit cleanly (status 0, no sanitizer report)."""
+        """SIGTERM; the server must exit cleanly (status 0, no sanitizer report).  A
+        tensor-parallel job: to rank 0, which stops the others (a SIGTERM to mpirun would
+        reach every rank and mpirun would report the job killed)."""
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            if self.tp > 1:
+                rank0 = self.ranks().get(0)  # none: the job is ending already
+                if rank0:
+                    os.kill(rank0, signal.SIGTERM)
+            else:
+                self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -742,7 +788,8 @@ def test_preemption_tiny_kv(tokamak_bin, model_dir, client):
     alone = [complete(client, p, max_tokens=48, extra_body={"ignore_eos": True}).choices[0].text
              for p in prompts]
     # 16-token blocks: the pool below is 4-16 of them, less than the 6 requests need at once
-    s = Server(tokamak_bin, model_dir, "--max-seqs", "8", "--kv-memory", "1200K", "--kv-type", "f32",
+    # (--kv-memory is per rank, and a rank of TP holds 1/TP of the KV heads)
+    s = Server(tokamak_bin, model_dir, "--max-seqs", "8", "--kv-memory", f"{1200 // TP}K", "--kv-type", "f32",
                "--block-size", "16")
     try:
         blocks = s.metrics()["tokamak_kv_blocks_total"]

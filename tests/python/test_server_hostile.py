@@ -178,7 +178,7 @@ def test_parsed_request_is_dropped(tokamak_bin, model_dir, monkeypatch):
     socks = []
     try:
         requests.post(s.url + "/v1/completions", json={"prompt": "x", "max_tokens": 4}, timeout=60)
-        base = rss_mb(s.proc.pid)
+        base = rss_mb(s.pid)
         junk = [0] * 150000  # ~0.3 MB of body, ~8 MB as parsed JSON
         body = json.dumps({"prompt": "def f():", "max_tokens": 400, "ignore_eos": True, "stream": True,
                            "logprobs": 20, "x": junk}).encode()
@@ -192,7 +192,7 @@ def test_parsed_request_is_dropped(tokamak_bin, model_dir, monkeypatch):
                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
             assert c.recv(64).startswith(b"HTTP/1.1 200")
             socks.append(c)
-        grown = rss_mb(s.proc.pid) - base
+        grown = rss_mb(s.pid) - base
         if not is_asan(tokamak_bin):  # ASan's quarantine keeps freed memory
             assert grown < 40, f"{n} unread streams grew the server by {grown:.0f} MB"
     finally:
@@ -347,7 +347,7 @@ def test_api_key_file_and_env(tokamak_bin, model_dir, tmp_path, monkeypatch):
         assert requests.get(s.url + "/v1/models", timeout=10).status_code == 401
         r = requests.get(s.url + "/v1/models", headers={"Authorization": "Bearer sk-from-file"}, timeout=10)
         assert r.status_code == 200, r.text
-        assert "sk-from-file" not in open(f"/proc/{s.proc.pid}/cmdline").read()
+        assert "sk-from-file" not in open(f"/proc/{s.pid}/cmdline").read()
     finally:
         s.stop()
     monkeypatch.setenv("TOKAMAK_API_KEY", "sk-from-env")

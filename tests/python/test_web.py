@@ -11,7 +11,6 @@ import concurrent.futures as cf
 import json
 import os
 import shutil
-import signal
 import tempfile
 import threading
 import time
@@ -360,7 +359,7 @@ def test_chat_server_gone(browser, tokamak_bin, model_dir):
         type_and_send(d, "write a long python program")
         wait(d, lambda: len(js(d, "const b = document.querySelector('#messages .msg.assistant .body');"
                                   "return b ? b.textContent : ''")) > 10, 60, "the answer to start")
-        s.proc.send_signal(signal.SIGKILL)
+        s.kill()
         s.proc.wait(10)
         msg = error_text(d)
         assert "broke off" in msg, msg
