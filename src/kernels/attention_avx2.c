@@ -26,6 +26,10 @@ typedef __m256 vf;
 static inline vf vzero(void) { return _mm256_setzero_ps(); }
 static inline vf vset1(float x) { return _mm256_set1_ps(x); }
 static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
+static inline vf vkeep(vf x) {
+    __asm__("" : "+x"(x));
+    return x;
+}
 static inline void vstore(float *p, vf v) { _mm256_storeu_ps(p, v); }
 static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }

@@ -16,6 +16,10 @@ typedef __m512 vf;
 static inline vf vzero(void) { return _mm512_setzero_ps(); }
 static inline vf vset1(float x) { return _mm512_set1_ps(x); }
 static inline vf vload(const float *p) { return _mm512_loadu_ps(p); }
+static inline vf vkeep(vf x) {
+    __asm__("" : "+v"(x));
+    return x;
+}
 static inline void vstore(float *p, vf v) { _mm512_storeu_ps(p, v); }
 static inline vf vfma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }

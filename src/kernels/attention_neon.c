@@ -29,6 +29,8 @@ typedef float32x4_t vf;
 static inline vf vzero(void) { return vdupq_n_f32(0.0f); }
 static inline vf vset1(float x) { return vdupq_n_f32(x); }
 static inline vf vload(const float *p) { return vld1q_f32(p); }
+/* NEON arithmetic takes no memory operands: a loaded vector stays in a register */
+static inline vf vkeep(vf x) { return x; }
 static inline void vstore(float *p, vf v) { vst1q_f32(p, v); }
 static inline vf vfma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
 static inline vf vmul(vf a, vf b) { return vmulq_f32(a, b); }
