@@ -101,9 +101,9 @@ void tk_matmul_rope(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_ten
  *   TK_MM_STORE     1 or 2 matrices per group, plain store;
  *   TK_MM_GLU_*     2 matrices (gate, up): Y0 = act(Y0) * Y1;
  *   TK_MM_SCATTER   1 matrix: out[dst[s] * ldo + r] += weight[s] * Y0[s * ldy + r]
- *                   for every row s of the group, groups in ascending order
- *                   (a row's sum is built in group order whatever the split;
- *                   the rows of one group must name distinct dst).
+ *                   for every row s, in ascending s (groups in order), so
+ *                   each out row's sum is built in the same order whatever
+ *                   the split.
  * The rows off[0] .. off[n_groups] - 1 are used (off[0] need not be 0);
  * at most the row capacity the workspace was made for. */
 typedef struct tk_mm_grouped {
