@@ -166,6 +166,11 @@ static void matmul_job(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_
                        int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
                        float *residual, const tk_mm_rope *rope);
 
+/* Multiply-adds below which a matmul runs on the calling thread: about
+ * 10 us of work, less than waking and waiting for the pool costs on a busy
+ * machine. */
+#define INLINE_MACS (1 << 18)
+
 /* Rows per task for `rows` output rows: enough tasks for balance (about 8
  * per thread), in multiples of 16 rows so kernels can use their row tiles. */
 static int64_t rows_per_task(tk_threadpool *pool, int64_t rows) {
@@ -240,6 +245,12 @@ static void matmul_job(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_
     }
     /* GLU: tasks cover the gate's rows; each also computes the same up rows */
     int n_tasks = epi == TK_MM_GLU_SILU || epi == TK_MM_GLU_GELU ? j.first_task[1] : j.first_task[n_w];
+    /* too little work to wake the workers for (a mixture-of-experts router
+     * on a decode step): the same tasks on this thread */
+    if ((double)total_rows * (double)in * n_tok < INLINE_MACS) {
+        for (int t = 0; t < n_tasks; t++) gemm_task(&j, t, 0);
+        return;
+    }
     tk_threadpool_run(pool, n_tasks, gemm_task, &j);
 }
 
