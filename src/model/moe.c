@@ -259,7 +259,8 @@ static void moe_chunk(const tk_model *m, int layer, int t0, int n, tk_forward_ws
             for (int s = off[g]; s < off[g + 1]; s++) {
                 float *h = ws->moe_h1 + (size_t)s * F;
                 const float *u = ws->moe_h2 + (size_t)s * F;
-                for (int64_t r = 0; r < glu_w[2 * g]->ne[1]; r++) h[r] = (gelu ? tk_gelu_tanh(h[r]) : tk_silu(h[r])) * u[r];
+                for (int64_t r = 0; r < glu_w[2 * g]->ne[1]; r++)
+                    h[r] = (gelu ? tk_gelu_tanh(h[r]) : tk_silu(h[r])) * u[r];
             }
     if (ws->observe)
         for (int g = 0; g < n_groups; g++)
@@ -285,6 +286,7 @@ static void moe_chunk(const tk_model *m, int layer, int t0, int n, tk_forward_ws
 }
 
 void tk_moe_ffn(const tk_model *m, int layer, int T, tk_forward_ws *ws, tk_threadpool *pool) {
-    for (int t0 = 0; t0 < T; t0 += MOE_CHUNK) moe_chunk(m, layer, t0, T - t0 < MOE_CHUNK ? T - t0 : MOE_CHUNK, ws, pool);
+    for (int t0 = 0; t0 < T; t0 += MOE_CHUNK)
+        moe_chunk(m, layer, t0, T - t0 < MOE_CHUNK ? T - t0 : MOE_CHUNK, ws, pool);
     for (size_t i = 0; i < (size_t)T * m->hp.dim; i++) ws->x[i] += ws->moe_acc[i];
 }

@@ -63,8 +63,8 @@ def tensors(path):
 @pytest.mark.parametrize("qtype", list(FTYPES))
 def test_phi3_quantize_matches_llama_cpp(tokamak_bin, llama_cpp, phi3_f32, tmp_path, qtype):
     ours, theirs = tmp_path / f"tk-{qtype}.gguf", tmp_path / f"ll-{qtype}.gguf"
-    res = subprocess.run([tokamak_bin, "quantize", str(phi3_f32), str(ours), "--type", qtype, "-t", "2", "-q"], capture_output=True,
-                         text=True)
+    res = subprocess.run([tokamak_bin, "quantize", str(phi3_f32), str(ours), "--type", qtype, "-t", "2", "-q"],
+                         capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     p = llama_cpp.llama_model_quantize_default_params()
     p.ftype = FTYPES[qtype]
@@ -72,11 +72,9 @@ def test_phi3_quantize_matches_llama_cpp(tokamak_bin, llama_cpp, phi3_f32, tmp_p
     assert llama_cpp.llama_model_quantize(str(phi3_f32).encode(), str(theirs).encode(), p) == 0
     a, b = tensors(ours), tensors(theirs)
     assert sorted(a) == sorted(b)
-    types = {}
     for name in sorted(a):
         assert a[name][0] == b[name][0], f"{qtype} {name}: tokamak {a[name][0]}, llama.cpp {b[name][0]}"
         assert a[name][1] == b[name][1], f"{qtype} {name} ({a[name][0]}): bytes differ from llama.cpp's"
-        types.setdefault(a[name][0], []).append(name)
     if qtype == "q4_k_m":  # the mix is exercised: fused tensors at more than one type
         qkv = {a[f"blk.{l}.attn_qkv.weight"][0] for l in range(8)}
         assert qkv == {"Q4_K", "Q6_K"}, qkv
@@ -85,8 +83,8 @@ def test_phi3_quantize_matches_llama_cpp(tokamak_bin, llama_cpp, phi3_f32, tmp_p
 
 def test_phi3_quantized_runs(tokamak_bin, phi3_f32, tmp_path):
     q8 = tmp_path / "q8.gguf"
-    res = subprocess.run([tokamak_bin, "quantize", str(phi3_f32), str(q8), "--type", "q8_0", "-t", "2", "-q"], capture_output=True,
-                         text=True)
+    res = subprocess.run([tokamak_bin, "quantize", str(phi3_f32), str(q8), "--type", "q8_0", "-t", "2", "-q"],
+                         capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     f = test_families.tk_logits(tokamak_bin, phi3_f32, TOKENS, tmp_path / "f.bin")
     g = test_families.tk_logits(tokamak_bin, q8, TOKENS, tmp_path / "g.bin")
@@ -97,8 +95,9 @@ def test_phi3_quantized_runs(tokamak_bin, phi3_f32, tmp_path):
 
 @pytest.mark.parametrize("method", ["gptq", "awq"])
 def test_phi3_calibrated_methods_refused(tokamak_bin, phi3_f32, tmp_path, shared, method):
-    res = subprocess.run([tokamak_bin, "quantize", str(phi3_f32), str(tmp_path / "x.gguf"), "--type", "q4_0", "--method",
-                          method, "--calib", os.path.join(shared, "models/code-calib.txt")], capture_output=True, text=True)
+    res = subprocess.run([tokamak_bin, "quantize", str(phi3_f32), str(tmp_path / "x.gguf"), "--type", "q4_0",
+                          "--method", method, "--calib", os.path.join(shared, "models/code-calib.txt")],
+                         capture_output=True, text=True)
     assert res.returncode != 0
     assert "fused attn_qkv" in res.stderr, res.stderr
     assert not (tmp_path / "x.gguf").exists()
