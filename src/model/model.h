@@ -171,8 +171,8 @@ void tk_forward_ws_free(tk_forward_ws *ws);
  * cover the written positions. */
 /* h1 = act(gate(in)) * up(in) for n rows of in (dim floats each): the fused
  * kernel, or without TK_FUSE_GLU two GEMMs and the activation (h2: scratch
- * of the same size); the observe hook sees gate and up.  The dense FFN and
- * each expert of a MoE layer. */
+ * of the same size); the observe hook sees gate and up.  The dense FFN
+ * (a MoE layer's experts, shared ones too, go through tk_matmul_grouped). */
 void tk_forward_glu(const tk_model *m, int layer, const tk_tensor *gate, const tk_tensor *up, const float *in, int n,
                     float *h1, float *h2, tk_forward_ws *ws, tk_threadpool *pool);
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,
