@@ -129,6 +129,8 @@ typedef struct tk_model_summary {
     int64_t n_params;
     size_t weight_bytes;
     size_t embedding_bytes; /* token_embd */
+    size_t routed_expert_bytes; /* mixture of experts: the routed experts' matrices (0 for dense models) */
+    int n_expert, n_expert_used; /* routed experts per layer and per token (0 for dense models) */
     size_t kv_bytes;     /* the engine's KV pool */
     struct {
         const char *name; /* "Q4_K" */

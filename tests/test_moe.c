@@ -6,8 +6,10 @@
  * is checked against a naive float64 reference written here from the
  * models' definitions (router softmax, top-k, weighted expert sum), for
  * several prefill chunkings and thread counts; three sequences decoded
- * together must give the same bits as each alone; inconsistent expert
- * metadata is refused naming the field. */
+ * together must give the same bits as each alone.  The same with the
+ * experts' matrices quantized (Q8_0, Q4_0: the int8 kernels, several
+ * activation packings in one layer), where 1 and 2 threads must also agree
+ * bit for bit.  Inconsistent expert metadata is refused naming the field. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -16,11 +18,15 @@
 
 #include <tokamak.h>
 
+#include "formats/dtype.h"
 #include "formats/gguf.h"
+#include "quant/quant.h"
 #include "ref64.h"
 #include "tk_test.h"
 
-enum { DIM = 32, LAYERS = 2, HEADS = 4, KV_HEADS = 2, HD = 8, E = 6, K = 2, EFF = 24, SHFF = 16, VOCAB = 64 };
+/* EFF and SHFF: whole blocks of 32 (the quantized variants' rows), and
+ * different (the shared expert's down projection takes a longer input) */
+enum { DIM = 32, LAYERS = 2, HEADS = 4, KV_HEADS = 2, HD = 8, E = 6, K = 2, EFF = 32, SHFF = 64, VOCAB = 64 };
 enum { SEQ = 19, N_SEQ = 3 };
 #define THETA 10000.0
 #define EPS 1e-6
@@ -74,8 +80,34 @@ static void init_weights(weights *w) {
     FILL(w->sd, 0.3f, 0);
 }
 
-/* n_expert / n_used / stacked: what the file claims (bad-input cases). */
-static int write_model(const weights *w, variant v, const char *path, int n_expert, int n_used, int stacked) {
+/* n floats as `type` (quantized row by row, rows of `in`) into a new buffer. */
+static void *as_type(tk_dtype type, const float *src, size_t n, int64_t in, size_t *bytes) {
+    const size_t row = tk_dtype_row_bytes(type, in), rows = n / (size_t)in;
+    unsigned char *out = malloc(row * rows);
+    for (size_t r = 0; r < rows; r++)
+        if (tk_quantize_row(type, src + r * (size_t)in, out + r * row, in, NULL)) abort();
+    *bytes = row * rows;
+    return out;
+}
+
+/* The expert matrices (routed and shared) as a reader of `type` sees them. */
+static void roundtrip_experts(weights *w, tk_dtype type) {
+#define RT(a, in)                                                                          \
+    for (size_t r = 0; r < sizeof(a) / sizeof(float) / (in); r++)                          \
+        if (tk_quantize_roundtrip(type, (float *)(a) + r * (in), (float *)(a) + r * (in), in, NULL)) abort()
+    RT(w->wg, DIM);
+    RT(w->wu, DIM);
+    RT(w->wd, EFF);
+    RT(w->sg, DIM);
+    RT(w->su, DIM);
+    RT(w->sd, SHFF);
+#undef RT
+}
+
+/* n_expert / n_used / stacked: what the file claims (bad-input cases);
+ * expert_type: the routed and shared experts' matrices. */
+static int write_model(const weights *w, variant v, const char *path, int n_expert, int n_used, int stacked,
+                       tk_dtype expert_type) {
     const char *a = arch_name[v];
     char key[96], name[64];
     tk_gguf_writer *g = tk_gguf_writer_new();
@@ -99,10 +131,20 @@ static int write_model(const weights *w, variant v, const char *path, int n_expe
     tk_gguf_add_tensor(g, "token_embd.weight", TK_F32, 2, me, w->embd, sizeof w->embd);
     tk_gguf_add_tensor(g, "output_norm.weight", TK_F32, 1, v1, w->out_norm, sizeof w->out_norm);
     tk_gguf_add_tensor(g, "output.weight", TK_F32, 2, me, w->output, sizeof w->output);
+    void *quantized[LAYERS * 6] = {0};
+    int n_quantized = 0;
 #define ADD(fmt, nd, ne, ptr, bytes)                             \
     do {                                                         \
         snprintf(name, sizeof name, fmt, l);                     \
         tk_gguf_add_tensor(g, name, TK_F32, nd, ne, ptr, bytes); \
+    } while (0)
+#define ADD_EXPERT(fmt, nd, ne, ptr, bytes)                                                          \
+    do {                                                                                             \
+        size_t qbytes;                                                                               \
+        void *q = quantized[n_quantized++] = as_type(expert_type, (const float *)(ptr),              \
+                                                     (bytes) / sizeof(float), (ne)[0], &qbytes);     \
+        snprintf(name, sizeof name, fmt, l);                                                         \
+        tk_gguf_add_tensor(g, name, expert_type, nd, ne, q, qbytes);                                 \
     } while (0)
     for (int l = 0; l < LAYERS; l++) {
         int64_t q[2] = {DIM, HEADS * HD}, kv[2] = {DIM, KV_HEADS * HD}, o[2] = {HEADS * HD, DIM};
@@ -125,21 +167,23 @@ static int write_model(const weights *w, variant v, const char *path, int n_expe
         ADD("blk.%d.attn_output.weight", 2, o, w->wo[l], sizeof w->wo[l]);
         ADD("blk.%d.ffn_norm.weight", 1, v1, w->ffn_norm[l], sizeof w->ffn_norm[l]);
         ADD("blk.%d.ffn_gate_inp.weight", 2, r, w->router[l], sizeof w->router[l]);
-        ADD("blk.%d.ffn_gate_exps.weight", 3, up, w->wg[l], per);
-        ADD("blk.%d.ffn_up_exps.weight", 3, up, w->wu[l], per);
-        ADD("blk.%d.ffn_down_exps.weight", 3, down, w->wd[l], per);
+        ADD_EXPERT("blk.%d.ffn_gate_exps.weight", 3, up, w->wg[l], per);
+        ADD_EXPERT("blk.%d.ffn_up_exps.weight", 3, up, w->wu[l], per);
+        ADD_EXPERT("blk.%d.ffn_down_exps.weight", 3, down, w->wd[l], per);
         if (v == QWEN2MOE) {
             ADD("blk.%d.ffn_gate_inp_shexp.weight", 1, v1, w->sh_gate[l], sizeof w->sh_gate[l]);
-            ADD("blk.%d.ffn_gate_shexp.weight", 2, sup, w->sg[l], sizeof w->sg[l]);
-            ADD("blk.%d.ffn_up_shexp.weight", 2, sup, w->su[l], sizeof w->su[l]);
-            ADD("blk.%d.ffn_down_shexp.weight", 2, sdown, w->sd[l], sizeof w->sd[l]);
+            ADD_EXPERT("blk.%d.ffn_gate_shexp.weight", 2, sup, w->sg[l], sizeof w->sg[l]);
+            ADD_EXPERT("blk.%d.ffn_up_shexp.weight", 2, sup, w->su[l], sizeof w->su[l]);
+            ADD_EXPERT("blk.%d.ffn_down_shexp.weight", 2, sdown, w->sd[l], sizeof w->sd[l]);
         }
     }
 #undef ADD
+#undef ADD_EXPERT
     tk_err err;
     int rc = tk_gguf_write(g, path, &err);
     if (rc) fprintf(stderr, "write %s: %s\n", path, err.msg);
     tk_gguf_writer_free(g);
+    for (int i = 0; i < n_quantized; i++) free(quantized[i]);
     return rc;
 }
 
@@ -234,9 +278,9 @@ static void reference(const weights *w, variant v, const int32_t *tok, int n, do
     }
 }
 
-static tk_engine *open_engine(const char *path, int threads, int chunk, int max_seqs) {
+static tk_engine *open_engine(const char *path, int threads, int chunk, int max_seqs, bool reference) {
     tk_engine_config cfg = {.kv_type = "f32", .model_path = path, .n_threads = threads, .kv_block_size = 4,
-                            .max_seqs = max_seqs, .max_batch_tokens = chunk};
+                            .max_seqs = max_seqs, .max_batch_tokens = chunk, .reference_kernels = reference};
     tk_engine *e;
     tk_err err;
     if (tk_engine_open(&cfg, &e, &err)) {
@@ -247,8 +291,9 @@ static tk_engine *open_engine(const char *path, int threads, int chunk, int max_
 }
 
 /* Logits of every position of one sequence: a prefill chunk, then one token at a time. */
-static int run_alone(const char *path, int threads, int chunk, const int32_t *tok, int n, float *out) {
-    tk_engine *e = open_engine(path, threads, chunk, 1);
+static int run_alone(const char *path, int threads, int chunk, bool reference, const int32_t *tok, int n,
+                     float *out) {
+    tk_engine *e = open_engine(path, threads, chunk, 1, reference);
     if (!e) return -1;
     tk_err err;
     int seq = tk_engine_seq_new(e, &err), rc = 0;
@@ -270,7 +315,7 @@ static int run_alone(const char *path, int threads, int chunk, const int32_t *to
 /* N_SEQ sequences in shared batches: their first `pre` tokens in one
  * batch, then one token of each per step. */
 static int run_together(const char *path, int pre, int32_t tok[N_SEQ][SEQ], float out[N_SEQ][SEQ * VOCAB]) {
-    tk_engine *e = open_engine(path, 2, N_SEQ * SEQ, N_SEQ);
+    tk_engine *e = open_engine(path, 2, N_SEQ * SEQ, N_SEQ, false);
     if (!e) return -1;
     tk_err err;
     int seq[N_SEQ], rc = 0;
@@ -295,35 +340,66 @@ static int run_together(const char *path, int pre, int32_t tok[N_SEQ][SEQ], floa
     return rc;
 }
 
-static void check_variant(const weights *w, variant v, const char *dir) {
-    char path[96];
+/* Logits of tok at every position, for several prefill chunkings and
+ * thread counts, against ref: within tol. */
+static void check_chunkings(const char *path, const char *what, bool reference, const int32_t *tok,
+                            const double *ref, double tol) {
+    static float got[SEQ * VOCAB];
+    const int cfgs[][2] = {{1, SEQ}, {2, 7}, {2, 1}, {1, 3}};
+    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
+        memset(got, 0, sizeof got);
+        CHECK(run_alone(path, cfgs[c][0], cfgs[c][1], reference, tok, SEQ, got) == 0, "%s run", what);
+        double d = 0;
+        for (int i = 0; i < SEQ * VOCAB; i++) d = fabs(got[i] - ref[i]) > d ? fabs(got[i] - ref[i]) : d;
+        CHECK(d < tol, "%s%s, threads %d chunk %d: max |diff| %g (tol %g)", what, reference ? " (reference)" : "",
+              cfgs[c][0], cfgs[c][1], d, tol);
+    }
+}
+
+/* expert_type F32: logits within 1e-4 of the logit range of the float64
+ * reference.  Quantized experts: the reference uses the dequantized
+ * weights; the engine's reference kernels (float activations) must be
+ * within 1e-4 of it, the int8 kernels within 5e-2, which is what their
+ * int8 activations allow here (0.4 % of a block's largest value per
+ * element, blocks of 32 that are whole rows at these sizes: 1-2 % of the
+ * range measured; a wrong expert or weight is off by far more), and 1
+ * and 2 threads must agree bit for bit. */
+static void check_variant(const weights *w0, variant v, const char *dir, tk_dtype expert_type) {
+    static weights w1;
+    const weights *w = w0;
+    if (expert_type != TK_F32) {
+        w1 = *w0;
+        roundtrip_experts(&w1, expert_type);
+        w = &w1;
+    }
+    char path[96], what[64];
     snprintf(path, sizeof path, "%s/%s.gguf", dir, arch_name[v]);
-    CHECK(write_model(w, v, path, E, K, E) == 0, "write %s", arch_name[v]);
+    snprintf(what, sizeof what, "%s, %s experts", arch_name[v], tk_dtype_get(expert_type)->name);
+    CHECK(write_model(w0, v, path, E, K, E, expert_type) == 0, "write %s", what);
     int32_t tok[N_SEQ][SEQ];
     for (int s = 0; s < N_SEQ; s++)
         for (int i = 0; i < SEQ; i++) tok[s][i] = (i * 29 + 7 + 13 * s * (i % 3)) % VOCAB;
     static double ref[SEQ * VOCAB];
-    static float got[SEQ * VOCAB];
     reference(w, v, tok[0], SEQ, ref);
     double range = 0;
     for (int i = 0; i < SEQ * VOCAB; i++) range = fabs(ref[i]) > range ? fabs(ref[i]) : range;
-    const double tol = 1e-4 * range;
-    const int cfgs[][2] = {{1, SEQ}, {2, 7}, {2, 1}, {1, 3}};
-    for (size_t c = 0; c < sizeof cfgs / sizeof cfgs[0]; c++) {
-        memset(got, 0, sizeof got);
-        CHECK(run_alone(path, cfgs[c][0], cfgs[c][1], tok[0], SEQ, got) == 0, "%s run", arch_name[v]);
-        double d = 0;
-        for (int i = 0; i < SEQ * VOCAB; i++) d = fabs(got[i] - ref[i]) > d ? fabs(got[i] - ref[i]) : d;
-        CHECK(d < tol, "%s threads %d chunk %d: max |diff| %g (tol %g)", arch_name[v], cfgs[c][0], cfgs[c][1], d,
-              tol);
+    if (expert_type == TK_F32) {
+        check_chunkings(path, what, false, tok[0], ref, 1e-4 * range);
+    } else {
+        check_chunkings(path, what, true, tok[0], ref, 1e-4 * range);
+        check_chunkings(path, what, false, tok[0], ref, 5e-2 * range);
+        static float one[SEQ * VOCAB], two[SEQ * VOCAB];
+        CHECK(run_alone(path, 1, 7, false, tok[0], SEQ, one) == 0, "%s run", what);
+        CHECK(run_alone(path, 2, 7, false, tok[0], SEQ, two) == 0, "%s run", what);
+        CHECK(memcmp(one, two, sizeof one) == 0, "%s: 2 threads differ from 1", what);
     }
     /* batched == alone, bit for bit */
     static float alone[N_SEQ][SEQ * VOCAB], together[N_SEQ][SEQ * VOCAB];
-    for (int s = 0; s < N_SEQ; s++) CHECK(run_alone(path, 2, 5, tok[s], SEQ, alone[s]) == 0, "alone %d", s);
+    for (int s = 0; s < N_SEQ; s++) CHECK(run_alone(path, 2, 5, false, tok[s], SEQ, alone[s]) == 0, "alone %d", s);
     CHECK(run_together(path, 5, tok, together) == 0, "together");
     for (int s = 0; s < N_SEQ; s++)
-        CHECK(memcmp(alone[s], together[s], sizeof alone[s]) == 0, "%s sequence %d: batched logits differ from alone",
-              arch_name[v], s);
+        CHECK(memcmp(alone[s], together[s], sizeof alone[s]) == 0,
+              "%s, sequence %d: batched logits differ from alone", what, s);
     unlink(path);
 }
 
@@ -332,7 +408,7 @@ static void check_refused(const weights *w, const char *dir, int n_expert, int n
                           const char *field) {
     char path[96];
     snprintf(path, sizeof path, "%s/bad.gguf", dir);
-    CHECK(write_model(w, MIXTRAL, path, n_expert, n_used, stacked) == 0, "write bad model");
+    CHECK(write_model(w, MIXTRAL, path, n_expert, n_used, stacked, TK_F32) == 0, "write bad model");
     tk_engine_config cfg = {.model_path = path, .n_threads = 1, .max_seqs = 1};
     tk_engine *e = NULL;
     tk_err err = {0};
@@ -348,10 +424,13 @@ int main(void) {
     init_weights(&w);
     char dir[] = "/tmp/tk_moe_XXXXXX";
     if (!mkdtemp(dir)) TK_SKIP("cannot create a temp dir");
-    check_variant(&w, MIXTRAL, dir);
-    check_variant(&w, QWEN2MOE, dir);
-    check_variant(&w, QWEN3MOE, dir);
-    check_variant(&w, OLMOE, dir);
+    check_variant(&w, MIXTRAL, dir, TK_F32);
+    check_variant(&w, QWEN2MOE, dir, TK_F32);
+    check_variant(&w, QWEN3MOE, dir, TK_F32);
+    check_variant(&w, OLMOE, dir, TK_F32);
+    check_variant(&w, MIXTRAL, dir, TK_Q8_0);
+    check_variant(&w, QWEN2MOE, dir, TK_Q8_0);
+    check_variant(&w, QWEN2MOE, dir, TK_Q4_0);
     check_refused(&w, dir, E, E + 1, E, "expert_used_count");
     check_refused(&w, dir, E, 0, E, "expert_used_count");
     check_refused(&w, dir, E, K, E - 1, "ffn_gate_exps");   /* tensors hold fewer experts than expert_count */

@@ -352,9 +352,12 @@ int tk_cmd_bench(int argc, char **argv) {
         return 1;
     }
     /* Decode reads every matrix once per token; of an untied embedding only
-     * one row (a tied one is read whole as the output head). */
+     * one row (a tied one is read whole as the output head); of the routed
+     * experts the n_expert_used a token picks. */
     double bytes_per_token = (double)ms.weight_bytes;
     if (!ms.tied_output) bytes_per_token -= (double)ms.embedding_bytes;
+    if (ms.n_expert > 0)
+        bytes_per_token -= (double)ms.routed_expert_bytes * (1.0 - (double)ms.n_expert_used / ms.n_expert);
     double bw = bandwidth ? measure_bandwidth(ms.n_threads) : 0;
     double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
     double tg_med = acc_median(&tg_acc);

@@ -358,6 +358,13 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     }
     o->weight_bytes = m->weight_bytes;
     o->embedding_bytes = m->w.tok_embd->nbytes;
+    if (m->arch->moe) {
+        o->n_expert = m->hp.n_expert;
+        o->n_expert_used = m->hp.n_expert_used;
+        for (int l = 0; l < m->hp.n_layers; l++)
+            o->routed_expert_bytes +=
+                m->layers[l].gate_exps->nbytes + m->layers[l].up_exps->nbytes + m->layers[l].down_exps->nbytes;
+    }
     o->kv_bytes = tk_kv_pool_bytes(&e->kv);
     o->kv_blocks = e->kv.n_blocks;
     o->kv_block_size = e->kv.block_size;

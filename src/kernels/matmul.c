@@ -60,13 +60,25 @@ typedef struct mm_job {
     const tk_qkernel *pack_k;
     unsigned char *pack_out;
     size_t pack_row;
+    int pack_rows; /* rows per packing task */
 } mm_job;
 
+/* Rows [task * pack_rows, ...) of X, at most n_tok. */
 static void pack_task(void *ctx, int task, int thread) {
     (void)thread;
     mm_job *j = ctx;
-    j->pack_k->quantize_act(j->X + (size_t)task * j->ldx, j->pack_out + (size_t)task * j->pack_row,
-                            j->W[0]->ne[0]);
+    int t1 = (task + 1) * j->pack_rows < j->n_tok ? (task + 1) * j->pack_rows : j->n_tok;
+    for (int t = task * j->pack_rows; t < t1; t++)
+        j->pack_k->quantize_act(j->X + (size_t)t * j->ldx, j->pack_out + (size_t)t * j->pack_row, j->W[0]->ne[0]);
+}
+
+/* Packs the n_tok rows of j->X for kernel k into out, in tasks of `rows`. */
+static void pack_rows(tk_threadpool *pool, mm_job *j, const tk_qkernel *k, unsigned char *out, int rows) {
+    j->pack_k = k;
+    j->pack_out = out;
+    j->pack_row = k->act_row_bytes(j->W[0]->ne[0]);
+    j->pack_rows = rows;
+    tk_threadpool_run(pool, (j->n_tok + rows - 1) / rows, pack_task, j);
 }
 
 /* Rows [r0, r1) of matrix i for every token. */
@@ -92,6 +104,18 @@ static void gemm_rows(mm_job *j, int i, int64_t r0, int64_t r1, int thread) {
     }
 }
 
+/* Rows [r0, r1) of every token: Y0 = act(Y0) * Y1 (the GLU epilogues). */
+static void glu_rows(const mm_job *j, int64_t r0, int64_t r1) {
+    for (int t = 0; t < j->n_tok; t++) {
+        float *g = j->Y[0] + t * j->ldy[0];
+        const float *u = j->Y[1] + t * j->ldy[1];
+        if (j->epi == TK_MM_GLU_SILU)
+            for (int64_t r = r0; r < r1; r++) g[r] = tk_silu(g[r]) * u[r];
+        else
+            for (int64_t r = r0; r < r1; r++) g[r] = tk_gelu_tanh(g[r]) * u[r];
+    }
+}
+
 static void gemm_task(void *ctx, int task, int thread) {
     mm_job *j = ctx;
     bool glu = j->epi == TK_MM_GLU_SILU || j->epi == TK_MM_GLU_GELU;
@@ -103,13 +127,7 @@ static void gemm_task(void *ctx, int task, int thread) {
     gemm_rows(j, i, r0, r1, thread);
     if (glu) {
         gemm_rows(j, 1, r0, r1, thread);
-        for (int t = 0; t < j->n_tok; t++) {
-            float *g = j->Y[0] + t * j->ldy[0], *u = j->Y[1] + t * j->ldy[1];
-            if (j->epi == TK_MM_GLU_SILU)
-                for (int64_t r = r0; r < r1; r++) g[r] = tk_silu(g[r]) * u[r];
-            else
-                for (int64_t r = r0; r < r1; r++) g[r] = tk_gelu_tanh(g[r]) * u[r];
-        }
+        glu_rows(j, r0, r1);
     } else if (j->epi == TK_MM_ROPE && i == 0) {
         const tk_mm_rope *rp = j->rope;
         const int hd = rp->head_dim, half = hd / 2;
@@ -147,6 +165,19 @@ void tk_rope_head(const float *x, float *y, int head_dim, bool adjacent, const f
 static void matmul_job(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                        int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
                        float *residual, const tk_mm_rope *rope);
+
+/* Multiply-adds below which a matmul runs on the calling thread: about
+ * 10 us of work, less than waking and waiting for the pool costs on a busy
+ * machine. */
+#define INLINE_MACS (1 << 18)
+
+/* Rows per task for `rows` output rows: enough tasks for balance (about 8
+ * per thread), in multiples of 16 rows so kernels can use their row tiles. */
+static int64_t rows_per_task(tk_threadpool *pool, int64_t rows) {
+    int64_t target = rows / ((int64_t)tk_threadpool_size(pool) * 8);
+    if (target < 16) target = 16;
+    return (target + 15) / 16 * 16;
+}
 
 void tk_matmul_fused(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                      int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, tk_mm_epilogue epi,
@@ -196,22 +227,15 @@ static void matmul_job(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_
                 continue;
             }
             packed_as[n_packed++] = k->act_type;
-            j.pack_k = k;
-            j.pack_out = mw->act[base + slot];
-            j.pack_row = k->act_row_bytes(in);
-            tk_threadpool_run(pool, n_tok, pack_task, &j);
+            pack_rows(pool, &j, k, mw->act[base + slot], 1);
         }
         j.act[i] = mw->act[base + slot];
         j.act_row[i] = k->act_row_bytes(in);
     }
-    /* Deal out rows: enough tasks for balance, in multiples of 16 rows so
-     * kernels can use their row tiles. */
-    int n_threads = tk_threadpool_size(pool);
+    /* Deal out rows */
     int64_t total_rows = 0;
     for (int i = 0; i < n_w; i++) total_rows += W[i]->ne[1];
-    int64_t target = total_rows / ((int64_t)n_threads * 8);
-    if (target < 16) target = 16;
-    target = (target + 15) / 16 * 16;
+    const int64_t target = rows_per_task(pool, total_rows);
     j.first_task[0] = 0;
     for (int i = 0; i < n_w; i++) {
         j.rows_per_task[i] = target;
@@ -221,7 +245,92 @@ static void matmul_job(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_
     }
     /* GLU: tasks cover the gate's rows; each also computes the same up rows */
     int n_tasks = epi == TK_MM_GLU_SILU || epi == TK_MM_GLU_GELU ? j.first_task[1] : j.first_task[n_w];
+    /* too little work to wake the workers for (a mixture-of-experts router
+     * on a decode step): the same tasks on this thread */
+    if ((double)total_rows * (double)in * n_tok < INLINE_MACS) {
+        for (int t = 0; t < n_tasks; t++) gemm_task(&j, t, 0);
+        return;
+    }
     tk_threadpool_run(pool, n_tasks, gemm_task, &j);
+}
+
+/* Grouped matmuls: one packed copy of X per activation format (rows in X's
+ * order, so a group's rows are consecutive), then tasks of row ranges. */
+#define GROUPED_PACK_ROWS 8 /* rows per packing task: a decode step's few rows pack inline */
+typedef struct grouped_job {
+    tk_matmul_ws *mw;
+    const tk_mm_grouped *g;
+    int64_t rows_per_task;
+    tk_dtype packed_as[2];
+    int n_packed;
+} grouped_job;
+
+static void grouped_task(void *ctx, int task, int thread) {
+    const grouped_job *gj = ctx;
+    const tk_mm_grouped *g = gj->g;
+    const int64_t r0 = (int64_t)task * gj->rows_per_task;
+    for (int grp = 0; grp < g->n_groups; grp++) {
+        const int a = g->off[grp], n = g->off[grp + 1] - a;
+        const tk_tensor *const *W = g->W + (size_t)grp * g->n_w;
+        if (n == 0 || r0 >= W[0]->ne[1]) continue;
+        const int64_t r1 = r0 + gj->rows_per_task < W[0]->ne[1] ? r0 + gj->rows_per_task : W[0]->ne[1];
+        float *y[2] = {g->Y[0] + (size_t)a * g->ldy, g->n_w > 1 ? g->Y[1] + (size_t)a * g->ldy : NULL};
+        const int64_t ldy[2] = {g->ldy, g->ldy};
+        mm_job j = {.mw = gj->mw, .n_w = g->n_w, .W = W, .Y = y, .ldy = ldy, .X = g->X + (size_t)a * g->ldx,
+                    .ldx = g->ldx, .n_tok = n, .epi = g->epi};
+        for (int i = 0; i < g->n_w; i++) {
+            const tk_qkernel *k = gj->mw->kernel[W[i]->type];
+            if (k && k->act_type == TK_F32) { /* float rows are read in place, at X's stride */
+                j.k[i] = k;
+                j.act[i] = j.X;
+                j.act_row[i] = (size_t)g->ldx * sizeof(float);
+                continue;
+            }
+            int p = 0;
+            while (k && p < gj->n_packed && gj->packed_as[p] != k->act_type) p++;
+            if (!k || p == gj->n_packed) continue; /* not packed: portable path */
+            j.k[i] = k;
+            j.act_row[i] = k->act_row_bytes(W[i]->ne[0]);
+            j.act[i] = gj->mw->act[p] + (size_t)(a - g->off[0]) * j.act_row[i];
+        }
+        for (int i = 0; i < g->n_w; i++) gemm_rows(&j, i, r0, r1, thread);
+        if (g->epi == TK_MM_GLU_SILU || g->epi == TK_MM_GLU_GELU) {
+            glu_rows(&j, r0, r1);
+        } else if (g->epi == TK_MM_SCATTER) {
+            for (int s = a; s < a + n; s++) {
+                const float w = g->weight[s], *ys = g->Y[0] + (size_t)s * g->ldy;
+                float *o = g->out + (size_t)g->dst[s] * g->ldo;
+                for (int64_t r = r0; r < r1; r++) o[r] += w * ys[r];
+            }
+        }
+    }
+}
+
+void tk_matmul_grouped(tk_threadpool *pool, tk_matmul_ws *mw, const tk_mm_grouped *g) {
+    grouped_job gj = {.mw = mw, .g = g};
+    const int n_rows = g->off[g->n_groups] - g->off[0];
+    if (n_rows == 0) return;
+    /* the packed buffers are reused: no prepacked input survives */
+    tk_matmul_ws_forget(mw);
+    int64_t max_rows = 0;
+    for (int grp = 0; grp < g->n_groups; grp++) {
+        if (g->off[grp + 1] == g->off[grp]) continue;
+        for (int i = 0; i < g->n_w; i++) {
+            const tk_tensor *W = g->W[(size_t)grp * g->n_w + i];
+            if (W->ne[1] > max_rows) max_rows = W->ne[1];
+            const tk_qkernel *k = mw->kernel[W->type];
+            if (!k || k->act_type == TK_F32) continue;
+            int p = 0;
+            while (p < gj.n_packed && gj.packed_as[p] != k->act_type) p++;
+            /* no room (a third format, or rows too long): portable path */
+            if (p < gj.n_packed || p == 2 || k->act_row_bytes(W->ne[0]) > mw->act_cap / (size_t)n_rows) continue;
+            gj.packed_as[gj.n_packed++] = k->act_type;
+            mm_job pj = {.W = &W, .X = g->X + (size_t)g->off[0] * g->ldx, .ldx = g->ldx, .n_tok = n_rows};
+            pack_rows(pool, &pj, k, mw->act[p], GROUPED_PACK_ROWS);
+        }
+    }
+    gj.rows_per_task = rows_per_task(pool, max_rows);
+    tk_threadpool_run(pool, (int)((max_rows + gj.rows_per_task - 1) / gj.rows_per_task), grouped_task, &gj);
 }
 
 typedef struct norm_pack_job {

@@ -60,8 +60,9 @@ typedef enum tk_mm_epilogue {
     TK_MM_RESIDUAL,   /* also residual[t * ld + r] += Y[t * ld + r] (1 matrix) */
     TK_MM_GLU_SILU,   /* 2 matrices, gate and up: Y0 = silu(Y0) * Y1 */
     TK_MM_GLU_GELU,   /* 2 matrices, gate and up: Y0 = gelu_tanh(Y0) * Y1 */
-    TK_MM_ROPE        /* matrix 0 is a query projection: each head of its output
+    TK_MM_ROPE,       /* matrix 0 is a query projection: each head of its output
                          gets an optional RMSNorm, then RoPE (tk_mm_rope) */
+    TK_MM_SCATTER     /* grouped matmuls only: weighted add into other rows (tk_mm_grouped) */
 } tk_mm_epilogue;
 
 /* TK_MM_ROPE: matrix 0's rows are heads of head_dim; token t rotates pair
@@ -89,6 +90,37 @@ void tk_matmul_fused(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_te
 /* tk_matmul_n with the TK_MM_ROPE epilogue on matrix 0. */
 void tk_matmul_rope(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_tensor *const *W, const float *X,
                     int64_t ldx, int n_tok, float *const *Y, const int64_t *ldy, const tk_mm_rope *rope);
+
+/* Grouped matmuls: the experts of a mixture-of-experts layer in one pool
+ * dispatch.  Rows [off[g], off[g + 1]) of X form group g (the tokens routed
+ * to one expert, gathered); they go through the group's n_w matrices
+ * W[g * n_w + i] (all with ne[0] = in) into the same rows of Y[i].  Tasks
+ * are output row ranges, each covering every group in ascending order, so
+ * the work splits evenly whatever the group sizes, and each element is the
+ * kernel's (row, token) result as in tk_matmul_n.  Epilogues:
+ *   TK_MM_STORE     1 or 2 matrices per group, plain store;
+ *   TK_MM_GLU_*     2 matrices (gate, up): Y0 = act(Y0) * Y1;
+ *   TK_MM_SCATTER   1 matrix: out[dst[s] * ldo + r] += weight[s] * Y0[s * ldy + r]
+ *                   for every row s, in ascending s (groups in order), so
+ *                   each out row's sum is built in the same order whatever
+ *                   the split.
+ * The rows off[0] .. off[n_groups] - 1 are used (off[0] need not be 0);
+ * at most the row capacity the workspace was made for. */
+typedef struct tk_mm_grouped {
+    int n_groups, n_w;
+    const tk_tensor *const *W; /* [n_groups * n_w]; a group with no rows may have NULL matrices */
+    const int *off;            /* [n_groups + 1] */
+    const float *X;
+    int64_t ldx;
+    float *Y[2];
+    int64_t ldy;
+    tk_mm_epilogue epi;
+    const int *dst;            /* TK_MM_SCATTER */
+    const float *weight;
+    float *out;
+    int64_t ldo;
+} tk_mm_grouped;
+void tk_matmul_grouped(tk_threadpool *pool, tk_matmul_ws *mw, const tk_mm_grouped *g);
 
 static inline void tk_matmul(tk_threadpool *pool, tk_matmul_ws *mw, const tk_tensor *W, const float *X, int64_t ldx,
                              int n_tok, float *Y, int64_t ldy) {

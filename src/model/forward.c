@@ -76,7 +76,8 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
         return tk_err_set(err, "out of memory for the expert workspace (%d tokens)", max_tokens);
     }
     const tk_isa isa = tk_cpu_isa();
-    if (tk_matmul_ws_init(&ws->mm, isa, reference, max_tokens, (int64_t)longest, n_threads, err)) {
+    const int mm_rows = tk_moe_max_rows(m, max_tokens) > max_tokens ? tk_moe_max_rows(m, max_tokens) : max_tokens;
+    if (tk_matmul_ws_init(&ws->mm, isa, reference, mm_rows, (int64_t)longest, n_threads, err)) {
         tk_forward_ws_free(ws);
         return -1;
     }

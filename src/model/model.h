@@ -128,16 +128,20 @@ typedef struct tk_forward_ws {
     int att_tasks_cap;
     int *att_merge;             /* per split (tile, KV head): first task, end task */
     int n_threads;
-    /* Mixture of experts (models with experts; sized at init): router
-     * logits [T][n_expert]; per token its chosen experts and weights
-     * [T][n_expert_used]; tokens grouped by expert (moe_order: offsets
-     * [n_expert + 1], moe_rows: token indices); gathered rows, their
-     * expert's output and the per-token sums [T][dim]; GLU halves
-     * [T][largest expert FFN]. */
+    /* Mixture of experts (models with experts; sized at init), per chunk
+     * of C tokens (moe.c): router logits [C][n_expert]; per token its
+     * chosen experts and weights [C][n_expert_used]; the slots, (token,
+     * expert) pairs grouped by expert, then the shared expert's
+     * (moe_order: group offsets [n_expert + 2]; moe_rows, moe_row_w: each
+     * slot's token and weight); the groups' matrices [3][n_expert + 1];
+     * per slot its gathered input and down output [dim], GLU halves
+     * [largest expert FFN]; the per-token sums [T][dim]. */
     float *moe_logits;
     int *moe_choice;
     float *moe_weight;
     int *moe_order, *moe_rows;
+    float *moe_row_w;
+    const tk_tensor **moe_w;
     float *moe_x, *moe_y, *moe_acc, *moe_h1, *moe_h2;
     /* Optional: called with the input of every weight matmul (calibration
      * for GPTQ/AWQ).  x holds n_tok rows of `dim` floats. */
@@ -170,8 +174,8 @@ void tk_forward_ws_free(tk_forward_ws *ws);
  * cover the written positions. */
 /* h1 = act(gate(in)) * up(in) for n rows of in (dim floats each): the fused
  * kernel, or without TK_FUSE_GLU two GEMMs and the activation (h2: scratch
- * of the same size); the observe hook sees gate and up.  The dense FFN and
- * each expert of a MoE layer. */
+ * of the same size); the observe hook sees gate and up.  The dense FFN
+ * (a MoE layer's experts, shared ones too, go through tk_matmul_grouped). */
 void tk_forward_glu(const tk_model *m, int layer, const tk_tensor *gate, const tk_tensor *up, const float *in, int n,
                     float *h1, float *h2, tk_forward_ws *ws, tk_threadpool *pool);
 int tk_forward(const tk_model *m, tk_kv_pool *kv, tk_kv_seq *const *seqs, int n_seqs, const tk_batch *batch,

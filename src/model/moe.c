@@ -17,6 +17,9 @@
 #include "../kernels/ops.h"
 
 #define MOE_MAX_EXPERTS 4096
+/* Tokens per pass through the experts: bounds the workspace (a chunk's
+ * weights are read once; 256 tokens keep that a small share of a prefill). */
+#define MOE_CHUNK 256
 
 int tk_moe_check_hparams(const tk_model *m, tk_err *err) {
     const tk_hparams *hp = &m->hp;
@@ -87,23 +90,37 @@ int tk_moe_bind(tk_model *m, tk_err *err) {
     return 0;
 }
 
+/* Rows of the expert matmuls per chunk of tokens: n_expert_used per token,
+ * plus one for the shared expert. */
+static int chunk_slots(const tk_model *m, int max_tokens) {
+    const int chunk = max_tokens < MOE_CHUNK ? max_tokens : MOE_CHUNK;
+    return chunk * (m->hp.n_expert_used + (m->hp.shexp_ffn_dim > 0));
+}
+
+int tk_moe_max_rows(const tk_model *m, int max_tokens) {
+    return m->arch->moe ? chunk_slots(m, max_tokens) : 0;
+}
+
 int tk_moe_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens) {
     if (!m->arch->moe) return 0;
     const tk_hparams *hp = &m->hp;
     const size_t T = (size_t)max_tokens, E = (size_t)hp->n_expert, K = (size_t)hp->n_expert_used;
+    const size_t C = (size_t)(max_tokens < MOE_CHUNK ? max_tokens : MOE_CHUNK), S = (size_t)chunk_slots(m, max_tokens);
     const size_t D = (size_t)hp->dim, F = (size_t)tk_moe_longest_input(m);
-    ws->moe_logits = malloc(T * E * sizeof(float));
-    ws->moe_choice = malloc(T * K * sizeof(int));
-    ws->moe_weight = malloc(T * K * sizeof(float));
-    ws->moe_order = malloc((E + 1) * sizeof(int));
-    ws->moe_rows = malloc(T * K * sizeof(int));
-    ws->moe_x = malloc(T * D * sizeof(float));
-    ws->moe_y = malloc(T * D * sizeof(float));
+    ws->moe_logits = malloc(C * E * sizeof(float));
+    ws->moe_choice = malloc(C * K * sizeof(int));
+    ws->moe_weight = malloc(C * K * sizeof(float));
+    ws->moe_order = malloc((E + 2) * sizeof(int));
+    ws->moe_rows = malloc(S * sizeof(int));
+    ws->moe_row_w = malloc(S * sizeof(float));
+    ws->moe_w = malloc(3 * (E + 1) * sizeof(const tk_tensor *));
+    ws->moe_x = malloc(S * D * sizeof(float));
+    ws->moe_y = malloc(S * D * sizeof(float));
     ws->moe_acc = malloc(T * D * sizeof(float));
-    ws->moe_h1 = malloc(T * F * sizeof(float));
-    ws->moe_h2 = malloc(T * F * sizeof(float));
-    return ws->moe_logits && ws->moe_choice && ws->moe_weight && ws->moe_order && ws->moe_rows && ws->moe_x &&
-                   ws->moe_y && ws->moe_acc && ws->moe_h1 && ws->moe_h2
+    ws->moe_h1 = malloc(S * F * sizeof(float));
+    ws->moe_h2 = malloc(S * F * sizeof(float));
+    return ws->moe_logits && ws->moe_choice && ws->moe_weight && ws->moe_order && ws->moe_rows && ws->moe_row_w &&
+                   ws->moe_w && ws->moe_x && ws->moe_y && ws->moe_acc && ws->moe_h1 && ws->moe_h2
                ? 0
                : -1;
 }
@@ -114,6 +131,8 @@ void tk_moe_ws_free(tk_forward_ws *ws) {
     free(ws->moe_weight);
     free(ws->moe_order);
     free(ws->moe_rows);
+    free(ws->moe_row_w);
+    free(ws->moe_w);
     free(ws->moe_x);
     free(ws->moe_y);
     free(ws->moe_acc);
@@ -154,61 +173,119 @@ static void route_token(const tk_model *m, const float *logits, int *choice, flo
     }
 }
 
-/* out (n rows of dim floats) = down(act(gate(in)) * up(in)). */
-static void glu_ffn(const tk_model *m, int layer, const tk_tensor *gate, const tk_tensor *up, const tk_tensor *down,
-                    const float *in, int n, float *out, tk_forward_ws *ws, tk_threadpool *pool) {
-    tk_forward_glu(m, layer, gate, up, in, n, ws->moe_h1, ws->moe_h2, ws, pool);
-    if (ws->observe) ws->observe(ws->observe_ctx, layer, down, ws->moe_h1, n, (int)gate->ne[1]);
-    tk_matmul(pool, &ws->mm, down, ws->moe_h1, gate->ne[1], n, out, m->hp.dim);
+/* The observe hook on rows of `dim` floats at stride ld. */
+static void observe_rows(tk_forward_ws *ws, int layer, const tk_tensor *w, const float *x, int64_t ld, int n,
+                         int dim) {
+    if (ld == dim) {
+        ws->observe(ws->observe_ctx, layer, w, x, n, dim);
+        return;
+    }
+    for (int i = 0; i < n; i++) ws->observe(ws->observe_ctx, layer, w, x + (size_t)i * ld, 1, dim);
+}
+
+/* Rows of the grouped matmuls ("slots"): the (token, expert) pairs grouped
+ * by expert in ascending order, tokens in batch order within a group, then
+ * one per token for the shared expert.  ws->moe_order gets the groups'
+ * offsets, moe_rows each slot's token (in the chunk), moe_row_w its
+ * weight.  Returns the number of groups. */
+static int group_slots(const tk_model *m, int layer, int n, const float *xn, tk_forward_ws *ws) {
+    const tk_layer *L = &m->layers[layer];
+    const int E = m->hp.n_expert, K = m->hp.n_expert_used, D = m->hp.dim;
+    int *off = ws->moe_order;
+    memset(off, 0, (size_t)(E + 2) * sizeof(int));
+    for (int i = 0; i < n * K; i++) off[ws->moe_choice[i] + 1]++;
+    for (int e = 0; e < E; e++) off[e + 1] += off[e];
+    for (int i = 0; i < n * K; i++) {
+        const int s = off[ws->moe_choice[i]]++;
+        ws->moe_rows[s] = i / K;
+        ws->moe_row_w[s] = ws->moe_weight[i];
+    }
+    for (int e = E; e > 0; e--) off[e] = off[e - 1];
+    off[0] = 0;
+    if (!L->gate_shexp) return E;
+    for (int t = 0; t < n; t++) {
+        const float g = tk_dot_f32(L->shexp_gate, xn + (size_t)t * D, D);
+        ws->moe_rows[n * K + t] = t;
+        ws->moe_row_w[n * K + t] = 1.0f / (1.0f + expf(-g));
+    }
+    off[E + 1] = n * K + n;
+    return E + 1;
+}
+
+/* The routed FFN of tokens [t0, t0 + n) into ws->moe_acc. */
+static void moe_chunk(const tk_model *m, int layer, int t0, int n, tk_forward_ws *ws, tk_threadpool *pool) {
+    const tk_layer *L = &m->layers[layer];
+    const int E = m->hp.n_expert, K = m->hp.n_expert_used, D = m->hp.dim;
+    const int64_t F = tk_moe_longest_input(m);
+    const float *xn = ws->xn + (size_t)t0 * D;
+    /* router: float weights through the float kernel */
+    const tk_tensor router = {.type = TK_F32, .ndim = 2, .ne = {D, E, 1, 1}, .data = L->router_f32,
+                              .nbytes = (size_t)E * D * sizeof(float)};
+    tk_matmul(pool, &ws->mm, &router, xn, D, n, ws->moe_logits, E);
+    for (int t = 0; t < n; t++)
+        route_token(m, ws->moe_logits + (size_t)t * E, ws->moe_choice + (size_t)t * K,
+                    ws->moe_weight + (size_t)t * K);
+    const int n_groups = group_slots(m, layer, n, xn, ws);
+    const int *off = ws->moe_order, n_slots = off[n_groups];
+    for (int s = 0; s < n_slots; s++)
+        memcpy(ws->moe_x + (size_t)s * D, xn + (size_t)ws->moe_rows[s] * D, (size_t)D * sizeof(float));
+    /* the groups' matrices: gate and up, then down */
+    const tk_tensor **glu_w = ws->moe_w, **down_w = ws->moe_w + 2 * (E + 1);
+    for (int e = 0; e < E; e++) {
+        glu_w[2 * e] = &L->experts[3 * e];
+        glu_w[2 * e + 1] = &L->experts[3 * e + 1];
+        down_w[e] = &L->experts[3 * e + 2];
+    }
+    if (n_groups > E) {
+        glu_w[2 * E] = L->gate_shexp;
+        glu_w[2 * E + 1] = L->up_shexp;
+        down_w[E] = L->down_shexp;
+    }
+    if (ws->observe)
+        for (int g = 0; g < n_groups; g++) {
+            if (off[g + 1] == off[g]) continue;
+            ws->observe(ws->observe_ctx, layer, glu_w[2 * g], ws->moe_x + (size_t)off[g] * D, off[g + 1] - off[g], D);
+            ws->observe(ws->observe_ctx, layer, glu_w[2 * g + 1], ws->moe_x + (size_t)off[g] * D,
+                        off[g + 1] - off[g], D);
+        }
+    /* h1 = act(gate(x)) * up(x), every group in one dispatch */
+    const bool gelu = m->arch->ffn_act == TK_ACT_GELU_TANH, fused = ws->fuse & TK_FUSE_GLU;
+    tk_mm_grouped g1 = {.n_groups = n_groups, .n_w = 2, .W = glu_w, .off = off, .X = ws->moe_x, .ldx = D,
+                        .Y = {ws->moe_h1, ws->moe_h2}, .ldy = F,
+                        .epi = !fused ? TK_MM_STORE : gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU};
+    tk_matmul_grouped(pool, &ws->mm, &g1);
+    if (!fused)
+        for (int g = 0; g < n_groups; g++)
+            for (int s = off[g]; s < off[g + 1]; s++) {
+                float *h = ws->moe_h1 + (size_t)s * F;
+                const float *u = ws->moe_h2 + (size_t)s * F;
+                for (int64_t r = 0; r < glu_w[2 * g]->ne[1]; r++)
+                    h[r] = (gelu ? tk_gelu_tanh(h[r]) : tk_silu(h[r])) * u[r];
+            }
+    if (ws->observe)
+        for (int g = 0; g < n_groups; g++)
+            if (off[g + 1] > off[g])
+                observe_rows(ws, layer, down_w[g], ws->moe_h1 + (size_t)off[g] * F, F, off[g + 1] - off[g],
+                             (int)down_w[g]->ne[0]);
+    /* acc[token] += weight * down(h1), groups in ascending order: the
+     * routed experts, then the shared one (in a second dispatch when its
+     * input length differs) */
+    float *acc = ws->moe_acc + (size_t)t0 * D;
+    memset(acc, 0, (size_t)n * D * sizeof(float));
+    const bool sh_apart = n_groups > E && down_w[E]->ne[0] != down_w[0]->ne[0];
+    tk_mm_grouped g2 = {.n_groups = sh_apart ? E : n_groups, .n_w = 1, .W = down_w, .off = off, .X = ws->moe_h1,
+                        .ldx = F, .Y = {ws->moe_y}, .ldy = D, .epi = TK_MM_SCATTER, .dst = ws->moe_rows,
+                        .weight = ws->moe_row_w, .out = acc, .ldo = D};
+    tk_matmul_grouped(pool, &ws->mm, &g2);
+    if (sh_apart) {
+        g2.n_groups = 1;
+        g2.W = down_w + E;
+        g2.off = off + E;
+        tk_matmul_grouped(pool, &ws->mm, &g2);
+    }
 }
 
 void tk_moe_ffn(const tk_model *m, int layer, int T, tk_forward_ws *ws, tk_threadpool *pool) {
-    const tk_layer *L = &m->layers[layer];
-    const int E = m->hp.n_expert, K = m->hp.n_expert_used, D = m->hp.dim;
-    for (int t = 0; t < T; t++) {
-        const float *x = ws->xn + (size_t)t * D;
-        float *lg = ws->moe_logits + (size_t)t * E;
-        for (int e = 0; e < E; e++) {
-            const float *r = L->router_f32 + (size_t)e * D;
-            float s = 0;
-            for (int i = 0; i < D; i++) s += r[i] * x[i];
-            lg[e] = s;
-        }
-        route_token(m, lg, ws->moe_choice + (size_t)t * K, ws->moe_weight + (size_t)t * K);
-    }
-    /* group (token, slot) pairs by expert, tokens in batch order */
-    int *off = ws->moe_order;
-    memset(off, 0, (size_t)(E + 1) * sizeof(int));
-    for (int i = 0; i < T * K; i++) off[ws->moe_choice[i] + 1]++;
-    for (int e = 0; e < E; e++) off[e + 1] += off[e];
-    for (int i = 0; i < T * K; i++) ws->moe_rows[off[ws->moe_choice[i]]++] = i;
-    for (int e = E; e > 0; e--) off[e] = off[e - 1];
-    off[0] = 0;
-
-    memset(ws->moe_acc, 0, (size_t)T * D * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        const int n = off[e + 1] - off[e];
-        if (n == 0) continue;
-        const int *rows = ws->moe_rows + off[e];
-        for (int i = 0; i < n; i++)
-            memcpy(ws->moe_x + (size_t)i * D, ws->xn + (size_t)(rows[i] / K) * D, (size_t)D * sizeof(float));
-        const tk_tensor *ex = L->experts + 3 * (size_t)e;
-        glu_ffn(m, layer, &ex[0], &ex[1], &ex[2], ws->moe_x, n, ws->moe_y, ws, pool);
-        for (int i = 0; i < n; i++) {
-            float w = ws->moe_weight[rows[i]], *acc = ws->moe_acc + (size_t)(rows[i] / K) * D;
-            const float *y = ws->moe_y + (size_t)i * D;
-            for (int c = 0; c < D; c++) acc[c] += w * y[c];
-        }
-    }
-    if (L->gate_shexp) {
-        glu_ffn(m, layer, L->gate_shexp, L->up_shexp, L->down_shexp, ws->xn, T, ws->moe_y, ws, pool);
-        for (int t = 0; t < T; t++) {
-            const float *x = ws->xn + (size_t)t * D, *y = ws->moe_y + (size_t)t * D;
-            float g = 0;
-            for (int i = 0; i < D; i++) g += L->shexp_gate[i] * x[i];
-            g = 1.0f / (1.0f + expf(-g));
-            float *acc = ws->moe_acc + (size_t)t * D;
-            for (int c = 0; c < D; c++) acc[c] += g * y[c];
-        }
-    }
+    for (int t0 = 0; t0 < T; t0 += MOE_CHUNK)
+        moe_chunk(m, layer, t0, T - t0 < MOE_CHUNK ? T - t0 : MOE_CHUNK, ws, pool);
 }

@@ -578,8 +578,9 @@ done:
 /* ---- driver ---- */
 
 static bool is_layer_matrix(const char *name) {
-    static const char *const roles[] = {".attn_q.weight", ".attn_k.weight", ".attn_v.weight", ".attn_output.weight",
-                                        ".ffn_gate.weight", ".ffn_up.weight", ".ffn_down.weight"};
+    static const char *const roles[] = {".attn_q.weight",    ".attn_k.weight",      ".attn_v.weight",
+                                        ".attn_qkv.weight",  ".attn_output.weight", ".ffn_gate.weight",
+                                        ".ffn_up.weight",    ".ffn_down.weight"};
     if (strncmp(name, "blk.", 4)) return false;
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
         if (strstr(name, roles[i])) return true;
@@ -659,8 +660,17 @@ int tk_quantize_model(const char *in_path, const char *out_path, const tk_quant_
         tk_err_wrap(err, "tokenizer (the output GGUF carries it; llama2.c models need --tokenizer)");
         goto done;
     }
-    if (strcmp(q.src.arch, "llama")) {
-        tk_err_set(err, "%s: architecture '%s' is not supported (llama only)", in_path, q.src.arch);
+    /* phi3: fused attn_qkv (q | k | v rows) and ffn_up (gate | up) are
+     * quantized row by row like any matrix; the calibrated methods bind
+     * each role to its own tensor, so they stay llama only */
+    const bool phi3 = !strcmp(q.src.arch, "phi3");
+    if (strcmp(q.src.arch, "llama") && !phi3) {
+        tk_err_set(err, "%s: architecture '%s' is not supported (llama and phi3 only)", in_path, q.src.arch);
+        goto done;
+    }
+    if (phi3 && p->method != TK_QMETHOD_RTN) {
+        tk_err_set(err, "%s: %s does not support phi3's fused attn_qkv / ffn_up tensors yet (round to nearest only)",
+                   in_path, p->method == TK_QMETHOD_GPTQ ? "GPTQ" : "AWQ");
         goto done;
     }
     q.n = q.src.n_tensors;

@@ -76,7 +76,9 @@ tk_dtype tk_qscheme_tensor_type(const tk_qscheme *s, const char *name, int64_t n
         t = ne0 % 256 ? TK_Q8_0 : TK_Q6_K;
     } else if (s->k_mix && !pure) {
         const int l = layer_of(name);
-        if (l >= 0 && (strstr(name, ".attn_v.weight") || strstr(name, ".ffn_down.weight")) &&
+        /* phi3's fused attn_qkv counts as attn_v, as in llama.cpp (one per layer) */
+        if (l >= 0 &&
+            (strstr(name, ".attn_v.weight") || strstr(name, ".attn_qkv.weight") || strstr(name, ".ffn_down.weight")) &&
             use_more_bits(l, n_layers))
             t = TK_Q6_K;
     }
