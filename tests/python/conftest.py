@@ -29,3 +29,14 @@ def model_dir(shared):
     if not os.path.isdir(path):
         pytest.skip(f"{path} not found")
     return path
+
+
+@pytest.fixture(scope="session")
+def mpi_bin():
+    """A tokamak built with -DTK_MPI=ON (TOKAMAK_MPI_BIN) and Open MPI's mpirun: the tensor-parallel tests."""
+    path = os.environ.get("TOKAMAK_MPI_BIN")
+    if not path or not os.path.exists(path):
+        pytest.skip("TOKAMAK_MPI_BIN (a tokamak built with -DTK_MPI=ON) is not set")
+    if not shutil.which("mpirun"):
+        pytest.skip("mpirun (Open MPI) is not installed")
+    return path

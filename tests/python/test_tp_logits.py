@@ -9,7 +9,6 @@ the same binary on one rank (logits at every position, greedy text):
   held to the distance its own int8 activation quantization puts between one rank and the
   float reference kernels."""
 import os
-import shutil
 import subprocess
 
 import pytest
@@ -17,16 +16,6 @@ import pytest
 from test_gemma import gguf, gguf_f32  # noqa: F401 (fixtures: the fetched Gemma 3 270M and its F32 copy)
 from test_moe import PROMPTS, build, np, save
 from test_server import tp_launcher
-
-
-@pytest.fixture(scope="module")
-def mpi_bin():
-    path = os.environ.get("TOKAMAK_MPI_BIN")
-    if not path or not os.path.exists(path):
-        pytest.skip("TOKAMAK_MPI_BIN (a tokamak built with -DTK_MPI=ON) is not set")
-    if not shutil.which("mpirun"):
-        pytest.skip("mpirun (Open MPI) is not installed")
-    return path
 
 
 def run(cmd, tp, env=None):

@@ -4,7 +4,6 @@ rank (with a draft model on rank 0 too), a rank that dies or is stuck ending the
 instead of hanging it (--tp-timeout), and an idle or merely slow rank not ending it.  The
 general server suite runs against a TP=2 server with TOKAMAK_TP=2 (test_server.py)."""
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -15,16 +14,6 @@ from test_server import MODEL_NAME, Server, tp_launcher
 
 openai = pytest.importorskip("openai", reason="the official openai package is not installed")
 requests = pytest.importorskip("requests", reason="requests is not installed")
-
-
-@pytest.fixture(scope="module")
-def mpi_bin():
-    path = os.environ.get("TOKAMAK_MPI_BIN")
-    if not path or not os.path.exists(path):
-        pytest.skip("TOKAMAK_MPI_BIN (a tokamak built with -DTK_MPI=ON) is not set")
-    if not shutil.which("mpirun"):
-        pytest.skip("mpirun (Open MPI) is not installed")
-    return path
 
 
 def launcher():
