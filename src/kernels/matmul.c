@@ -109,10 +109,7 @@ static void glu_rows(const mm_job *j, int64_t r0, int64_t r1) {
     for (int t = 0; t < j->n_tok; t++) {
         float *g = j->Y[0] + t * j->ldy[0];
         const float *u = j->Y[1] + t * j->ldy[1];
-        if (j->epi == TK_MM_GLU_SILU)
-            for (int64_t r = r0; r < r1; r++) g[r] = tk_silu(g[r]) * u[r];
-        else
-            for (int64_t r = r0; r < r1; r++) g[r] = tk_gelu_tanh(g[r]) * u[r];
+        tk_glu(g + r0, u + r0, r1 - r0, j->epi == TK_MM_GLU_GELU);
     }
 }
 

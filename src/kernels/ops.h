@@ -3,6 +3,7 @@
 #ifndef TK_OPS_H
 #define TK_OPS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,6 +24,15 @@ static inline float tk_silu(float x) { return x / (1.0f + __builtin_expf(-x)); }
 static inline float tk_gelu_tanh(float x) {
     const float c = 0.7978845608028654f; /* sqrt(2 / pi) */
     return 0.5f * x * (1.0f + __builtin_tanhf(c * (x + 0.044715f * x * x * x)));
+}
+
+/* The GLU of a gate and an up projection: g[i] = act(g[i]) * u[i], act
+ * GELU (tanh) or SiLU. */
+static inline void tk_glu(float *g, const float *u, int64_t n, bool gelu) {
+    if (gelu)
+        for (int64_t i = 0; i < n; i++) g[i] = tk_gelu_tanh(g[i]) * u[i];
+    else
+        for (int64_t i = 0; i < n; i++) g[i] = tk_silu(g[i]) * u[i];
 }
 
 #endif

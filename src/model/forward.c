@@ -76,7 +76,7 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
         return tk_err_set(err, "out of memory for the expert workspace (%d tokens)", max_tokens);
     }
     const tk_isa isa = tk_cpu_isa();
-    const int mm_rows = tk_moe_max_rows(m, max_tokens) > max_tokens ? tk_moe_max_rows(m, max_tokens) : max_tokens;
+    const int moe_rows = tk_moe_max_rows(m, max_tokens), mm_rows = moe_rows > max_tokens ? moe_rows : max_tokens;
     if (tk_matmul_ws_init(&ws->mm, isa, reference, mm_rows, (int64_t)longest, n_threads, err)) {
         tk_forward_ws_free(ws);
         return -1;
@@ -376,7 +376,7 @@ void tk_forward_glu(const tk_model *m, int layer, const tk_tensor *gate, const t
         tk_matmul_fused(pool, &ws->mm, 2, gu, in, D, n, y, ld, gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU, NULL);
     } else {
         tk_matmul_n(pool, &ws->mm, 2, gu, in, D, n, y, ld);
-        for (size_t i = 0; i < (size_t)n * F; i++) h1[i] = (gelu ? tk_gelu_tanh(h1[i]) : tk_silu(h1[i])) * h2[i];
+        tk_glu(h1, h2, (int64_t)n * F, gelu);
     }
     tk_matmul_ws_forget(&ws->mm);
 }
