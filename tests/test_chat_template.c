@@ -100,6 +100,18 @@ static char *render_simple(const char *src, tk_err *err) {
     return render(src, CONVS[3].m, CONVS[3].n, true, err);
 }
 
+/* with a conversation of 1 MB, so the step limit is at its cap (it grows with the input) */
+static char *render_big_input(const char *src, tk_err *err) {
+    size_t len = 1000000;
+    char *content = malloc(len + 1);
+    memset(content, 'a', len);
+    content[len] = 0;
+    tk_chat_msg m = {"user", content};
+    char *out = render(src, &m, 1, true, err);
+    free(content);
+    return out;
+}
+
 static const struct {
     const char *tmpl, *conv;
     bool agp;
@@ -380,6 +392,21 @@ static void test_limits(void) {
         CHECK(strstr(err.msg, cases[i].what) != NULL, "'%s': want '%s' in: %s", cases[i].src, cases[i].what, err.msg);
         free(out);
     }
+    /* the step limit: 100000 plus the conversation's size, capped at 10^6 (a hostile template
+     * with a short conversation stops after 10^5 iterations, a long conversation may be looped over) */
+    const char *loops = "{% for i in range(400) %}{% for j in range(1000) %}{% endfor %}{% endfor %}done";
+    out = render_simple(loops, &err);
+    CHECK(out == NULL && strstr(err.msg, "limit of 1000"), "short input, 400000 iterations: %s", out ? out : err.msg);
+    free(out);
+    out = render_big_input(loops, &err);
+    CHECK(out && !strcmp(out, "done"), "1 MB input, 400000 iterations: %s", out ? out : err.msg);
+    free(out);
+    out = render_big_input("{% for c in messages[0].content %}{% endfor %}done", &err);
+    CHECK(out && !strcmp(out, "done"), "a loop over every character of 1 MB: %s", out ? out : err.msg);
+    free(out);
+    out = render_big_input("{% for i in range(1000) %}{% for j in range(1001) %}{% endfor %}{% endfor %}", &err);
+    CHECK(out == NULL && strstr(err.msg, "limit of 1000000 loop"), "cap: %s", out ? out : err.msg);
+    free(out);
     /* a namespace cycle and a 100000-deep list are fine, and freed
      * (LeakSanitizer checks that in the sanitizer build) */
     out = render_simple("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me.me is defined }}", &err);
@@ -436,7 +463,7 @@ static void test_work_budget(void) {
         {"{% set p = ('x',) * 1000000 %}{% for i in range(1000) %}{{ 'y'.startswith(p) }}{% endfor %}", "work limit"},
     };
     for (int i = 0; i < N(errs); i++) {
-        out = render_simple(errs[i].src, &err);
+        out = render_big_input(errs[i].src, &err);
         CHECK(out == NULL, "no error: %s", errs[i].src);
         CHECK(strstr(err.msg, errs[i].what) != NULL, "'%s': want '%s' in: %s", errs[i].src, errs[i].what, err.msg);
         free(out);

@@ -23,7 +23,11 @@
 #define CJ_MAX_OUTPUT ((size_t)64 << 20)  /* rendered text, and any one string */
 #define CJ_MAX_MEMORY ((size_t)256 << 20) /* live values */
 #define CJ_MAX_WORK ((uint64_t)1 << 29)   /* bytes allocated or scanned over a render */
-#define CJ_MAX_STEPS 1000000              /* loop iterations + macro calls */
+/* Loop iterations + macro calls: a base for the template's own loops plus one per byte of
+ * messages and tools (loops over the conversation), capped. A hostile template with a small
+ * request then costs tens of milliseconds, not the cap's half a second. */
+#define CJ_BASE_STEPS 100000
+#define CJ_MAX_STEPS 1000000
 #define CJ_MAX_EVAL_DEPTH 1000            /* evaluator recursion (incl. macro calls) */
 #define CJ_MAX_JSON_DEPTH 64              /* nesting of messages / tools given as JSON */
 
@@ -147,7 +151,7 @@ static void parse_call_arguments(json_t *messages) {
 }
 
 static int render_vars(const tk_chat_template *t, json_t *messages_json, json_t *tools_json, const tk_chat_msg *msgs,
-                       int n_msgs, bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                       int n_msgs, size_t input_bytes, bool add_generation_prompt, const char *bos_token, const char *eos_token,
                        const atomic_bool *cancel, char **out, tk_err *err);
 
 int tk_chat_template_render_json(const tk_chat_template *t, const char *messages_json, const char *tools_json,
@@ -167,7 +171,8 @@ int tk_chat_template_render_json(const tk_chat_template *t, const char *messages
         return tk_err_set(err, "chat template: tools must be a JSON array");
     }
     parse_call_arguments(m);
-    int rc = render_vars(t, m, tools, NULL, 0, add_generation_prompt, bos_token, eos_token, cancel, out, err);
+    size_t input_bytes = strlen(messages_json) + (tools_json ? strlen(tools_json) : 0);
+    int rc = render_vars(t, m, tools, NULL, 0, input_bytes, add_generation_prompt, bos_token, eos_token, cancel, out, err);
     json_decref(m);
     json_decref(tools);
     return rc;
@@ -185,13 +190,17 @@ int tk_chat_template_render_cancellable(const tk_chat_template *t, const tk_chat
                                         const atomic_bool *cancel, char **out, tk_err *err) {
     *out = NULL;
     if (n_msgs < 0 || (n_msgs > 0 && !msgs)) return tk_err_set(err, "chat template: bad message list");
-    return render_vars(t, NULL, NULL, msgs, n_msgs, add_generation_prompt, bos_token, eos_token, cancel, out, err);
+    size_t input_bytes = 0;
+    for (int i = 0; i < n_msgs; i++)
+        input_bytes += (msgs[i].role ? strlen(msgs[i].role) : 0) + (msgs[i].content ? strlen(msgs[i].content) : 0);
+    return render_vars(t, NULL, NULL, msgs, n_msgs, input_bytes, add_generation_prompt, bos_token, eos_token, cancel, out, err);
 }
 
 /* The render, with the messages as a list (msgs) or as JSON; tools, when
- * given, become the variable "tools" (else it stays undefined). */
+ * given, become the variable "tools" (else it stays undefined). input_bytes
+ * (the messages' and tools' size) sets the step limit. */
 static int render_vars(const tk_chat_template *t, json_t *messages_json, json_t *tools_json, const tk_chat_msg *msgs,
-                       int n_msgs, bool add_generation_prompt, const char *bos_token, const char *eos_token,
+                       int n_msgs, size_t input_bytes, bool add_generation_prompt, const char *bos_token, const char *eos_token,
                        const atomic_bool *cancel, char **out, tk_err *err) {
     *out = NULL;
     if (!t) return tk_err_set(err, "chat template: not parsed");
@@ -199,7 +208,7 @@ static int render_vars(const tk_chat_template *t, json_t *messages_json, json_t 
     cj_ctx_init(&c, err);
     c.mem_limit = CJ_MAX_MEMORY;
     c.work_limit = CJ_MAX_WORK;
-    c.step_limit = CJ_MAX_STEPS;
+    c.step_limit = input_bytes < CJ_MAX_STEPS - CJ_BASE_STEPS ? CJ_BASE_STEPS + input_bytes : CJ_MAX_STEPS;
     c.depth_limit = CJ_MAX_EVAL_DEPTH;
     c.cancel = cancel;
     c.out_limit = CJ_MAX_OUTPUT;
