@@ -1,14 +1,15 @@
 #!/bin/bash
 # tokamak against llama.cpp side by side at one ISA level, same files, same threads (docs/benchmarks.md).
 # usage: tools/bench_vs_llamacpp.sh [LLAMA_CPP_SRC_DIR]   (or LLAMA_CPP_DIR=...)
-#   env: TOKAMAK_BIN (build/tokamak), ISA (avx2), THREADS (2), ROUNDS (3), TYPES ("q4_0 q8_0 q4_k_m"),
+#   env: TOKAMAK_BIN (build/tokamak), ISA (avx2 or avx512), THREADS (2), ROUNDS (3), TYPES ("q4_0 q8_0 q4_k_m"),
 #        LIKE (tinyllama-1.1b), WORK (/tmp/tk-vs-llamacpp), TESTS ("pp128 pp512 tg32"), BUILD_ONLY=1,
 #        GEMMA (the Gemma 3 270M Q4_K_M GGUF: .cache/models/gemma-3-270m-q4_k_m.gguf from tools/oracles.sh,
 #        else ../shared/models/), SERVE_REQUESTS (64), SERVE_CTX (256 tokens per sequence), PORT (18480, and
 #        PORT+1 for llama-server)
 # Builds llama-bench and llama-quantize (and, when TESTS needs them, llama-batched-bench and
-# llama-server, without its web UI) from the given llama.cpp source for the same ISA level (only
-# avx2 is wired: AVX2+FMA+F16C, no AVX-512/AMX) into $WORK/llama-build, makes a model of the shape
+# llama-server, without its web UI) from the given llama.cpp source for the same ISA level (avx2:
+# AVX2+FMA+F16C, no AVX-512/AMX, into $WORK/llama-build; avx512: AVX-512 with VNNI, VBMI and BF16,
+# no AMX, into $WORK/llama-build-avx512), makes a model of the shape
 # --like as F16 with `tokamak synth`, quantizes it with llama.cpp's own quantizer, then runs
 # `TK_ISA=$ISA tokamak` and llama.cpp alternately, ROUNDS times per file and test, and prints the
 # median of each and their ratio. Nothing of llama.cpp goes into this repo.
@@ -45,7 +46,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TK=${TOKAMAK_BIN:-$ROOT/build/tokamak}
 ISA=${ISA:-avx2}; T=${THREADS:-2}; R=${ROUNDS:-3}
 TYPES=${TYPES:-"q4_0 q8_0 q4_k_m"}; LIKE=${LIKE:-tinyllama-1.1b}; TESTS=${TESTS:-"pp128 pp512 tg32"}
-WORK=${WORK:-/tmp/tk-vs-llamacpp}; LB=$WORK/llama-build
+WORK=${WORK:-/tmp/tk-vs-llamacpp}
+# one llama.cpp build per level (the avx2 one keeps its old directory name)
+if [ "$ISA" = avx2 ]; then LB=$WORK/llama-build; else LB=$WORK/llama-build-$ISA; fi
 SERVE_REQUESTS=${SERVE_REQUESTS:-64}; SERVE_CTX=${SERVE_CTX:-256}; PORT=${PORT:-18480}
 mkdir -p "$WORK"
 
@@ -71,7 +74,12 @@ case $ISA in
   avx2) GG="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
             -DGGML_AVX_VNNI=OFF -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
             -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" ;;
-  *) echo "ISA=$ISA: only avx2 is wired in this script" >&2; exit 2 ;;
+  avx512) GG="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+            -DGGML_AVX_VNNI=OFF -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON
+            -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+    grep -q avx512_vnni /proc/cpuinfo && grep -q avx512_bf16 /proc/cpuinfo && grep -q avx512vbmi /proc/cpuinfo ||
+      { echo "ISA=avx512: this CPU lacks AVX-512 VNNI/BF16/VBMI" >&2; exit 2; } ;;
+  *) echo "ISA=$ISA: only avx2 and avx512 are wired in this script" >&2; exit 2 ;;
 esac
 
 targets="llama-bench llama-quantize"
