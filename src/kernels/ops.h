@@ -27,7 +27,7 @@ static inline float tk_gelu_tanh(float x) {
 }
 
 /* The GLU of a gate and an up projection: g[i] = act(g[i]) * u[i], act
- * GELU (tanh) or SiLU. */
+ * GELU (tanh) or SiLU: the scalar reference of the GLU kernels (glu.h). */
 static inline void tk_glu(float *g, const float *u, int64_t n, bool gelu) {
     if (gelu)
         for (int64_t i = 0; i < n; i++) g[i] = tk_gelu_tanh(g[i]) * u[i];

@@ -376,7 +376,7 @@ void tk_forward_glu(const tk_model *m, int layer, const tk_tensor *gate, const t
         tk_matmul_fused(pool, &ws->mm, 2, gu, in, D, n, y, ld, gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU, NULL);
     } else {
         tk_matmul_n(pool, &ws->mm, 2, gu, in, D, n, y, ld);
-        tk_glu(h1, h2, (int64_t)n * F, gelu);
+        ws->mm.glu(h1, h2, (int64_t)n * F, gelu);
     }
     tk_matmul_ws_forget(&ws->mm);
 }
