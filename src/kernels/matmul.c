@@ -346,9 +346,7 @@ static void norm_pack_task(void *ctx, int t, int thread) {
     const norm_pack_job *j = ctx;
     const float *x = j->x + (size_t)t * j->dim;
     float *xn = j->xn + (size_t)t * j->dim;
-    double ss = 0;
-    for (int64_t i = 0; i < j->dim; i++) ss += (double)x[i] * x[i];
-    float scale = 1.0f / sqrtf((float)(ss / j->dim) + j->eps);
+    const float scale = tk_rms_scale(x, j->dim, j->eps);
     /* chunks of 256: a whole number of every activation format's blocks */
     for (int64_t c = 0; c < j->dim; c += 256) {
         for (int64_t i = c; i < c + 256; i++) xn[i] = x[i] * scale * j->w[i];

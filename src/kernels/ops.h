@@ -12,7 +12,11 @@
 
 float tk_dot_f32(const float *a, const float *b, int64_t n);
 
-/* y[i] = x[i] / rms(x) * w[i] */
+/* 1 / sqrt(mean(x^2) + eps), the sum of squares in float64 (the scale
+ * every RMSNorm of the library uses, fused or not). */
+float tk_rms_scale(const float *x, int64_t n, float eps);
+
+/* y[i] = x[i] * tk_rms_scale(x) * w[i] */
 void tk_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 
 /* Dequantizes row r of a 2-D weight into out (W->ne[0] floats). */
