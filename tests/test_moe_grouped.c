@@ -55,15 +55,20 @@ typedef struct grouped_case {
 } grouped_case;
 
 /* Y of group g alone through tk_matmul_n / tk_matmul_fused (one matrix
- * pair), in ws `ref_ws` when the group's format cannot be packed. */
-static void plain(tk_threadpool *pool, tk_matmul_ws *mw, const tk_tensor *const *W, int n_w, const float *X, int n,
-                  float *y0, float *y1, int64_t ldy, tk_mm_epilogue epi) {
+ * pair), in ws `ref_ws` when the group's format cannot be packed; the GLU
+ * step is then that of glu_ws, the workspace of the grouped call. */
+static void plain(tk_threadpool *pool, tk_matmul_ws *mw, const tk_matmul_ws *glu_ws, const tk_tensor *const *W,
+                  int n_w, const float *X, int n, float *y0, float *y1, int64_t ldy, tk_mm_epilogue epi) {
     float *y[2] = {y0, y1};
     const int64_t ld[2] = {ldy, ldy};
-    if (epi == TK_MM_GLU_SILU)
+    if (epi == TK_MM_GLU_SILU && glu_ws != mw) {
+        tk_matmul_n(pool, mw, 2, W, X, IN, n, y, ld);
+        for (int s = 0; s < n; s++) glu_ws->glu(y0 + (size_t)s * ldy, y1 + (size_t)s * ldy, W[0]->ne[1], false);
+    } else if (epi == TK_MM_GLU_SILU) {
         tk_matmul_fused(pool, mw, 2, W, X, IN, n, y, ld, epi, NULL);
-    else
+    } else {
         tk_matmul_n(pool, mw, n_w, W, X, IN, n, y, ld);
+    }
 }
 
 static void run_case(const grouped_case *c, tk_threadpool **pools, int n_pools, tk_matmul_ws *mw,
@@ -106,7 +111,7 @@ static void run_case(const grouped_case *c, tk_threadpool **pools, int n_pools, 
             /* a group whose format is the third one is computed unpacked */
             tk_matmul_ws *ws = reference_only || (c->name[0] == '3' && g == N_GROUPS - 1) ? ref_ws : mw;
             const tk_tensor *const *Wg = epi == TK_MM_SCATTER ? &Wd[g] : &W[2 * g];
-            plain(pools[0], ws, Wg, n_w, X + (size_t)a * IN, n, want0 + (size_t)a * MAX_ROWS,
+            plain(pools[0], ws, reference_only ? ref_ws : mw, Wg, n_w, X + (size_t)a * IN, n, want0 + (size_t)a * MAX_ROWS,
                   want1 + (size_t)a * MAX_ROWS, MAX_ROWS, epi);
             if (epi == TK_MM_SCATTER)
                 for (int s = a; s < a + n; s++)

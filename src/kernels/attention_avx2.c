@@ -12,9 +12,8 @@
 #include <stdint.h>
 
 #include "../formats/quant_blocks.h"
+#include "vec_avx2.h"
 
-#define VL 8
-typedef __m256 vf;
 #define FN(name) name##_avx2
 #define QK_MR 4
 #define QK_NR 2
@@ -23,21 +22,10 @@ typedef __m256 vf;
 #define QK8_MR 2
 #define QK8_NR 2
 
-static inline vf vzero(void) { return _mm256_setzero_ps(); }
-static inline vf vset1(float x) { return _mm256_set1_ps(x); }
-static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
 static inline vf vkeep(vf x) {
     __asm__("" : "+x"(x));
     return x;
 }
-static inline void vstore(float *p, vf v) { _mm256_storeu_ps(p, v); }
-static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
-static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
-static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
-static inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
-static inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }
-static inline vf vmin(vf a, vf b) { return _mm256_min_ps(a, b); }
-static inline vf vround(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
 static inline vf vload_f16(const uint16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p)); }
 static inline vf vload_i8(const int8_t *p) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)p)));
@@ -69,13 +57,6 @@ static inline vf vmask(vf s, int la, int lb) {
     vf keep = _mm256_and_ps(_mm256_cmp_ps(idx, vset1((float)la), _CMP_GE_OQ),
                             _mm256_cmp_ps(idx, vset1((float)lb), _CMP_LT_OQ));
     return _mm256_blendv_ps(vset1(-INFINITY), s, keep);
-}
-static inline vf vexp_scale2(vf p, vf n) {
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-static inline vf vzero_where_lt(vf y, vf x, float c) {
-    return _mm256_andnot_ps(_mm256_cmp_ps(x, vset1(c), _CMP_LT_OQ), y);
 }
 /* Q8_0 integer ops (see attention_simd.h): K as stored; the 4-byte dots
  * with vpmaddubsw on |k| and q with k's sign (pairs <= 2 * 128 * 127, so

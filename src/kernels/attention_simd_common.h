@@ -1,6 +1,6 @@
 /* What the SIMD attention kernels share (attention_simd.h, the FP32 tile
  * kernel for any vector width, and attention_amx.c): row loads, the
- * vectorised exp, the online-softmax step of one row over a chunk, chunk
+ * vectorised exp (vec_exp.h), the online-softmax step of one row over a chunk, chunk
  * row pointers and prefetches.  Included after the file defines:
  *
  *   VL                      floats per vector; vf the vector type
@@ -27,6 +27,7 @@
 #include "../formats/quant_blocks.h"
 #include "attention.h"
 #include "qgemm_impl.h"
+#include "vec_exp.h"
 
 #define CH TK_ATTN_CHUNK
 #define RB 8 /* rows per row block (one GQA group of 8, or 8 tokens of MHA) */
@@ -45,25 +46,6 @@ AI vf load_row(rowp row, tk_kv_type type, int d0) {
  * block's scale as a float. */
 AI vf load_q8(rowp row, int d0, vf sc) {
     return vmul(vload_i8(((const tk_block_q8_0 *)(const void *)row)[d0 / 32].qs + d0 % 32), sc);
-}
-
-/* exp(x) for x <= 88: Cody-Waite reduction to r in [-ln2/2, ln2/2], a
- * degree-7 polynomial (Cephes' expf coefficients), then the 2^n scaling;
- * about 1-2 ulp.  Lanes below -87 (exp < 1.7e-38; -inf from the mask) give
- * exactly 0. */
-AI vf vexp(vf x) {
-    vf xc = vmin(vmax(x, vset1(-87.0f)), vset1(88.0f));
-    vf n = vround(vmul(xc, vset1(1.44269504088896341f)));
-    vf r = vfma(n, vset1(-0.693359375f), xc);
-    r = vfma(n, vset1(2.12194440e-4f), r);
-    vf p = vset1(1.9875691500e-4f);
-    p = vfma(p, r, vset1(1.3981999507e-3f));
-    p = vfma(p, r, vset1(8.3334519073e-3f));
-    p = vfma(p, r, vset1(4.1665795894e-2f));
-    p = vfma(p, r, vset1(1.6666665459e-1f));
-    p = vfma(p, r, vset1(5.0000001201e-1f));
-    p = vfma(p, vmul(r, r), vadd(r, vset1(1.0f)));
-    return vzero_where_lt(vexp_scale2(p, n), x, -87.0f);
 }
 
 /* Starts loading the cache line at p (prefetcht0 on x86, prfm pldl1keep on arm64). */

@@ -13,6 +13,7 @@ int tk_matmul_ws_init(tk_matmul_ws *mw, tk_isa isa, bool reference, int max_toke
     memset(mw, 0, sizeof *mw);
     mw->isa = isa;
     mw->reference = reference;
+    mw->glu = reference ? tk_glu_scalar : tk_glu_kernel(isa);
     for (int t = 0; t < TK_DTYPE_LIMIT; t++)
         mw->kernel[t] = reference || !tk_dtype_get(t) ? NULL : tk_qkernel_get((tk_dtype)t, isa);
     mw->max_tokens = max_tokens;
@@ -109,7 +110,7 @@ static void glu_rows(const mm_job *j, int64_t r0, int64_t r1) {
     for (int t = 0; t < j->n_tok; t++) {
         float *g = j->Y[0] + t * j->ldy[0];
         const float *u = j->Y[1] + t * j->ldy[1];
-        tk_glu(g + r0, u + r0, r1 - r0, j->epi == TK_MM_GLU_GELU);
+        j->mw->glu(g + r0, u + r0, r1 - r0, j->epi == TK_MM_GLU_GELU);
     }
 }
 
@@ -345,9 +346,7 @@ static void norm_pack_task(void *ctx, int t, int thread) {
     const norm_pack_job *j = ctx;
     const float *x = j->x + (size_t)t * j->dim;
     float *xn = j->xn + (size_t)t * j->dim;
-    double ss = 0;
-    for (int64_t i = 0; i < j->dim; i++) ss += (double)x[i] * x[i];
-    float scale = 1.0f / sqrtf((float)(ss / j->dim) + j->eps);
+    const float scale = tk_rms_scale(x, j->dim, j->eps);
     /* chunks of 256: a whole number of every activation format's blocks */
     for (int64_t c = 0; c < j->dim; c += 256) {
         for (int64_t i = c; i < c + 256; i++) xn[i] = x[i] * scale * j->w[i];

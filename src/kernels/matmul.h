@@ -14,6 +14,7 @@
 #include "../formats/tensor.h"
 #include "../util/err.h"
 #include "cpu.h"
+#include "glu.h"
 #include "threadpool.h"
 
 #define TK_MATMUL_MAX_W 4
@@ -26,6 +27,7 @@ typedef struct tk_matmul_ws {
      * features (cpuid), which is a costly VM exit under virtualization */
     const struct tk_qkernel *kernel[TK_DTYPE_LIMIT];
     bool reference;        /* no integer kernels: dequantize and multiply in float32 */
+    tk_glu_fn glu;         /* the GLU step of every path (fused or not), so their bits agree */
     int max_tokens;
     int64_t max_in;
     unsigned char *act[2]; /* packed activations, one buffer per input format */

@@ -17,10 +17,21 @@ float tk_dot_f32(const float *a, const float *b, int64_t n) {
     return s + ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
+float tk_rms_scale(const float *x, int64_t n, float eps) {
+    /* eight partial sums (lane i % 8), added pairwise at the end: the
+     * compiler keeps them in vector registers, where one running sum would
+     * be a chain of dependent adds (a quarter of Gemma 3's serial time) */
+    double part[8] = {0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) part[l] += (double)x[i + l] * x[i + l];
+    for (; i < n; i++) part[i % 8] += (double)x[i] * x[i];
+    double ss = ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
+    return 1.0f / sqrtf((float)(ss / (double)n) + eps);
+}
+
 void tk_rmsnorm(float *y, const float *x, const float *w, int n, float eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
-    float scale = 1.0f / sqrtf((float)(ss / n) + eps);
+    const float scale = tk_rms_scale(x, n, eps);
     for (int i = 0; i < n; i++) y[i] = x[i] * scale * w[i];
 }
 

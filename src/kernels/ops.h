@@ -12,7 +12,11 @@
 
 float tk_dot_f32(const float *a, const float *b, int64_t n);
 
-/* y[i] = x[i] / rms(x) * w[i] */
+/* 1 / sqrt(mean(x^2) + eps), the sum of squares in float64 (the scale
+ * every RMSNorm of the library uses, fused or not). */
+float tk_rms_scale(const float *x, int64_t n, float eps);
+
+/* y[i] = x[i] * tk_rms_scale(x) * w[i] */
 void tk_rmsnorm(float *y, const float *x, const float *w, int n, float eps);
 
 /* Dequantizes row r of a 2-D weight into out (W->ne[0] floats). */
@@ -27,7 +31,7 @@ static inline float tk_gelu_tanh(float x) {
 }
 
 /* The GLU of a gate and an up projection: g[i] = act(g[i]) * u[i], act
- * GELU (tanh) or SiLU. */
+ * GELU (tanh) or SiLU: the scalar reference of the GLU kernels (glu.h). */
 static inline void tk_glu(float *g, const float *u, int64_t n, bool gelu) {
     if (gelu)
         for (int64_t i = 0; i < n; i++) g[i] = tk_gelu_tanh(g[i]) * u[i];

@@ -332,6 +332,23 @@ static void rope_store(const tk_model *m, const tk_kv_pool *kv, const float *x, 
     if (y == buf) tk_kv_store(kv, buf, row);
 }
 
+/* Token t's residual add x += y, after the post-norm of y when there is
+ * one; tokens are independent, so they are tasks of the pool. */
+typedef struct residual_job {
+    float *x, *y;
+    const float *post_norm;
+    int D;
+    float eps;
+} residual_job;
+
+static void residual_task(void *ctx, int t, int thread) {
+    (void)thread;
+    const residual_job *j = ctx;
+    float *x = j->x + (size_t)t * j->D, *y = j->y + (size_t)t * j->D;
+    if (j->post_norm) tk_rmsnorm(y, y, j->post_norm, j->D, j->eps);
+    for (int i = 0; i < j->D; i++) x[i] += y[i];
+}
+
 /* x += W·in (after an optional post-norm of W·in, as Gemma has), with the
  * residual add fused into the matmul's store when there is no post-norm
  * (a norm needs the whole output row first).  A rank's share of a
@@ -348,9 +365,8 @@ static int residual_matmul(const tk_model *m, tk_threadpool *pool, tk_forward_ws
     }
     tk_matmul(pool, &ws->mm, W, in, ld_in, T, ws->xn, D);
     if (m->tp && tk_tp_allreduce(m->tp, ws->xn, (size_t)T * D, err)) return -1;
-    if (post_norm)
-        for (int t = 0; t < T; t++) tk_rmsnorm(ws->xn + (size_t)t * D, ws->xn + (size_t)t * D, post_norm, D, eps);
-    for (size_t i = 0; i < (size_t)T * D; i++) ws->x[i] += ws->xn[i];
+    residual_job j = {ws->x, ws->xn, post_norm, D, eps};
+    tk_threadpool_run(pool, T, residual_task, &j);
     return 0;
 }
 
@@ -376,7 +392,7 @@ void tk_forward_glu(const tk_model *m, int layer, const tk_tensor *gate, const t
         tk_matmul_fused(pool, &ws->mm, 2, gu, in, D, n, y, ld, gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU, NULL);
     } else {
         tk_matmul_n(pool, &ws->mm, 2, gu, in, D, n, y, ld);
-        tk_glu(h1, h2, (int64_t)n * F, gelu);
+        ws->mm.glu(h1, h2, (int64_t)n * F, gelu);
     }
     tk_matmul_ws_forget(&ws->mm);
 }

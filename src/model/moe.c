@@ -257,7 +257,7 @@ static void moe_chunk(const tk_model *m, int layer, int t0, int n, tk_forward_ws
     if (!fused)
         for (int g = 0; g < n_groups; g++)
             for (int s = off[g]; s < off[g + 1]; s++)
-                tk_glu(ws->moe_h1 + (size_t)s * F, ws->moe_h2 + (size_t)s * F, glu_w[2 * g]->ne[1], gelu);
+                ws->mm.glu(ws->moe_h1 + (size_t)s * F, ws->moe_h2 + (size_t)s * F, glu_w[2 * g]->ne[1], gelu);
     if (ws->observe)
         for (int g = 0; g < n_groups; g++)
             if (off[g + 1] > off[g])
