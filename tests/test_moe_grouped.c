@@ -7,8 +7,11 @@
  * format, which falls back to the dequantizing path and must equal the
  * reference workspace's result); matrices of different row counts; empty
  * groups; off[0] != 0; the GLU and scatter epilogues (the scatter's sums
- * built group by group in ascending order); 1, 2 and 3 threads; and the
- * reference (dequantize everything) workspace. */
+ * built group by group in ascending order); 1, 2 and 3 threads; the
+ * reference (dequantize everything) workspace; and each call again with
+ * the rows given as indices into fewer token rows (src: packed once per
+ * token, or gathered as floats where a path reads floats), which must give
+ * the same bits. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -21,7 +24,7 @@
 #include "quant/quant.h"
 #include "tk_test.h"
 
-enum { IN = 256, MAX_ROWS = 96, N_GROUPS = 6, MAX_X = 24 };
+enum { IN = 256, MAX_ROWS = 96, N_GROUPS = 6, MAX_X = 24, N_TOK = 7 };
 
 static uint64_t rng = 0x243F6A8885A308D3ull;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -90,8 +93,14 @@ static void run_case(const grouped_case *c, tk_threadpool **pools, int n_pools, 
     static float X[MAX_X * IN], want0[MAX_X * MAX_ROWS], want1[MAX_X * MAX_ROWS], got0[MAX_X * MAX_ROWS],
         got1[MAX_X * MAX_ROWS];
     static float out_want[MAX_X * MAX_ROWS], out_got[MAX_X * MAX_ROWS], weight[MAX_X];
-    int dst[MAX_X];
-    for (int i = 0; i < n_x * IN; i++) X[i] = frand();
+    static float X_tok[N_TOK * IN], gather[MAX_X * IN];
+    int dst[MAX_X], src[MAX_X];
+    /* each row a copy of one of N_TOK token rows (a token in several groups) */
+    for (int i = 0; i < N_TOK * IN; i++) X_tok[i] = frand();
+    for (int s = 0; s < n_x; s++) {
+        src[s] = (s * 5 + 3) % N_TOK;
+        memcpy(X + (size_t)s * IN, X_tok + (size_t)src[s] * IN, IN * sizeof(float));
+    }
     /* scatter targets: shared across groups and within them */
     for (int s = 0; s < n_x; s++) {
         weight[s] = frand();
@@ -118,23 +127,32 @@ static void run_case(const grouped_case *c, tk_threadpool **pools, int n_pools, 
                     for (int64_t r = 0; r < c->rows[g]; r++)
                         out_want[dst[s] * MAX_ROWS + r] += weight[s] * want0[(size_t)s * MAX_ROWS + r];
         }
-        for (int p = 0; p < n_pools; p++) {
+        for (int v = 0; v < 2 * n_pools; v++) {
+            const int p = v / 2;
+            const bool by_src = v % 2;
             memset(got0, 0, sizeof got0);
             memset(got1, 0, sizeof got1);
             for (int s = 0; s < 5 * MAX_ROWS; s++) out_got[s] = 0.25f * (float)(s % 13);
             tk_mm_grouped gr = {.n_groups = N_GROUPS, .n_w = n_w, .W = epi == TK_MM_SCATTER ? Wd : W, .off = off + 1,
                                 .X = X, .ldx = IN, .Y = {got0, got1}, .ldy = MAX_ROWS, .epi = epi, .dst = dst,
                                 .weight = weight, .out = out_got, .ldo = MAX_ROWS};
+            if (by_src) {
+                gr.X = X_tok;
+                gr.src = src;
+                gr.n_src = N_TOK;
+                gr.gather = gather;
+            }
             tk_matmul_grouped(pools[p], reference_only ? ref_ws : mw, &gr);
             const int threads = tk_threadpool_size(pools[p]);
-            CHECK(!memcmp(want0, got0, sizeof want0), "%s, epilogue %d, %d threads: Y0 differs from each group alone",
-                  c->name, (int)epi, threads);
+            const char *how = by_src ? " (rows by src)" : "";
+            CHECK(!memcmp(want0, got0, sizeof want0),
+                  "%s%s, epilogue %d, %d threads: Y0 differs from each group alone", c->name, how, (int)epi, threads);
             if (n_w == 2)
-                CHECK(!memcmp(want1, got1, sizeof want1), "%s, epilogue %d, %d threads: Y1 differs", c->name, (int)epi,
-                      threads);
+                CHECK(!memcmp(want1, got1, sizeof want1), "%s%s, epilogue %d, %d threads: Y1 differs", c->name, how,
+                      (int)epi, threads);
             if (epi == TK_MM_SCATTER)
-                CHECK(!memcmp(out_want, out_got, sizeof out_want), "%s, %d threads: scattered sums differ", c->name,
-                      threads);
+                CHECK(!memcmp(out_want, out_got, sizeof out_want), "%s%s, %d threads: scattered sums differ", c->name,
+                      how, threads);
         }
     }
     for (int g = 0; g < N_GROUPS; g++)

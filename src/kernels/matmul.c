@@ -252,25 +252,82 @@ static void matmul_job(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_
     tk_threadpool_run(pool, n_tasks, gemm_task, &j);
 }
 
-/* Grouped matmuls: one packed copy of X per activation format (rows in X's
- * order, so a group's rows are consecutive), then tasks of row ranges. */
-#define GROUPED_PACK_ROWS 8 /* rows per packing task: a decode step's few rows pack inline */
+/* Grouped matmuls: one packed copy of the rows per activation format (in
+ * the groups' order, so a group's rows are consecutive), then tasks of
+ * output row ranges. */
+#define GROUPED_PACK_ROWS 8 /* X rows per packing task: a decode step's few rows pack inline */
+/* Rows of the next group a task prefetches before working on a group: the
+ * kernels prefetch ahead within a group's rows, not into the next group's
+ * (another expert's weights, elsewhere in memory). */
+#define GROUPED_PREFETCH_ROWS 4
 typedef struct grouped_job {
     tk_matmul_ws *mw;
     const tk_mm_grouped *g;
     int64_t rows_per_task;
     tk_dtype packed_as[2];
     int n_packed;
+    /* packing */
+    const tk_qkernel *pack_k;
+    unsigned char *pack_out;
+    size_t pack_row;
+    int64_t pack_in;
 } grouped_job;
+
+/* Packs X rows [task * GROUPED_PACK_ROWS, ...).  With src, each once, into
+ * the first row reading it, copied into the others. */
+static void grouped_pack_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const grouped_job *gj = ctx;
+    const tk_mm_grouped *g = gj->g;
+    const int s0 = g->off[0], s1 = g->off[g->n_groups], x0 = task * GROUPED_PACK_ROWS;
+    if (!g->src) {
+        const int x1 = x0 + GROUPED_PACK_ROWS < s1 - s0 ? x0 + GROUPED_PACK_ROWS : s1 - s0;
+        for (int x = x0; x < x1; x++)
+            gj->pack_k->quantize_act(g->X + (size_t)(s0 + x) * g->ldx, gj->pack_out + (size_t)x * gj->pack_row,
+                                     gj->pack_in);
+        return;
+    }
+    int first[GROUPED_PACK_ROWS];
+    for (int i = 0; i < GROUPED_PACK_ROWS; i++) first[i] = -1;
+    for (int s = s0; s < s1; s++) {
+        const int i = g->src[s] - x0;
+        if (i < 0 || i >= GROUPED_PACK_ROWS) continue;
+        unsigned char *out = gj->pack_out + (size_t)(s - s0) * gj->pack_row;
+        if (first[i] < 0) {
+            gj->pack_k->quantize_act(g->X + (size_t)g->src[s] * g->ldx, out, gj->pack_in);
+            first[i] = s;
+        } else {
+            memcpy(out, gj->pack_out + (size_t)(first[i] - s0) * gj->pack_row, gj->pack_row);
+        }
+    }
+}
+
+/* The first group after grp with rows and more than r0 output rows. */
+static int next_group(const tk_mm_grouped *g, int grp, int64_t r0) {
+    for (grp++; grp < g->n_groups; grp++)
+        if (g->off[grp + 1] > g->off[grp] && r0 < g->W[(size_t)grp * g->n_w]->ne[1]) break;
+    return grp;
+}
+
+static void prefetch_rows(const tk_mm_grouped *g, int grp, int64_t r0) {
+    for (int i = 0; i < g->n_w; i++) {
+        const tk_tensor *W = g->W[(size_t)grp * g->n_w + i];
+        const size_t rb = tk_dtype_row_bytes(W->type, W->ne[0]);
+        const int64_t r1 = r0 + GROUPED_PREFETCH_ROWS < W->ne[1] ? r0 + GROUPED_PREFETCH_ROWS : W->ne[1];
+        const char *p = (const char *)W->data + (size_t)r0 * rb, *end = (const char *)W->data + (size_t)r1 * rb;
+        for (; p < end; p += 64) __builtin_prefetch(p, 0, 3);
+    }
+}
 
 static void grouped_task(void *ctx, int task, int thread) {
     const grouped_job *gj = ctx;
     const tk_mm_grouped *g = gj->g;
     const int64_t r0 = (int64_t)task * gj->rows_per_task;
-    for (int grp = 0; grp < g->n_groups; grp++) {
+    for (int grp = next_group(g, -1, r0), nxt; grp < g->n_groups; grp = nxt) {
+        nxt = next_group(g, grp, r0);
+        if (nxt < g->n_groups) prefetch_rows(g, nxt, r0);
         const int a = g->off[grp], n = g->off[grp + 1] - a;
         const tk_tensor *const *W = g->W + (size_t)grp * g->n_w;
-        if (n == 0 || r0 >= W[0]->ne[1]) continue;
         const int64_t r1 = r0 + gj->rows_per_task < W[0]->ne[1] ? r0 + gj->rows_per_task : W[0]->ne[1];
         float *y[2] = {g->Y[0] + (size_t)a * g->ldy, g->n_w > 1 ? g->Y[1] + (size_t)a * g->ldy : NULL};
         const int64_t ldy[2] = {g->ldy, g->ldy};
@@ -304,28 +361,50 @@ static void grouped_task(void *ctx, int task, int thread) {
     }
 }
 
-void tk_matmul_grouped(tk_threadpool *pool, tk_matmul_ws *mw, const tk_mm_grouped *g) {
-    grouped_job gj = {.mw = mw, .g = g};
-    const int n_rows = g->off[g->n_groups] - g->off[0];
+void tk_matmul_grouped(tk_threadpool *pool, tk_matmul_ws *mw, const tk_mm_grouped *groups) {
+    tk_mm_grouped g = *groups;
+    grouped_job gj = {.mw = mw, .g = &g};
+    const int s0 = g.off[0], s1 = g.off[g.n_groups], n_rows = s1 - s0;
     if (n_rows == 0) return;
     /* the packed buffers are reused: no prepacked input survives */
     tk_matmul_ws_forget(mw);
-    int64_t max_rows = 0;
-    for (int grp = 0; grp < g->n_groups; grp++) {
-        if (g->off[grp + 1] == g->off[grp]) continue;
-        for (int i = 0; i < g->n_w; i++) {
-            const tk_tensor *W = g->W[(size_t)grp * g->n_w + i];
+    /* the formats to pack; float rows wanted (float kernels, the portable path) */
+    int64_t max_rows = 0, in = 0;
+    const tk_qkernel *pack_k[2];
+    bool want_float = false;
+    for (int grp = 0; grp < g.n_groups; grp++) {
+        if (g.off[grp + 1] == g.off[grp]) continue;
+        for (int i = 0; i < g.n_w; i++) {
+            const tk_tensor *W = g.W[(size_t)grp * g.n_w + i];
             if (W->ne[1] > max_rows) max_rows = W->ne[1];
+            in = W->ne[0];
             const tk_qkernel *k = mw->kernel[W->type];
-            if (!k || k->act_type == TK_F32) continue;
             int p = 0;
-            while (p < gj.n_packed && gj.packed_as[p] != k->act_type) p++;
+            while (k && p < gj.n_packed && gj.packed_as[p] != k->act_type) p++;
+            if (k && k->act_type != TK_F32 && p < gj.n_packed) continue;
             /* no room (a third format, or rows too long): portable path */
-            if (p < gj.n_packed || p == 2 || k->act_row_bytes(W->ne[0]) > mw->act_cap / (size_t)n_rows) continue;
+            if (!k || k->act_type == TK_F32 || p == 2 || k->act_row_bytes(W->ne[0]) > mw->act_cap / (size_t)n_rows) {
+                want_float = true;
+                continue;
+            }
+            pack_k[gj.n_packed] = k;
             gj.packed_as[gj.n_packed++] = k->act_type;
-            mm_job pj = {.W = &W, .X = g->X + (size_t)g->off[0] * g->ldx, .ldx = g->ldx, .n_tok = n_rows};
-            pack_rows(pool, &pj, k, mw->act[p], GROUPED_PACK_ROWS);
         }
+    }
+    if (g.src && want_float) { /* the float rows themselves, in the groups' order */
+        for (int s = s0; s < s1; s++)
+            memcpy(g.gather + (size_t)s * in, g.X + (size_t)g.src[s] * g.ldx, (size_t)in * sizeof(float));
+        g.X = g.gather;
+        g.ldx = in;
+        g.src = NULL;
+    }
+    const int n_x = g.src ? g.n_src : n_rows;
+    for (int p = 0; p < gj.n_packed; p++) {
+        gj.pack_k = pack_k[p];
+        gj.pack_out = mw->act[p];
+        gj.pack_row = pack_k[p]->act_row_bytes(in);
+        gj.pack_in = in;
+        tk_threadpool_run(pool, (n_x + GROUPED_PACK_ROWS - 1) / GROUPED_PACK_ROWS, grouped_pack_task, &gj);
     }
     gj.rows_per_task = rows_per_task(pool, max_rows);
     tk_threadpool_run(pool, (int)((max_rows + gj.rows_per_task - 1) / gj.rows_per_task), grouped_task, &gj);

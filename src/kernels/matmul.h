@@ -107,13 +107,21 @@ void tk_matmul_rope(tk_threadpool *pool, tk_matmul_ws *mw, int n_w, const tk_ten
  *                   each out row's sum is built in the same order whatever
  *                   the split.
  * The rows off[0] .. off[n_groups] - 1 are used (off[0] need not be 0);
- * at most the row capacity the workspace was made for. */
+ * at most the row capacity the workspace was made for.
+ * With src, row s is X row src[s] (X holds n_src rows; a token routed to
+ * several experts is one X row read by several groups): each X row is
+ * packed once and the packed copy placed in each of its rows, and `gather`
+ * (room for every row at stride in) receives the float rows only if some
+ * matrix's path reads floats. */
 typedef struct tk_mm_grouped {
     int n_groups, n_w;
     const tk_tensor *const *W; /* [n_groups * n_w]; a group with no rows may have NULL matrices */
     const int *off;            /* [n_groups + 1] */
     const float *X;
     int64_t ldx;
+    const int *src;            /* optional, [off[n_groups]]: X row of each row */
+    int n_src;
+    float *gather;             /* with src */
     float *Y[2];
     int64_t ldy;
     tk_mm_epilogue epi;

@@ -105,7 +105,8 @@ static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_
                        int64_t r1, const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const uint8_t *W = w, *A = act;
     /* the first token tile of each row tile prefetches the next row tile:
-     * its weights come from DRAM, while later token tiles find them in cache */
+     * its weights come from DRAM, while later token tiles find them in cache
+     * (not past r1: those rows are another task's, read by then or later) */
     const size_t pf = (size_t)mr * wrb;
     int64_t chunk = (int64_t)(CHUNK_BYTES) / (int64_t)(arb ? arb : 1);
     chunk = chunk / nt_max * nt_max;
@@ -120,7 +121,7 @@ static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_
                 bptr ap[NT_MAX];
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 float out[MR_MAX * NT_MAX];
-                mk[nt - 1](wp, ap, n, t == t0 ? pf : 0, out);
+                mk[nt - 1](wp, ap, n, t == t0 && r + mr < r1 ? pf : 0, out);
                 for (int i = 0; i < mr && r + i < r1; i++)
                     for (int j = 0; j < nt; j++) y[(t + j) * ldy + r + i] = out[i * NT_MAX + j];
                 t += nt;

@@ -227,8 +227,11 @@ static void moe_chunk(const tk_model *m, int layer, int t0, int n, tk_forward_ws
                     ws->moe_weight + (size_t)t * K);
     const int n_groups = group_slots(m, layer, n, xn, ws);
     const int *off = ws->moe_order, n_slots = off[n_groups];
-    for (int s = 0; s < n_slots; s++)
-        memcpy(ws->moe_x + (size_t)s * D, xn + (size_t)ws->moe_rows[s] * D, (size_t)D * sizeof(float));
+    /* the observe hook sees each group's rows: gathered here; else the
+     * grouped matmul packs each token's row once for all its experts */
+    if (ws->observe)
+        for (int s = 0; s < n_slots; s++)
+            memcpy(ws->moe_x + (size_t)s * D, xn + (size_t)ws->moe_rows[s] * D, (size_t)D * sizeof(float));
     /* the groups' matrices: gate and up, then down */
     const tk_tensor **glu_w = ws->moe_w, **down_w = ws->moe_w + 2 * (E + 1);
     for (int e = 0; e < E; e++) {
@@ -250,7 +253,8 @@ static void moe_chunk(const tk_model *m, int layer, int t0, int n, tk_forward_ws
         }
     /* h1 = act(gate(x)) * up(x), every group in one dispatch */
     const bool gelu = m->arch->ffn_act == TK_ACT_GELU_TANH, fused = ws->fuse & TK_FUSE_GLU;
-    tk_mm_grouped g1 = {.n_groups = n_groups, .n_w = 2, .W = glu_w, .off = off, .X = ws->moe_x, .ldx = D,
+    tk_mm_grouped g1 = {.n_groups = n_groups, .n_w = 2, .W = glu_w, .off = off, .X = ws->observe ? ws->moe_x : xn,
+                        .ldx = D, .src = ws->observe ? NULL : ws->moe_rows, .n_src = n, .gather = ws->moe_x,
                         .Y = {ws->moe_h1, ws->moe_h2}, .ldy = F,
                         .epi = !fused ? TK_MM_STORE : gelu ? TK_MM_GLU_GELU : TK_MM_GLU_SILU};
     tk_matmul_grouped(pool, &ws->mm, &g1);
