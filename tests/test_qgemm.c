@@ -451,7 +451,7 @@ static void unguard(void *map, size_t map_len) {
 
 /* Batch invariance in depth, for the types with tiled kernels (AMX: 16-row
  * panels, 16-token tiles, K chunks, a VNNI path for small batches; AVX2:
- * 8-row panels, passes of 16 tokens, token chunks): on
+ * 8-row panels, passes of 32 tokens, token chunks): on
  * every ISA, each token of a batch of n_tok (with the rows split into
  * ranges that are not multiples of 16) gives the same bits as that token
  * alone over all rows. */
@@ -736,12 +736,15 @@ int main(void) {
         for (int i = 0; i < 40; i++) all[i] = i + 1;
         const int some[] = {1, 2, 4, 5, 8, 9, 15, 16, 17, 31, 32, 33, 40, 64, 65, 70, 100};
         const int few[] = {1, 3, 8, 9, 16, 20};
+        const int chunked[] = {31, 32, 33, 63, 64, 65, 97, 223, 224, 225, 250};
         const tk_dtype tiled[] = {TK_Q4_0, TK_Q4_1, TK_Q5_0, TK_Q5_1, TK_Q8_0, TK_IQ4_NL};
         for (int i = 0; i < 6; i++) {
             const tk_dtype wt = tiled[i];
             test_invariance(wt, 37, 544, all, 40, 0);
             test_invariance(wt, 50, 5632, some, (int)(sizeof some / sizeof some[0]), 0);
             test_invariance(wt, 19, 8288, few, (int)(sizeof few / sizeof few[0]), 0); /* > 256 blocks */
+            /* AVX2: 17 blocks, token chunks of 224 (7 passes of 32): passes and chunks with their tails */
+            test_invariance(wt, 13, 544, chunked, (int)(sizeof chunked / sizeof chunked[0]), 0);
             /* AVX2: rows of more blocks than its panel kernels' token buffer take the tiled kernel */
             test_invariance(wt, 9, 32 * 4100, few, 3, 0);
             run_case(wt, 3, 32 * 4100, 2, 0);
@@ -756,7 +759,7 @@ int main(void) {
             if (wt == TK_Q8_0) run_case(wt, 5, 96, 20, 2);
         }
         /* the AVX2 k-quant panels: ragged panels, token passes and their
-         * tails, token chunks (8192 columns: 16 tokens per chunk), extreme
+         * tails, token chunks (8192 columns: 28 tokens per chunk), extreme
          * values (all-0xFF blocks: the int16 sums at their bounds) */
         const tk_dtype kpanel[] = {TK_Q4_K, TK_Q5_K, TK_Q6_K};
         for (int i = 0; i < 3; i++) {
