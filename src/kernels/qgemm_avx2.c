@@ -664,10 +664,12 @@ typedef struct tokblk {
  * integer registers (two vmovq), where four-at-a-time shift-or chains were
  * turned into vector shifts and ors on the ports the block's unpacking
  * needs (one-token Q4_0 29 -> 33 GB/s per core, docs/kernels.md). */
+AI uint64_t halves4(const bptr *w, size_t o) {
+    return (uint64_t)(ld16(w[0] + o) | ld16(w[1] + o) << 16) | (uint64_t)(ld16(w[2] + o) | ld16(w[3] + o) << 16) << 32;
+}
+
 AI __m256 panel_scales(const bptr *wp, size_t o) {
-    const uint64_t lo = (uint64_t)(ld16(wp[0] + o) | ld16(wp[1] + o) << 16) | (uint64_t)(ld16(wp[2] + o) | ld16(wp[3] + o) << 16) << 32;
-    const uint64_t hi = (uint64_t)(ld16(wp[4] + o) | ld16(wp[5] + o) << 16) | (uint64_t)(ld16(wp[6] + o) | ld16(wp[7] + o) << 16) << 32;
-    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)lo), (long long)hi, 1));
+    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)halves4(wp, o)), (long long)halves4(wp + 4, o), 1));
 }
 
 /* 16 bytes at byte offset o of 8 rows -> v[k] with dword k of row i in lane i. */
