@@ -659,13 +659,17 @@ typedef struct tokblk {
     };
 } tokblk;
 
-/* 8 rows' f16 block scales at byte offset o -> 8 floats, lane i = row i. */
+/* 8 rows' f16 block scales at byte offset o -> 8 floats, lane i = row i.
+ * Pairs of halves joined in 32 bits, then 64: the compiler keeps this in
+ * integer registers (two vmovq), where four-at-a-time shift-or chains were
+ * turned into vector shifts and ors on the ports the block's unpacking
+ * needs (one-token Q4_0 29 -> 33 GB/s per core, docs/kernels.md). */
+AI uint64_t halves4(const bptr *w, size_t o) {
+    return (uint64_t)(ld16(w[0] + o) | ld16(w[1] + o) << 16) | (uint64_t)(ld16(w[2] + o) | ld16(w[3] + o) << 16) << 32;
+}
+
 AI __m256 panel_scales(const bptr *wp, size_t o) {
-    uint64_t s[2];
-    for (int h = 0; h < 2; h++)
-        s[h] = (uint64_t)ld16(wp[4 * h] + o) | (uint64_t)ld16(wp[4 * h + 1] + o) << 16 |
-               (uint64_t)ld16(wp[4 * h + 2] + o) << 32 | (uint64_t)ld16(wp[4 * h + 3] + o) << 48;
-    return _mm256_cvtph_ps(_mm_set_epi64x((long long)s[1], (long long)s[0]));
+    return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)halves4(wp, o)), (long long)halves4(wp + 4, o), 1));
 }
 
 /* 16 bytes at byte offset o of 8 rows -> v[k] with dword k of row i in lane i. */
@@ -1048,6 +1052,8 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
                 if (T == PK_Q6 && nt == 1) mk_kpanel(T, 1, 1, wp, ap, nb, pf, acc);
                 else if (kq && nt == 1) mk_kpanel(T, 0, 1, wp, ap, nb, pf, acc); /* decode: unrolled for one token */
                 else if (kq) mk_kpanel(T, 0, nt, wp, ap, nb, pf, acc);
+                else if (nt == 1) /* decode: the accumulator in a register */
+                    mk_panel(T, 1, wp, A + (size_t)t * arb, arb, td + (t - t0), (size_t)(t1 - t0), nb, pf, acc);
                 else mk_panel(T, nt, wp, A + (size_t)t * arb, arb, td + (t - t0), (size_t)(t1 - t0), nb, pf, acc);
                 for (int j = 0; j < nt; j++) {
                     float *yt = y + (t + j) * ldy + r;
