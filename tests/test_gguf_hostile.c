@@ -814,6 +814,58 @@ static void test_source(void) {
     unlink(path);
 }
 
+/* A file claiming 2^16 layers beside 200,000 one-float tensors, none of them
+ * the model's: the load looks up every vector role of every layer before it
+ * finds the embedding missing.  Through a linear scan that was about 10^11
+ * string compares (a 20,000-tensor file took 7 s in a release build; this
+ * one minutes, past the test's 60 s limit in CMakeLists.txt); through the
+ * name index, a second.  The index must also find what the scan found. */
+static void test_many_tensors(void) {
+    enum { N = 200000 };
+    buf b = {0};
+    b_header(&b, 3, N, 8);
+    b_kv_str(&b, "general.architecture", "llama");
+    b_kv_u32(&b, "llama.block_count", 1u << 16);
+    b_kv_u32(&b, "llama.embedding_length", 64);
+    b_kv_u32(&b, "llama.attention.head_count", 4);
+    b_kv_u32(&b, "llama.feed_forward_length", 128);
+    b_kv_u32(&b, "llama.context_length", 128);
+    b_kv_u32(&b, "llama.vocab_size", 16);
+    b_str(&b, "llama.attention.layer_norm_rms_epsilon");
+    b_u32(&b, TK_GGUF_F32);
+    const float eps = 1e-5f;
+    b_put(&b, &eps, sizeof eps);
+    const uint64_t one = 1;
+    char name[32];
+    for (int i = 0; i < N; i++) {
+        snprintf(name, sizeof name, "t%06d", (i * 7919) % N); /* not in name order */
+        b_tinfo(&b, name, 1, &one, TK_F32, 32 * (uint64_t)i);
+    }
+    b_pad(&b, 32);
+    b_zeros(&b, 32 * (size_t)N);
+    const char *path = write_file("many.gguf", b.p, b.n);
+    free(b.p);
+    tk_err err = {{0}};
+    tk_source src;
+    if (tk_gguf_source_open(path, &src, &err) == 0) {
+        int found = 0;
+        for (int i = 0; i < N; i++) {
+            snprintf(name, sizeof name, "t%06d", (i * 7919) % N);
+            found += tk_source_find(&src, name) == &src.tensors[i];
+        }
+        CHECK(found == N, "find by name: %d of %d", found, N);
+        CHECK(!tk_source_find(&src, "t200000") && !tk_source_find(&src, "t") && !tk_source_find(&src, ""),
+              "names that are not there");
+        tk_source_close(&src);
+    } else {
+        CHECK(0, "many tensors: %s", err.msg);
+    }
+    tk_model m;
+    CHECK(tk_model_load(path, &m, &err) == -1 && strstr(err.msg, "missing tensor 'token_embd.weight'"),
+          "2^16 layers, 200,000 tensors: '%s'", err.msg);
+    unlink(path);
+}
+
 int main(void) {
     snprintf(tmpdir, sizeof tmpdir, "%s/tk_gguf_hostile_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(tmpdir)) {
@@ -826,6 +878,7 @@ int main(void) {
     test_fixture_truncations();
     test_source();
     test_hparam_bounds();
+    test_many_tensors();
 
     static const char *const names[] = {"bad.gguf", "ok.gguf", "trunc.gguf", "fuzz.gguf",
                                         "roundtrip.gguf", "never.gguf", "vocab.gguf"};

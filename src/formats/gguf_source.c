@@ -390,6 +390,10 @@ int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err) {
     src->gguf = g;
     src->impl = impl;
     src->impl_free = gguf_impl_free;
+    if (tk_source_index_tensors(src, err)) {
+        tk_source_close(src);
+        return -1;
+    }
     return 0;
 
 fail:

@@ -1001,6 +1001,10 @@ int tk_hf_source_open(const char *dir, tk_source *src, tk_err *err) {
     src->impl_free = hf_impl_free;
     src->hf_tok_config = im->tok_config;
     src->hf_tok_config_error = im->tok_config_error;
+    if (tk_source_index_tensors(src, err)) {
+        tk_source_close(src);
+        return -1;
+    }
     return 0;
 
 fail:

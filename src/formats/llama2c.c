@@ -141,6 +141,7 @@ int tk_llama2c_source_open(const char *path, tk_source *src, tk_err *err) {
     }
     off += (size_t)freq_bytes;
     if (!shared && take(src, impl, &off, "output.weight", dim, vocab, err)) goto fail_ctx;
+    if (tk_source_index_tensors(src, err)) goto fail;
     return 0;
 
 fail_ctx:

@@ -89,6 +89,13 @@ typedef struct tk_source {
     char *chat_template;  /* GGUF tokenizer.chat_template or tokenizer_config.json's chat_template; NULL: none */
     tk_tensor *tensors;   /* owned array; names owned */
     int n_tensors;
+    /* The tensors by name (then by position, so a repeated name finds its
+     * first), for tk_source_find: a model's load looks up every role of every
+     * layer, which by a linear scan is layers x roles x tensors string
+     * compares, hours for a hostile file claiming 2^16 layers beside a
+     * million tiny tensors.  Built by each opener (tk_source_index_tensors),
+     * freed by tk_source_close. */
+    const tk_tensor **by_name;
     /* Format-private state.  It owns everything the source points to
      * (path, chat template, tensor array and names, mappings, parsed
      * configs); impl_free releases it. */
@@ -106,6 +113,9 @@ typedef struct tk_source {
 int tk_source_open(const char *path, tk_source *src, tk_err *err);
 void tk_source_close(tk_source *src);
 const tk_tensor *tk_source_find(const tk_source *src, const char *name);
+/* Builds src->by_name once the opener has filled src->tensors; -1 (out of
+ * memory) leaves the source for the opener to close. */
+int tk_source_index_tensors(tk_source *src, tk_err *err);
 
 /* Per-format openers (used by tk_source_open). */
 int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err);

@@ -172,6 +172,10 @@ static int mem_source(qctx *q, tk_source *ms, tk_err *err) {
     ms->n_tensors = q->n;
     ms->impl = m;
     ms->impl_free = mem_free;
+    if (tk_source_index_tensors(ms, err)) {
+        tk_source_close(ms);
+        return -1;
+    }
     return 0;
 }
 
