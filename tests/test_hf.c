@@ -39,10 +39,6 @@ static const tk_tensor *find_t(const tk_source *src, const char *name) {
     return NULL;
 }
 
-static void close_src(tk_source *src) {
-    if (src->impl_free) src->impl_free(src->impl);
-    memset(src, 0, sizeof *src);
-}
 
 static int write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
@@ -211,7 +207,7 @@ static void check_model(const expect *e) {
         }
     }
     CHECK(bad == 0, "%s: %d tensor problems", e->name, bad);
-    close_src(&src);
+    tk_source_close(&src);
 }
 
 /* ---------- 2. llama2.c export: independent check ---------- */
@@ -263,7 +259,7 @@ static void check_llama2c(const char *model) {
     tk_mapfile m;
     if (tk_mapfile_open(&m, tk_shared(rel), &err) != 0) {
         CHECK(0, "%s", err.msg);
-        close_src(&src);
+        tk_source_close(&src);
         return;
     }
     const tk_hparams *hp = &src.hp;
@@ -327,7 +323,7 @@ static void check_llama2c(const char *model) {
     }
 out:
     tk_mapfile_close(&m);
-    close_src(&src);
+    tk_source_close(&src);
 }
 
 /* ---------- 3. sharded copy of code-draft ---------- */
@@ -404,8 +400,8 @@ static void check_sharded(const char *root) {
         }
         CHECK(same == a.n_tensors, "sharded: %d/%d identical", same, a.n_tensors);
     }
-    if (ra == 0) close_src(&a);
-    if (rb == 0) close_src(&b);
+    if (ra == 0) tk_source_close(&a);
+    if (rb == 0) tk_source_close(&b);
     tk_safetensors_close(st);
 }
 
@@ -618,7 +614,7 @@ static void hf_fail(const char *root, const char *label, const char *config, con
     int rc = hf_case(root, label, config, o, index, gen, &src, &err);
     CHECK(rc != 0, "%s: should fail", label);
     if (rc == 0) {
-        close_src(&src);
+        tk_source_close(&src);
         return;
     }
     CHECK(src.impl == NULL && src.tensors == NULL && src.path == NULL, "%s: src cleared", label);
@@ -645,7 +641,7 @@ static void check_dirs(const char *root) {
         CHECK(t && t->type == TK_F32 && t->ne[0] == 16 && t->ne[1] == 8 && t->ndim == 2, "ffn_down ne");
         const tk_tensor *e = find_t(&src, "token_embd.weight");
         CHECK(e && ((const float *)e->data)[9] == 2.25f, "embd data");
-        close_src(&src);
+        tk_source_close(&src);
     }
     /* lm_head present and not tied -> output.weight. */
     tiny lm = {.lm_head = true};
@@ -656,14 +652,14 @@ static void check_dirs(const char *root) {
         CHECK(!src.hp.tied_output && t && t->ne[0] == 8 && t->ne[1] == 10 &&
                   ((const float *)t->data)[0] == 20.0f,
               "output.weight");
-        close_src(&src);
+        tk_source_close(&src);
     }
     /* lm_head present but tie_word_embeddings true -> tied, no output.weight. */
     rc = hf_case(root, "lmtied", CFG_OK ",\"tie_word_embeddings\":true}", &lm, NULL, NULL, &src, &err);
     CHECK(rc == 0, "lm tied: %s", err.msg);
     if (rc == 0) {
         CHECK(src.hp.tied_output && !find_t(&src, "output.weight"), "tied ignores lm_head");
-        close_src(&src);
+        tk_source_close(&src);
     }
     /* mistral, architectures only, rope scaling variants, generation config. */
     rc = hf_case(root, "mistral",
@@ -681,7 +677,7 @@ static void check_dirs(const char *root) {
         CHECK(src.gen.temperature == 0.6f && src.gen.top_p == 0.9f && src.gen.top_k == 40, "sampling");
         CHECK(!strcmp(src.arch, "llama") && src.hp.swa_window == 0, "mistral without a window is llama: %s",
               src.arch);
-        close_src(&src);
+        tk_source_close(&src);
     }
     /* mistral with a sliding window (also named by architectures only); a
      * null window is none; a llama config's window is ignored */
@@ -692,7 +688,7 @@ static void check_dirs(const char *root) {
     if (rc == 0) {
         CHECK(!strcmp(src.arch, "mistral") && src.hp.swa_window == 4096, "mistral window: %s %d", src.arch,
               src.hp.swa_window);
-        close_src(&src);
+        tk_source_close(&src);
     }
     rc = hf_case(root, "mistral_arch",
                  "{\"architectures\":[\"MistralForCausalLM\"],\"hidden_size\":8,\"sliding_window\":16," CFG_REST "}",
@@ -701,17 +697,17 @@ static void check_dirs(const char *root) {
     if (rc == 0) {
         CHECK(!strcmp(src.arch, "mistral") && src.hp.swa_window == 16, "mistral by architectures: %s %d", src.arch,
               src.hp.swa_window);
-        close_src(&src);
+        tk_source_close(&src);
     }
     rc = hf_case(root, "mistral_null",
                  "{\"model_type\":\"mistral\",\"hidden_size\":8,\"sliding_window\":null," CFG_REST "}", NULL,
                  NULL, NULL, &src, &err);
     CHECK(rc == 0 && !strcmp(src.arch, "llama") && src.hp.swa_window == 0, "null window: %s", err.msg);
-    if (rc == 0) close_src(&src);
+    if (rc == 0) tk_source_close(&src);
     rc = hf_case(root, "llama_swa", "{\"model_type\":\"llama\",\"hidden_size\":8,\"sliding_window\":4," CFG_REST "}",
                  NULL, NULL, NULL, &src, &err);
     CHECK(rc == 0 && !strcmp(src.arch, "llama") && src.hp.swa_window == 0, "llama ignores sliding_window");
-    if (rc == 0) close_src(&src);
+    if (rc == 0) tk_source_close(&src);
     hf_fail(root, "swa_zero", "{\"model_type\":\"mistral\",\"hidden_size\":8,\"sliding_window\":0," CFG_REST "}",
             NULL, NULL, NULL, "'sliding_window' = 0 is out of range", NULL);
     hf_fail(root, "swa_neg", "{\"model_type\":\"mistral\",\"hidden_size\":8,\"sliding_window\":-3," CFG_REST "}",
@@ -733,7 +729,7 @@ static void check_dirs(const char *root) {
                   src.hp.rope_orig_ctx == 8192,
               "llama3 scaling");
         CHECK(src.gen.n_eos_ids == 1 && src.gen.eos_ids[0] == 3, "eos int");
-        close_src(&src);
+        tk_source_close(&src);
     }
 
     /* config.json problems */
@@ -831,7 +827,7 @@ static void check_dirs(const char *root) {
         rc = tk_hf_source_open(dir, &src, &err);
         CHECK(rc != 0 && strstr(err.msg, "model.safetensors") && strstr(err.msg, "past end"),
               "corrupt shard: %s", err.msg);
-        if (rc == 0) close_src(&src);
+        if (rc == 0) tk_source_close(&src);
     }
     /* Not a directory. */
     rc = tk_hf_source_open(tk_shared("models/code-target/config.json"), &src, &err);
