@@ -65,6 +65,11 @@ static void b_kv_u32(buf *b, const char *key, uint32_t v) {
     b_u32(b, TK_GGUF_U32);
     b_u32(b, v);
 }
+static void b_kv_f32(buf *b, const char *key, float v) {
+    b_str(b, key);
+    b_u32(b, TK_GGUF_F32);
+    b_put(b, &v, sizeof v);
+}
 static void b_kv_str(buf *b, const char *key, const char *v) {
     b_str(b, key);
     b_u32(b, TK_GGUF_STRING);
@@ -831,10 +836,7 @@ static void test_many_tensors(void) {
     b_kv_u32(&b, "llama.feed_forward_length", 128);
     b_kv_u32(&b, "llama.context_length", 128);
     b_kv_u32(&b, "llama.vocab_size", 16);
-    b_str(&b, "llama.attention.layer_norm_rms_epsilon");
-    b_u32(&b, TK_GGUF_F32);
-    const float eps = 1e-5f;
-    b_put(&b, &eps, sizeof eps);
+    b_kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
     const uint64_t one = 1;
     char name[32];
     for (int i = 0; i < N; i++) {

@@ -39,7 +39,6 @@ static const tk_tensor *find_t(const tk_source *src, const char *name) {
     return NULL;
 }
 
-
 static int write_file(const char *path, const void *data, size_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;

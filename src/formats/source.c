@@ -40,6 +40,7 @@ static int by_name_then_position(const void *a, const void *b) {
 }
 
 int tk_source_index_tensors(tk_source *src, tk_err *err) {
+    /* one spare entry: a source without tensors must not read as out of memory (malloc(0) may be NULL) */
     src->by_name = malloc(((size_t)src->n_tensors + 1) * sizeof *src->by_name);
     if (!src->by_name) return tk_err_set(err, "out of memory indexing %d tensors", src->n_tensors);
     for (int i = 0; i < src->n_tensors; i++) src->by_name[i] = &src->tensors[i];
