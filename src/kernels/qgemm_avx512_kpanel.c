@@ -1,4 +1,4 @@
-/* AVX-512 + VNNI Q4_K and Q6_K in 16-row panels: the rows in the 16 dword lanes of
+/* AVX-512 + VNNI Q4_K in 16-row panels: the rows in the 16 dword lanes of
  * a zmm (docs/kernels.md, "AVX-512 k-quant panels").  Per 16-byte slice of
  * a super-block the quants of 16 rows are transposed in registers from the
  * original layout (lane i of vector k = bytes 4k..4k+3 of row i, no
@@ -127,81 +127,22 @@ AI void q4k_block(int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, _
     }
 }
 
-/* Q6_K super-block at offset o of the 16 rows: isum[j] with the +32 code
- * offset removed; dw: the rows' d.  Codes q + 32 in 0..63 (4 bits of ql, 2
- * of qh); sub-blocks of 16 elements, signed 8-bit scales.  Bounds:
- * |dot_s| <= 16 * 63 * 128 = 129024, |sc_s * dot_s| < 2^24, the sum of 16
- * < 2^28; the offset 32 * sum_s sc_s * bsum_s (vpdpwssd of (32 sc_2p, 32
- * sc_2p+1), |32 sc| <= 4096, against bsum pair p) < 2^28: isum < 2^29. */
-AI void q6k_block(int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m512i *isum, __m512 *dw) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
-    __m512i v[4], sc[16];
-    kp_transpose(wp, o + 192, v);
-    UNROLL for (int s = 0; s < 16; s++) sc[s] = _mm512_srai_epi32(_mm512_slli_epi32(v[s / 4], 24 - 8 * (s % 4)), 24);
-    uint16_t h[KP_ROWS];
-    UNROLL for (int i = 0; i < KP_ROWS; i++) memcpy(&h[i], wp[i] + o + 208, 2);
-    *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)h));
-    for (int j = 0; j < nt; j++) isum[j] = _mm512_setzero_si512();
-    /* slice (hf, p, g2): ql bytes 64hf + 32g2 + 16p..: low nibbles = elements
-     * 128hf + 32g2 + 16p.. (sub-block s0 = 8hf + 2g2 + p), high = those + 64
-     * (s0 + 4); their 2 high bits at 2g2 and 2g2 + 4 of qh bytes 128 + 32hf + 16p.. */
-    UNROLL for (int hf = 0; hf < 2; hf++) UNROLL for (int p = 0; p < 2; p++) {
-        __m512i hq[4];
-        kp_transpose(wp, o + 128 + 32 * (size_t)hf + 16 * (size_t)p, hq);
-        UNROLL for (int g2 = 0; g2 < 2; g2++) {
-            __m512i ql[4], lo[4], hi[4];
-            kp_transpose(wp, o + 64 * (size_t)hf + 32 * (size_t)g2 + 16 * (size_t)p, ql);
-            UNROLL for (int k = 0; k < 4; k++) {
-                const __m512i b0 = g2 ? _mm512_slli_epi16(hq[k], 2) : _mm512_slli_epi16(hq[k], 4);
-                const __m512i b1 = g2 ? _mm512_srli_epi16(hq[k], 2) : hq[k];
-                lo[k] = _mm512_or_si512(_mm512_and_si512(ql[k], m4), _mm512_and_si512(b0, m30));
-                hi[k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql[k], 4), m4), _mm512_and_si512(b1, m30));
-            }
-            const int s0 = 8 * hf + 2 * g2 + p;
-            for (int j = 0; j < nt; j++) {
-                const bptr a = ap[j] + ao + 4 + 128 * (size_t)hf + 32 * (size_t)g2 + 16 * (size_t)p;
-                __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
-                UNROLL for (int k = 0; k < 4; k++) {
-                    d0 = _mm512_dpbusd_epi32(d0, lo[k], kp_bcast(a + 4 * k));
-                    d1 = _mm512_dpbusd_epi32(d1, hi[k], kp_bcast(a + 64 + 4 * k));
-                }
-                isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(d0, sc[s0]), _mm512_mullo_epi32(d1, sc[s0 + 4])));
-            }
-        }
-    }
-    __m512i wq[8];
-    UNROLL for (int q = 0; q < 8; q++)
-        wq[q] = _mm512_or_si512(_mm512_and_si512(_mm512_slli_epi32(sc[2 * q], 5), _mm512_set1_epi32(0xFFFF)),
-                                _mm512_slli_epi32(sc[2 * q + 1], 21));
-    for (int j = 0; j < nt; j++) {
-        const bptr b = ap[j] + ao + 260;
-        __m512i m = _mm512_setzero_si512();
-        UNROLL for (int q = 0; q < 8; q++) m = _mm512_dpwssd_epi32(m, wq[q], kp_bcast(b + 4 * (size_t)q));
-        isum[j] = _mm512_sub_epi32(isum[j], m);
-    }
-}
-
-/* Rows wp[0..16) of type T (KP_Q4, KP_Q6), tokens ap[0..nt), nb
- * super-blocks; acc[j] lane i = row i.  pf: prefetch distance (the next
- * panel) or 0. */
-enum { KP_Q4, KP_Q6 };
-
-AI void kpanel(const int T, int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf, __m512 *acc) {
-    const size_t wb = T == KP_Q4 ? 144 : 210;
+/* Rows wp[0..16), tokens ap[0..nt), nb super-blocks; acc[j] lane i = row i.
+ * pf: prefetch distance (the next panel) or 0. */
+AI void q4k_panel(int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf, __m512 *acc) {
     __m512i isum[KP_NT], msum[KP_NT];
     for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const size_t o = wb * (size_t)b, ao = QKA * (size_t)b;
+        const size_t o = 144 * (size_t)b, ao = QKA * (size_t)b;
         if (pf)
-            for (size_t k = 0; k < wb; k += 64)
+            for (size_t k = 0; k < 144; k += 64)
                 UNROLL for (int i = 0; i < KP_ROWS; i++) _mm_prefetch((const char *)(wp[i] + o + pf + k), _MM_HINT_T0);
-        __m512 dw, dm = _mm512_setzero_ps();
-        if (T == KP_Q4) q4k_block(nt, wp, o, ap, ao, isum, msum, &dw, &dm);
-        else q6k_block(nt, wp, o, ap, ao, isum, &dw);
+        __m512 dw, dm;
+        q4k_block(nt, wp, o, ap, ao, isum, msum, &dw, &dm);
         for (int j = 0; j < nt; j++) {
             const __m512 da = _mm512_set1_ps(kp_ldf(ap[j] + ao));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, da), acc[j]);
-            if (T == KP_Q4) acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[j]), _mm512_mul_ps(dm, da), acc[j]);
+            acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[j]), _mm512_mul_ps(dm, da), acc[j]);
         }
     }
 }
@@ -209,7 +150,7 @@ AI void kpanel(const int T, int nt, const bptr *wp, const bptr *ap, int64_t nb, 
 /* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),
  * passes of up to KP_NT tokens; one token takes the instantiation with its
  * accumulators in registers. */
-AI void kpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb,
+static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb,
                              int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 256;
     const uint8_t *W = w, *A = act;
@@ -228,8 +169,8 @@ AI void kpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
                 __m512 acc[KP_NT];
                 /* the first pass prefetches the next panel (decode streams it from DRAM) */
                 const size_t pf = t == t0 && r + KP_ROWS < r1 ? KP_ROWS * wrb : 0;
-                if (nt == 1) kpanel(T, 1, wp, ap, nb, pf, acc);
-                else kpanel(T, nt, wp, ap, nb, pf, acc);
+                if (nt == 1) q4k_panel(1, wp, ap, nb, pf, acc);
+                else q4k_panel(nt, wp, ap, nb, pf, acc);
                 for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(y + (t + j) * ldy + r, keep, acc[j]);
                 t += nt;
             }
@@ -237,19 +178,10 @@ AI void kpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
     }
 }
 
-#define KPANEL_GEMM(NAME, T)                                                                                     \
-    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
-                     int n_tok, float *y, int64_t ldy) {                                                         \
-        kpanel_gemm(T, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                              \
-    }
-KPANEL_GEMM(q4_K_kpanel_gemm, KP_Q4)
-KPANEL_GEMM(q6_K_kpanel_gemm, KP_Q6)
-
 #define KP_KERNEL(WT, NAME, GEMM) \
     [WT] = {WT, TK_Q8_K, TK_ISA_AVX512, NAME "/avx512", tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K, GEMM}
 static const tk_qkernel kpanel_kernels[TK_DTYPE_LIMIT] = {
     KP_KERNEL(TK_Q4_K, "Q4_K", q4_K_kpanel_gemm),
-    KP_KERNEL(TK_Q6_K, "Q6_K", q6_K_kpanel_gemm),
 };
 
 const tk_qkernel *tk_qkernel_avx512_kpanel(tk_dtype wtype) { return tk_qkernel_pick(kpanel_kernels, wtype); }
