@@ -529,7 +529,14 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 #define NT_F 4
 #endif
 
-GEMM_KERNELS(tk_qkernel_avx512)
+static const tk_qkernel *tiled_kernel(tk_dtype wtype);
+GEMM_KERNELS(tiled_kernel)
+
+/* The 16-row panels (qgemm_avx512_kpanel.c) replace the tiled kernels of their types. */
+const tk_qkernel *tk_qkernel_avx512(tk_dtype wtype) {
+    const tk_qkernel *p = tk_qkernel_avx512_kpanel(wtype);
+    return p ? p : tiled_kernel(wtype);
+}
 
 #else
 

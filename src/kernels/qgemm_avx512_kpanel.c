@@ -1,0 +1,200 @@
+/* AVX-512 + VNNI Q4_K in 16-row panels: the rows in the 16 dword lanes of
+ * a zmm (docs/kernels.md, "AVX-512 k-quant panels").  Per 16-byte slice of
+ * a super-block the quants of 16 rows are transposed in registers from the
+ * original layout (lane i of vector k = bytes 4k..4k+3 of row i, no
+ * repacking), unpacked once and used for up to NT_P tokens; each 4
+ * activation bytes of a token are broadcast (the {1to16} operand of
+ * vpdpbusd), so one vpdpbusd does 4 elements of 16 rows.
+ *
+ * Per super-block and lane (one row, one token):
+ *   dot_s = sum over sub-block s (32 elements) of code * a   (vpdpbusd)
+ *   isum  = sum_s sc_s * dot_s                                (vpmulld)
+ *   msum  = sum_s min_s * (bsum_2s + bsum_2s+1)               (vpdpwssd)
+ *   acc   = fma(float(isum), d * da, acc); acc = fnmadd(float(msum), dmin * da, acc)
+ * the same float steps in the same order as the AVX2 panels.  Super-blocks
+ * go in order and every lane runs the same instructions, so a (row, token)
+ * result depends on nothing but its row and its token: not the batch, the
+ * token pass, the panel a row falls in or the row split.
+ *
+ * Bounds (codes 0..15, Q8_K quants |a| <= 128, 6-bit sc and min <= 63):
+ *   vpdpbusd sums exactly in int32 (no saturation): |dot_s| <= 32 * 15 * 128
+ *   = 61440; |sc_s * dot_s| <= 3870720; |isum| <= 8 * that < 2^25.
+ *   vpdpwssd: bsums are 16-element sums, |bsum| <= 2048; each pair product
+ *   <= 63 * 2048 * 2, |msum| <= 8 * 63 * 4096 < 2^21.  All exact. */
+#include "qgemm_impl.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VNNI__)
+
+#include <immintrin.h>
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+typedef const uint8_t *bptr;
+
+enum { KP_ROWS = 16, KP_NT = 32, QKA = 292 }; /* rows per panel, tokens per pass, sizeof(tk_block_q8_K) */
+#define KP_CHUNK_BYTES (256 * 1024)            /* activations of a token chunk, kept in L2 */
+
+AI uint32_t kp_ld32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+AI float kp_ldf(const void *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+AI __m128i kp_ldx(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+AI __m512i kp_bcast(bptr p) { return _mm512_set1_epi32((int)kp_ld32(p)); }
+
+/* 16 bytes at byte offset o of 16 rows -> v[k], dword lane i = dword k of row i. */
+AI void kp_transpose(const bptr *wp, size_t o, __m512i v[4]) {
+    __m512i r[4];
+    UNROLL for (int i = 0; i < 4; i++) {
+        __m512i z = _mm512_castsi128_si512(kp_ldx(wp[i] + o));
+        z = _mm512_inserti32x4(z, kp_ldx(wp[i + 4] + o), 1);
+        z = _mm512_inserti32x4(z, kp_ldx(wp[i + 8] + o), 2);
+        r[i] = _mm512_inserti32x4(z, kp_ldx(wp[i + 12] + o), 3);
+    }
+    /* 128-bit lane L of r[i] = row i + 4L; the 4x4 dword transpose per lane */
+    const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+    v[0] = _mm512_unpacklo_epi64(t0, t2);
+    v[1] = _mm512_unpackhi_epi64(t0, t2);
+    v[2] = _mm512_unpacklo_epi64(t1, t3);
+    v[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* Byte b of each dword, zero-extended. */
+AI __m512i kp_byte(__m512i v, int b) { return _mm512_and_si512(_mm512_srli_epi32(v, 8 * b), _mm512_set1_epi32(0xFF)); }
+
+/* A value below 2^16 in both int16 halves of its dword. */
+AI __m512i kp_twice(__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 16)); }
+
+/* Q4_K super-block at offset o of the 16 rows, tokens ap[0..nt) at block
+ * offset ao: isum[j], msum[j]; dw, dm: the rows' d and dmin. */
+AI void q4k_block(int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m512i *isum, __m512i *msum,
+                  __m512 *dw, __m512 *dm) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512i v[4];
+    kp_transpose(wp, o, v); /* d|dmin, then the 12 scale bytes as dwords u0 u1 u2: tk_qkernel_k4_scales64 lane-wise */
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v[0]));
+    *dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v[0], 16)));
+    const __m512i lo6 = _mm512_set1_epi8(0x3F), lo2 = _mm512_set1_epi8(3);
+    const __m512i s03 = _mm512_and_si512(v[1], lo6), m03 = _mm512_and_si512(v[2], lo6);
+    const __m512i s47 = _mm512_or_si512(_mm512_and_si512(v[3], m4),
+                                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(v[1], 6), lo2), 4));
+    const __m512i m47 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v[3], 4), m4),
+                                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(v[2], 6), lo2), 4));
+    for (int j = 0; j < nt; j++) isum[j] = _mm512_setzero_si512();
+    /* sub-blocks 2c and 2c+1: qs bytes 32c..32c+31, two 16-byte slices p:
+     * low nibbles = elements 64c + 16p.. (2c), high = 64c + 32 + 16p.. (2c+1) */
+    UNROLL for (int c = 0; c < 4; c++) {
+        __m512i lo[8], hi[8];
+        UNROLL for (int p = 0; p < 2; p++) {
+            __m512i q[4];
+            kp_transpose(wp, o + 16 + 32 * (size_t)c + 16 * (size_t)p, q);
+            UNROLL for (int k = 0; k < 4; k++) {
+                lo[4 * p + k] = _mm512_and_si512(q[k], m4);
+                hi[4 * p + k] = _mm512_and_si512(_mm512_srli_epi16(q[k], 4), m4);
+            }
+        }
+        const __m512i sc0 = kp_byte(c < 2 ? s03 : s47, 2 * c % 4), sc1 = kp_byte(c < 2 ? s03 : s47, 2 * c % 4 + 1);
+        for (int j = 0; j < nt; j++) {
+            const bptr a = ap[j] + ao + 4 + 64 * (size_t)c;
+            __m512i d0 = _mm512_setzero_si512(), d1 = _mm512_setzero_si512();
+            UNROLL for (int k = 0; k < 8; k++) {
+                const size_t e = 16 * (size_t)(k / 4) + 4 * (size_t)(k % 4);
+                d0 = _mm512_dpbusd_epi32(d0, lo[k], kp_bcast(a + e));
+                d1 = _mm512_dpbusd_epi32(d1, hi[k], kp_bcast(a + 32 + e));
+            }
+            isum[j] = _mm512_add_epi32(isum[j], _mm512_add_epi32(_mm512_mullo_epi32(d0, sc0), _mm512_mullo_epi32(d1, sc1)));
+        }
+    }
+    /* min s in both int16 halves of its lane, against bsum pair s */
+    __m512i wq[8];
+    UNROLL for (int s = 0; s < 4; s++) {
+        wq[s] = kp_twice(kp_byte(m03, s));
+        wq[s + 4] = kp_twice(kp_byte(m47, s));
+    }
+    for (int j = 0; j < nt; j++) {
+        const bptr b = ap[j] + ao + 260;
+        __m512i m = _mm512_setzero_si512();
+        UNROLL for (int s = 0; s < 8; s++) m = _mm512_dpwssd_epi32(m, wq[s], kp_bcast(b + 4 * (size_t)s));
+        msum[j] = m;
+    }
+}
+
+/* Rows wp[0..16), tokens ap[0..nt), nb super-blocks; acc[j] lane i = row i.
+ * next: the next panel or NULL; its first 16 x 144 x nb bytes (all of it
+ * when rows are not padded) are prefetched.
+ * Each super-block step prefetches the next panel's bytes linearly, 16 x
+ * 144 of them: the panel arrives in order as the hardware prefetchers
+ * expect it (per-row prefetches, 16 streams at once, read 15-25 % slower
+ * from DRAM in bench_qgemm decode). */
+AI void q4k_panel(int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, __m512 *acc) {
+    __m512i isum[KP_NT], msum[KP_NT];
+    for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = 144 * (size_t)b, ao = QKA * (size_t)b;
+        if (next)
+            for (size_t k = 0; k < 144 * KP_ROWS; k += 64) _mm_prefetch((const char *)(next + KP_ROWS * o + k), _MM_HINT_T0);
+        __m512 dw, dm;
+        q4k_block(nt, wp, o, ap, ao, isum, msum, &dw, &dm);
+        for (int j = 0; j < nt; j++) {
+            const __m512 da = _mm512_set1_ps(kp_ldf(ap[j] + ao));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, da), acc[j]);
+            acc[j] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(msum[j]), _mm512_mul_ps(dm, da), acc[j]);
+        }
+    }
+}
+
+/* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),
+ * passes of up to KP_NT tokens; one token takes the instantiation with its
+ * accumulators in registers. */
+static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb,
+                             int n_tok, float *y, int64_t ldy) {
+    const int64_t nb = n / 256;
+    const uint8_t *W = w, *A = act;
+    int64_t chunk = (int64_t)KP_CHUNK_BYTES / (int64_t)(arb ? arb : 1);
+    chunk = chunk > KP_NT ? chunk / KP_NT * KP_NT : chunk < 1 ? 1 : chunk;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+        for (int64_t r = r0; r < r1; r += KP_ROWS) {
+            bptr wp[KP_ROWS];
+            for (int i = 0; i < KP_ROWS; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+            const __mmask16 keep = r + KP_ROWS <= r1 ? (__mmask16)0xFFFF : (__mmask16)((1u << (r1 - r)) - 1);
+            for (int64_t t = t0; t < t1;) {
+                const int nt = t1 - t >= KP_NT ? KP_NT : (int)(t1 - t);
+                bptr ap[KP_NT];
+                for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
+                __m512 acc[KP_NT];
+                /* the first pass prefetches the next panel (decode streams it from DRAM) */
+                const bptr next = t == t0 && r + KP_ROWS < r1 ? wp[0] + KP_ROWS * wrb : NULL;
+                if (nt == 1) q4k_panel(1, wp, ap, nb, next, acc);
+                else q4k_panel(nt, wp, ap, nb, next, acc);
+                for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(y + (t + j) * ldy + r, keep, acc[j]);
+                t += nt;
+            }
+        }
+    }
+}
+
+#define KP_KERNEL(WT, NAME, GEMM) \
+    [WT] = {WT, TK_Q8_K, TK_ISA_AVX512, NAME "/avx512", tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K, GEMM}
+static const tk_qkernel kpanel_kernels[TK_DTYPE_LIMIT] = {
+    KP_KERNEL(TK_Q4_K, "Q4_K", q4_K_kpanel_gemm),
+};
+
+const tk_qkernel *tk_qkernel_avx512_kpanel(tk_dtype wtype) { return tk_qkernel_pick(kpanel_kernels, wtype); }
+
+#else
+
+const tk_qkernel *tk_qkernel_avx512_kpanel(tk_dtype wtype) {
+    (void)wtype;
+    return NULL;
+}
+
+#endif
