@@ -1,12 +1,13 @@
-/* AVX-512 + VNNI Q4_0 and Q8_0 in 16-row panels (docs/kernels.md, "AVX-512
+/* AVX-512 + VNNI Q4_0, Q8_0 and IQ4_NL in 16-row panels (docs/kernels.md, "AVX-512
  * panels"): the rows in the 16 dword lanes of a zmm, each block's quants of
  * 16 rows transposed in registers from the original layout
  * (qgemm_avx512_panel.h), unpacked once and used for up to KP_NT tokens;
  * each 4 activation bytes of a token are broadcast, so one vpdpbusd does 4
  * elements of 16 rows.  vpdpbusd takes unsigned weights: Q4_0's codes
- * 0..15 as they are, Q8_0's quants + 128 (the sign bit flipped); the
- * offset (8 or 128 times the sum of the token's block quants, computed once
- * per token chunk) is subtracted from the integer.
+ * 0..15 as they are, Q8_0's quants + 128 (the sign bit flipped), IQ4_NL's
+ * code-book values + 128 (one vpshufb of the codes); the offset (8 or 128
+ * times the sum of the token's block quants, computed once per token
+ * chunk) is subtracted from the integer.
  *
  * Per block and lane (one row, one token), with the Q8_0 activations:
  *   isum = sum of code * a - offset * sum(a)     (exact in int32)
@@ -27,7 +28,7 @@
 
 #include "qgemm_avx512_panel.h"
 
-enum { LP_Q4_0, LP_Q8_0 };
+enum { LP_Q4_0, LP_Q8_0, LP_IQ4_NL };
 enum { QA_BYTES = 34, TOKDATA_MAX = 4096 }; /* sizeof(tk_block_q8_0); token-blocks of one chunk's data */
 
 typedef struct tokblk {
@@ -47,8 +48,9 @@ AI float lp_ldh(const void *p) {
  * step, as the k-quant panels do). */
 AI void lpanel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs, int64_t nb,
                bptr next, __m512 *acc) {
-    const size_t wb = T == LP_Q4_0 ? 18 : 34;
+    const size_t wb = T == LP_Q8_0 ? 34 : 18;
     const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i book = _mm512_xor_si512(_mm512_broadcast_i32x4(kp_ldx(tk_kvalues_iq4nl)), flip); /* values + 128 */
     for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b;
@@ -56,14 +58,18 @@ AI void lpanel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const to
         const tokblk *tk = tb + tbs * (size_t)b;
         if (next)
             for (size_t k = 0; k < wb * KP_ROWS; k += 64) _mm_prefetch((const char *)(next + KP_ROWS * o + k), _MM_HINT_T0);
-        /* q[k]: elements 4k..4k+3 of each row (Q4_0: low nibbles = 0..15, high = 16..31) */
+        /* q[k]: elements 4k..4k+3 of each row (4-bit codes: low nibbles = 0..15, high = 16..31) */
         __m512i q[8];
-        if (T == LP_Q4_0) {
+        if (T != LP_Q8_0) {
             __m512i v[4];
             kp_transpose(wp, o + 2, v);
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm512_and_si512(v[k], m4);
                 q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), m4);
+                if (T == LP_IQ4_NL) {
+                    q[k] = _mm512_shuffle_epi8(book, q[k]);
+                    q[k + 4] = _mm512_shuffle_epi8(book, q[k + 4]);
+                }
             }
         } else {
             kp_transpose(wp, o + 2, q);
@@ -90,7 +96,7 @@ AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
                     size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
     if (nb == 0 || nb > TOKDATA_MAX) {
-        tk_qkernel_avx512_tiled(T == LP_Q4_0 ? TK_Q4_0 : TK_Q8_0)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+        tk_qkernel_avx512_tiled(T == LP_Q4_0 ? TK_Q4_0 : T == LP_Q8_0 ? TK_Q8_0 : TK_IQ4_NL)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
         return;
     }
     tokblk td[TOKDATA_MAX];
@@ -140,12 +146,14 @@ AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
     }
 LPANEL_GEMM(q4_0_lpanel_gemm, LP_Q4_0)
 LPANEL_GEMM(q8_0_lpanel_gemm, LP_Q8_0)
+LPANEL_GEMM(iq4_nl_lpanel_gemm, LP_IQ4_NL)
 
 #define LP_KERNEL(WT, NAME, GEMM) \
     [WT] = {WT, TK_Q8_0, TK_ISA_AVX512, NAME "/avx512", TK_QKERNEL_SIMD_PACK_Q8_0, GEMM}
 static const tk_qkernel lpanel_kernels[TK_DTYPE_LIMIT] = {
     LP_KERNEL(TK_Q4_0, "Q4_0", q4_0_lpanel_gemm),
     LP_KERNEL(TK_Q8_0, "Q8_0", q8_0_lpanel_gemm),
+    LP_KERNEL(TK_IQ4_NL, "IQ4_NL", iq4_nl_lpanel_gemm),
 };
 
 const tk_qkernel *tk_qkernel_avx512_lpanel(tk_dtype wtype) { return tk_qkernel_pick(lpanel_kernels, wtype); }
