@@ -532,15 +532,24 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 static const tk_qkernel *tiled_kernel(tk_dtype wtype);
 GEMM_KERNELS(tiled_kernel)
 
-/* The 16-row panels (qgemm_avx512_kpanel.c) replace the tiled kernels of their types. */
+const tk_qkernel *tk_qkernel_avx512_tiled(tk_dtype wtype) { return tiled_kernel(wtype); }
+
+/* The 16-row panels (qgemm_avx512_kpanel.c, qgemm_avx512_lpanel.c) replace
+ * the tiled kernels of their types. */
 const tk_qkernel *tk_qkernel_avx512(tk_dtype wtype) {
     const tk_qkernel *p = tk_qkernel_avx512_kpanel(wtype);
+    if (!p) p = tk_qkernel_avx512_lpanel(wtype);
     return p ? p : tiled_kernel(wtype);
 }
 
 #else
 
 const tk_qkernel *tk_qkernel_avx512(tk_dtype wtype) {
+    (void)wtype;
+    return NULL;
+}
+
+const tk_qkernel *tk_qkernel_avx512_tiled(tk_dtype wtype) {
     (void)wtype;
     return NULL;
 }

@@ -26,46 +26,10 @@
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
     defined(__AVX512VNNI__)
 
-#include <immintrin.h>
+#include "qgemm_avx512_panel.h"
 
-#define AI static inline __attribute__((always_inline))
-#define UNROLL _Pragma("GCC unroll 16")
-
-typedef const uint8_t *bptr;
-
-enum { KP_ROWS = 16, KP_NT = 32, QKA = 292 }; /* rows per panel, tokens per pass, sizeof(tk_block_q8_K) */
-#define KP_CHUNK_BYTES (256 * 1024)            /* activations of a token chunk, kept in L2 */
-
-AI uint32_t kp_ld32(const void *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-AI float kp_ldf(const void *p) {
-    float f;
-    memcpy(&f, p, 4);
-    return f;
-}
-AI __m128i kp_ldx(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
-AI __m512i kp_bcast(bptr p) { return _mm512_set1_epi32((int)kp_ld32(p)); }
-
-/* 16 bytes at byte offset o of 16 rows -> v[k], dword lane i = dword k of row i. */
-AI void kp_transpose(const bptr *wp, size_t o, __m512i v[4]) {
-    __m512i r[4];
-    UNROLL for (int i = 0; i < 4; i++) {
-        __m512i z = _mm512_castsi128_si512(kp_ldx(wp[i] + o));
-        z = _mm512_inserti32x4(z, kp_ldx(wp[i + 4] + o), 1);
-        z = _mm512_inserti32x4(z, kp_ldx(wp[i + 8] + o), 2);
-        r[i] = _mm512_inserti32x4(z, kp_ldx(wp[i + 12] + o), 3);
-    }
-    /* 128-bit lane L of r[i] = row i + 4L; the 4x4 dword transpose per lane */
-    const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
-    v[0] = _mm512_unpacklo_epi64(t0, t2);
-    v[1] = _mm512_unpackhi_epi64(t0, t2);
-    v[2] = _mm512_unpacklo_epi64(t1, t3);
-    v[3] = _mm512_unpackhi_epi64(t1, t3);
-}
+enum { QKA = 292 };                 /* sizeof(tk_block_q8_K) */
+#define KP_CHUNK_BYTES (256 * 1024) /* activations of a token chunk, kept in L2 */
 
 /* Byte b of each dword, zero-extended. */
 AI __m512i kp_byte(__m512i v, int b) { return _mm512_and_si512(_mm512_srli_epi32(v, 8 * b), _mm512_set1_epi32(0xFF)); }

@@ -13,6 +13,8 @@ const tk_qkernel *tk_qkernel_scalar(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx512(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx512_kpanel(tk_dtype wtype); /* 16-row k-quant panels, used by tk_qkernel_avx512 */
+const tk_qkernel *tk_qkernel_avx512_lpanel(tk_dtype wtype); /* 16-row Q4_0 / Q8_0 panels, used by tk_qkernel_avx512 */
+const tk_qkernel *tk_qkernel_avx512_tiled(tk_dtype wtype);  /* the row-tiled kernels alone */
 const tk_qkernel *tk_qkernel_amx(tk_dtype wtype); /* Q4_0, Q8_0 */
 /* arm64: the dotprod kernels when the CPU has them, else plain NEON */
 const tk_qkernel *tk_qkernel_neon(tk_dtype wtype);

@@ -1,0 +1,168 @@
+/* AVX-512 + VNNI Q4_0, Q8_0 and IQ4_NL in 16-row panels (docs/kernels.md, "AVX-512
+ * panels"): the rows in the 16 dword lanes of a zmm, each block's quants of
+ * 16 rows transposed in registers from the original layout
+ * (qgemm_avx512_panel.h), unpacked once and used for up to KP_NT tokens;
+ * each 4 activation bytes of a token are broadcast, so one vpdpbusd does 4
+ * elements of 16 rows.  vpdpbusd takes unsigned weights: Q4_0's codes
+ * 0..15 as they are, Q8_0's quants + 128 (the sign bit flipped), IQ4_NL's
+ * code-book values + 128 (one vpshufb of the codes); the offset (8 or 128
+ * times the sum of the token's block quants, computed once per token
+ * chunk) is subtracted from the integer.
+ *
+ * Per block and lane (one row, one token), with the Q8_0 activations:
+ *   isum = sum of code * a - offset * sum(a)     (exact in int32)
+ *   acc  = fma(float(isum), d_w * d_a, acc)
+ * blocks in order, every lane the same instructions: a (row, token) result
+ * depends on nothing but its row and its token, not the batch, the token
+ * pass, the panel a row falls in or the row split.  Rows of more than
+ * TOKDATA_MAX blocks take the tiled kernel (a choice made by the row length
+ * alone, so still the same bits for every batch and split).
+ *
+ * Bounds (|a| <= 127): vpdpbusd sums 4 products of at most 255 * 127 per
+ * lane; a block's sum is at most 32 * 255 * 127 < 2^20 and the offset term
+ * 128 * 32 * 127 < 2^19: exact, and exact again as a float (< 2^24). */
+#include "qgemm_impl.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VNNI__)
+
+#include "qgemm_avx512_panel.h"
+
+enum { LP_Q4_0, LP_Q8_0, LP_IQ4_NL };
+enum { QA_BYTES = 34, TOKDATA_MAX = 4096 }; /* sizeof(tk_block_q8_0); token-blocks of one chunk's data */
+
+typedef struct tokblk {
+    float d;     /* the activation block's scale */
+    int32_t off; /* the weights' offset (8 or 128) times the sum of its quants */
+} tokblk;
+
+AI float lp_ldh(const void *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* Rows wp[0..16) of type T, tokens j = 0..nt at a + j * arb, their data of
+ * block b at tb[b * tbs + j]; acc[j] lane i = row i.  next: the next panel
+ * or NULL, prefetched linearly (one block's worth of its 16 rows per block
+ * step, as the k-quant panels do). */
+AI void lpanel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs, int64_t nb,
+               bptr next, __m512 *acc) {
+    const size_t wb = T == LP_Q8_0 ? 34 : 18;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i book = _mm512_xor_si512(_mm512_broadcast_i32x4(kp_ldx(tk_kvalues_iq4nl)), flip); /* values + 128 */
+    for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = wb * (size_t)b;
+        const bptr ablk = a + QA_BYTES * (size_t)b + 2;
+        const tokblk *tk = tb + tbs * (size_t)b;
+        if (next)
+            for (size_t k = 0; k < wb * KP_ROWS; k += 64) _mm_prefetch((const char *)(next + KP_ROWS * o + k), _MM_HINT_T0);
+        /* q[k]: elements 4k..4k+3 of each row (4-bit codes: low nibbles = 0..15, high = 16..31) */
+        __m512i q[8];
+        if (T != LP_Q8_0) {
+            __m512i v[4];
+            kp_transpose(wp, o + 2, v);
+            UNROLL for (int k = 0; k < 4; k++) {
+                q[k] = _mm512_and_si512(v[k], m4);
+                q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), m4);
+                if (T == LP_IQ4_NL) {
+                    q[k] = _mm512_shuffle_epi8(book, q[k]);
+                    q[k + 4] = _mm512_shuffle_epi8(book, q[k + 4]);
+                }
+            }
+        } else {
+            kp_transpose(wp, o + 2, q);
+            kp_transpose(wp, o + 18, q + 4);
+            UNROLL for (int k = 0; k < 8; k++) q[k] = _mm512_xor_si512(q[k], flip);
+        }
+        const __m512 dw = kp_halves(wp, o);
+        for (int j = 0; j < nt; j++) {
+            const bptr aj = ablk + arb * (size_t)j;
+            __m512i isum = _mm512_setzero_si512();
+            UNROLL for (int k = 0; k < 8; k++) isum = _mm512_dpbusd_epi32(isum, q[k], kp_bcast(aj + 4 * k));
+            isum = _mm512_sub_epi32(isum, _mm512_set1_epi32(tk[j].off));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(tk[j].d)), acc[j]);
+        }
+    }
+}
+
+/* Token chunks of at most TOKDATA_MAX token-blocks (their scale and offset
+ * in a stack buffer, block-major: a pass reads one run of it per block),
+ * 16-row panels (the last repeats row r1 - 1, never stored), passes of up
+ * to KP_NT tokens; one token takes the instantiation with its accumulators
+ * in registers. */
+AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+                    size_t arb, int n_tok, float *y, int64_t ldy) {
+    const int64_t nb = n / 32;
+    if (nb == 0 || nb > TOKDATA_MAX) {
+        tk_qkernel_avx512_tiled(T == LP_Q4_0 ? TK_Q4_0 : T == LP_Q8_0 ? TK_Q8_0 : TK_IQ4_NL)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+        return;
+    }
+    tokblk td[TOKDATA_MAX];
+    const uint8_t *W = w, *A = act;
+    const int32_t offset = T == LP_Q4_0 ? 8 : 128;
+    int64_t chunk = TOKDATA_MAX / nb;
+    if (chunk > KP_NT) chunk = chunk / KP_NT * KP_NT;
+    for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
+        const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
+        for (int64_t t = t0; t < t1; t++)
+            for (int64_t b = 0; b < nb; b++) {
+                const bptr blk = A + (size_t)t * arb + QA_BYTES * (size_t)b;
+                /* the sum of the 32 quants: |sum| of (a + 128) by vpsadbw, less 32 * 128 */
+                const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
+                                                                   _mm256_set1_epi8((char)0x80)),
+                                                  _mm256_setzero_si256());
+                const __m128i s2 = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+                const int32_t sum = (int32_t)(_mm_cvtsi128_si32(s2) + _mm_extract_epi32(s2, 2)) - 32 * 128;
+                tokblk *tb = &td[b * (t1 - t0) + (t - t0)];
+                tb->d = lp_ldh(blk);
+                tb->off = offset * sum;
+            }
+        for (int64_t r = r0; r < r1; r += KP_ROWS) {
+            bptr wp[KP_ROWS];
+            for (int i = 0; i < KP_ROWS; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+            const __mmask16 keep = r + KP_ROWS <= r1 ? (__mmask16)0xFFFF : (__mmask16)((1u << (r1 - r)) - 1);
+            for (int64_t t = t0; t < t1;) {
+                const int nt = t1 - t >= KP_NT ? KP_NT : (int)(t1 - t);
+                __m512 acc[KP_NT];
+                /* the first pass prefetches the next panel (decode streams it from DRAM) */
+                const bptr next = t == t0 && r + KP_ROWS < r1 ? wp[0] + KP_ROWS * wrb : NULL;
+                const bptr a = A + (size_t)t * arb;
+                const tokblk *tb = td + (t - t0);
+                if (nt == 1) lpanel(T, 1, wp, a, arb, tb, (size_t)(t1 - t0), nb, next, acc);
+                else lpanel(T, nt, wp, a, arb, tb, (size_t)(t1 - t0), nb, next, acc);
+                for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(y + (t + j) * ldy + r, keep, acc[j]);
+                t += nt;
+            }
+        }
+    }
+}
+
+#define LPANEL_GEMM(NAME, T)                                                                                     \
+    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
+                     int n_tok, float *y, int64_t ldy) {                                                         \
+        lpanel_gemm(T, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                              \
+    }
+LPANEL_GEMM(q4_0_lpanel_gemm, LP_Q4_0)
+LPANEL_GEMM(q8_0_lpanel_gemm, LP_Q8_0)
+LPANEL_GEMM(iq4_nl_lpanel_gemm, LP_IQ4_NL)
+
+#define LP_KERNEL(WT, NAME, GEMM) \
+    [WT] = {WT, TK_Q8_0, TK_ISA_AVX512, NAME "/avx512", TK_QKERNEL_SIMD_PACK_Q8_0, GEMM}
+static const tk_qkernel lpanel_kernels[TK_DTYPE_LIMIT] = {
+    LP_KERNEL(TK_Q4_0, "Q4_0", q4_0_lpanel_gemm),
+    LP_KERNEL(TK_Q8_0, "Q8_0", q8_0_lpanel_gemm),
+    LP_KERNEL(TK_IQ4_NL, "IQ4_NL", iq4_nl_lpanel_gemm),
+};
+
+const tk_qkernel *tk_qkernel_avx512_lpanel(tk_dtype wtype) { return tk_qkernel_pick(lpanel_kernels, wtype); }
+
+#else
+
+const tk_qkernel *tk_qkernel_avx512_lpanel(tk_dtype wtype) {
+    (void)wtype;
+    return NULL;
+}
+
+#endif

@@ -1,0 +1,63 @@
+/* Helpers of the AVX-512 16-row panel kernels (qgemm_avx512_kpanel.c: the
+ * k-quants, qgemm_avx512_lpanel.c: the 32-element block types): rows in the
+ * 16 dword lanes of a zmm, their bytes transposed in registers from the
+ * original layout.  Included inside each file's AVX-512 guard. */
+#ifndef TK_QGEMM_AVX512_PANEL_H
+#define TK_QGEMM_AVX512_PANEL_H
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "qgemm_impl.h"
+
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+typedef const uint8_t *bptr;
+
+enum { KP_ROWS = 16, KP_NT = 32 }; /* rows per panel, tokens per pass */
+
+AI uint32_t kp_ld32(const void *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+AI float kp_ldf(const void *p) {
+    float f;
+    memcpy(&f, p, 4);
+    return f;
+}
+AI __m128i kp_ldx(const void *p) { return _mm_loadu_si128((const __m128i *)p); }
+AI __m512i kp_bcast(bptr p) { return _mm512_set1_epi32((int)kp_ld32(p)); }
+
+/* 16 bytes at byte offset o of 16 rows -> v[k], dword lane i = dword k of row i. */
+AI void kp_transpose(const bptr *wp, size_t o, __m512i v[4]) {
+    __m512i r[4];
+    UNROLL for (int i = 0; i < 4; i++) {
+        __m512i z = _mm512_castsi128_si512(kp_ldx(wp[i] + o));
+        z = _mm512_inserti32x4(z, kp_ldx(wp[i + 4] + o), 1);
+        z = _mm512_inserti32x4(z, kp_ldx(wp[i + 8] + o), 2);
+        r[i] = _mm512_inserti32x4(z, kp_ldx(wp[i + 12] + o), 3);
+    }
+    /* 128-bit lane L of r[i] = row i + 4L; the 4x4 dword transpose per lane */
+    const __m512i t0 = _mm512_unpacklo_epi32(r[0], r[1]), t1 = _mm512_unpackhi_epi32(r[0], r[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(r[2], r[3]), t3 = _mm512_unpackhi_epi32(r[2], r[3]);
+    v[0] = _mm512_unpacklo_epi64(t0, t2);
+    v[1] = _mm512_unpackhi_epi64(t0, t2);
+    v[2] = _mm512_unpacklo_epi64(t1, t3);
+    v[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* The f16 at byte offset o of each of the 16 rows -> 16 floats, lane i = row i. */
+AI __m512 kp_halves(const bptr *wp, size_t o) {
+    uint64_t h[4];
+    UNROLL for (int q = 0; q < 4; q++) {
+        uint16_t x[4];
+        UNROLL for (int i = 0; i < 4; i++) memcpy(&x[i], wp[4 * q + i] + o, 2);
+        h[q] = (uint64_t)x[0] | (uint64_t)x[1] << 16 | (uint64_t)x[2] << 32 | (uint64_t)x[3] << 48;
+    }
+    const __m256i v = _mm256_setr_epi64x((long long)h[0], (long long)h[1], (long long)h[2], (long long)h[3]);
+    return _mm512_cvtph_ps(v);
+}
+
+#endif
