@@ -347,11 +347,11 @@ int main(void) {
     }
     tile_case(TK_KV_F16, 1, 8, 64, 16, 1300, 140, 0);
     /* GQA groups 5-7 (AVX2's one-token kernel with heads in the lanes, some
-     * lanes empty), F32 and F16, segments crossing chunks */
+     * lanes empty), F32 and F16, head_dim 64/128/8, lengths across chunks */
     for (int c = 0; c < 6; c++) {
         int group = 5 + c % 3, n_tok = 1 + (int)(uniform() * 6), len = n_tok + 1 + (int)(uniform() * 1200);
-        tile_case(c < 3 ? TK_KV_F32 : TK_KV_F16, 1 + c % 2, group, c % 2 ? 128 : 64, (int[]){16, 7, 64}[c % 3], len, n_tok,
-                  c == 4 ? 1 + (int)(uniform() * 300) : 0);
+        int block = (int[]){16, 7, 64}[c % 3], window = c == 4 ? 1 + (int)(uniform() * 300) : 0;
+        tile_case(c < 3 ? TK_KV_F32 : TK_KV_F16, 1 + c % 2, group, (int[]){64, 128, 8}[c % 3], block, len, n_tok, window);
     }
     /* More Q8_0 shapes (integer scores): head_dim 32/64/128, GQA 1/4/8,
      * lengths off the block and chunk multiples, windows, and a tile of

@@ -115,11 +115,14 @@ static int FN(tk_attn_decode)(const tk_kv_pool *kv, const tk_kv_seq *s, int laye
                               const tk_attn_tile *tile, float scale, int seg_lo, int seg_hi, float *acc, float *mx,
                               float *sum, float *scratch) {
     const int hd = kv->head_dim, group = tile->group;
+    /* groups below 5 would leave half the lanes or more empty (not measured;
+     * they keep the tile kernel) */
     if (tile->n_tok != 1 || group < 5 || group > VL || kv->type == TK_KV_Q8_0 || hd % VL || hd > 1024) return -1;
     const int lo = tile->lo[0] > seg_lo ? tile->lo[0] : seg_lo, hi = tile->hi[0] < seg_hi ? tile->hi[0] : seg_hi;
     if (lo >= hi) return 0;
-    /* scratch (see tk_attn_tile_scratch_floats): converted K rows (VL of
-     * them) in kt's place, then the transposed query, then the chunk's score vectors */
+    /* scratch (see tk_attn_tile_scratch_floats): VL converted K rows in
+     * kt's place, then the transposed query, then the chunk's score vectors
+     * (CH x VL floats; they fit in the tile kernel's space for `group` rows) */
     float *kconv = align16f(scratch), *qt = align16f(kconv + (size_t)hd * CH), *S = align16f(qt + (size_t)hd * VL);
     for (int d = 0; d < hd; d++)
         for (int g = 0; g < VL; g++) qt[(size_t)d * VL + g] = g < group ? tile->q[(size_t)g * hd + d] : 0.0f;
