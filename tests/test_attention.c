@@ -24,6 +24,8 @@
  *  - one pass over the whole range and the in-order fold of 512-position
  *    segments (flash-decoding) agree within 1e-5;
  *  - SIMD and scalar agree within 2e-5 of max |out|.
+ * A one-token tile takes AVX2's decode kernel (attention_decode_heads.h, GQA
+ * groups 5-8), so "alone" also checks that it gives the tile kernel's bits.
  * AMX (bf16 tiles, F16 KV only; other KV types run the AVX-512 kernel at
  * that level) splits Q and P into two bf16 (16 bits; K and V split exactly),
  * so it rounds a little more than the FP32 kernels (seen <= 8.0e-6 vs
@@ -344,6 +346,13 @@ int main(void) {
         tile_case(TK_KV_F16, 1 + c % 2, group, hd, block, len, n_tok, window);
     }
     tile_case(TK_KV_F16, 1, 8, 64, 16, 1300, 140, 0);
+    /* GQA groups 5-7 (AVX2's one-token kernel with heads in the lanes, some
+     * lanes empty), F32 and F16, head_dim 64/128/8, lengths across chunks */
+    for (int c = 0; c < 6; c++) {
+        int group = 5 + c % 3, n_tok = 1 + (int)(uniform() * 6), len = n_tok + 1 + (int)(uniform() * 1200);
+        int block = (int[]){16, 7, 64}[c % 3], window = c == 4 ? 1 + (int)(uniform() * 300) : 0;
+        tile_case(c < 3 ? TK_KV_F32 : TK_KV_F16, 1 + c % 2, group, (int[]){64, 128, 8}[c % 3], block, len, n_tok, window);
+    }
     /* More Q8_0 shapes (integer scores): head_dim 32/64/128, GQA 1/4/8,
      * lengths off the block and chunk multiples, windows, and a tile of
      * more than 8 rows per token group (V converted once per chunk). */

@@ -1,6 +1,7 @@
 /* The attention tile kernel on AVX2 + FMA + F16C, 8 floats per vector
  * (compiled with those flags only; reached through tk_attn_tile_range after
- * a CPU check).  The kernel itself is src/kernels/attention_simd.h. */
+ * a CPU check).  The kernels themselves are src/kernels/attention_simd.h
+ * (tiles) and attention_decode_heads.h (one token, heads in the lanes). */
 #include <math.h>
 #include <stdbool.h>
 
@@ -14,7 +15,7 @@
 #include "../formats/quant_blocks.h"
 #include "vec_avx2.h"
 
-#define FN(name) name##_avx2
+#define FN(name) name##_avx2_k
 #define QK_MR 4
 #define QK_NR 2
 #define PV_MR 4
@@ -50,6 +51,11 @@ static inline float vhsum(vf v) {
     __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     a = _mm_add_ps(a, _mm_movehl_ps(a, a));
     return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
+}
+/* vhsum's tree lane by lane: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)). */
+static inline vf vhsum_lanes(const vf l[8]) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
+                         _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7])));
 }
 static inline vf vmask(vf s, int la, int lb) {
     if (la <= 0 && lb >= VL) return s;
@@ -97,7 +103,18 @@ static inline __attribute__((always_inline)) void transpose(vf r[8]) {
     r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
 }
 
+static int tk_attn_tile_avx2_k(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head,
+                               const tk_attn_tile *tile, float scale, int seg_lo, int seg_hi, float *acc, float *mx,
+                               float *sum, float *scratch);
 #include "attention_simd.h"
+
+#include "attention_decode_heads.h"
+
+int tk_attn_tile_avx2(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
+                      float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch) {
+    if (tk_attn_decode_avx2_k(kv, s, layer, kv_head, tile, scale, seg_lo, seg_hi, acc, mx, sum, scratch) == 0) return 0;
+    return tk_attn_tile_avx2_k(kv, s, layer, kv_head, tile, scale, seg_lo, seg_hi, acc, mx, sum, scratch);
+}
 
 #else /* not built with AVX2 */
 

@@ -197,11 +197,14 @@ static void qk_rows(int nr, const float *const *qr, const float *kt, int hd, int
 }
 
 /* acc rows (MR rows, NV vectors from head dim d0) = acc * alpha + sum over
- * positions [ia, ib) of p * v, in position order.  Q8_0: dv holds the
+ * positions [ia, ib) of p * v, in position order; row m's probability of
+ * position i is prow[m][i * ps] (ps 1 in the tile kernel, the lane count in
+ * the one-token kernel's heads-by-lanes layout).  Q8_0: dv holds the
  * chunk's V scales (dv[block * CH + lane]); a pass stays inside one block,
  * so a row's scale is loaded once per pass, already a float. */
 AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, const float *dv,
-                 const float *const *prow, int ia, int ib, int d0, float *const *arow, const float *alpha) {
+                 const float *const *prow, const int ps, int ia, int ib, int d0, float *const *arow,
+                 const float *alpha) {
     vf acc[PV_MR][PV_NV];
     _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
         vf a = vset1(alpha[m]);
@@ -216,7 +219,7 @@ AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, 
             _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = vkeep(load_row(vrow[i], type, d0 + n * VL));
         }
         _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
-            vf pb = vset1(prow[m][i]);
+            vf pb = vset1(prow[m][(size_t)i * ps]);
             _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) acc[m][n] = vfma(pb, v[n], acc[m][n]);
         }
     }
@@ -226,32 +229,33 @@ AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, 
 
 /* pf: the next chunk's prefetches, a few issued after each pass (spread
  * over P·V, the longest phase, instead of a burst after it) */
-AI void pv_rows_t(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow, int ia,
-                  int ib, int hd, float *const *arow, const float *alpha, pf_cursor *pf) {
+AI void pv_rows_t(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow,
+                  const int ps, int ia, int ib, int hd, float *const *arow, const float *alpha, pf_cursor *pf) {
     _Static_assert(32 % (PV_NV * VL) == 0, "a P·V pass stays inside one Q8_0 block");
     int m = 0;
     for (; m + PV_MR <= nr; m += PV_MR) {
         int d0 = 0;
         for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL) {
-            pv_block(PV_MR, PV_NV, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
+            pv_block(PV_MR, PV_NV, type, vrow, dv, prow + m, ps, ia, ib, d0, arow + m, alpha + m);
             pf_step(pf, 12);
         }
-        for (; d0 < hd; d0 += VL) pv_block(PV_MR, 1, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
+        for (; d0 < hd; d0 += VL) pv_block(PV_MR, 1, type, vrow, dv, prow + m, ps, ia, ib, d0, arow + m, alpha + m);
     }
     for (; m < nr; m++) {
         int d0 = 0;
         for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL)
-            pv_block(1, PV_NV, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
-        for (; d0 < hd; d0 += VL) pv_block(1, 1, type, vrow, dv, prow + m, ia, ib, d0, arow + m, alpha + m);
+            pv_block(1, PV_NV, type, vrow, dv, prow + m, ps, ia, ib, d0, arow + m, alpha + m);
+        for (; d0 < hd; d0 += VL) pv_block(1, 1, type, vrow, dv, prow + m, ps, ia, ib, d0, arow + m, alpha + m);
     }
 }
 
+/* The tile kernel's P·V (probabilities in rows: ps 1). */
 static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow, int ia,
                     int ib, int hd, float *const *arow, const float *alpha, pf_cursor *pf) {
     switch (type) {
-    case TK_KV_F32: pv_rows_t(TK_KV_F32, nr, vrow, dv, prow, ia, ib, hd, arow, alpha, pf); break;
-    case TK_KV_F16: pv_rows_t(TK_KV_F16, nr, vrow, dv, prow, ia, ib, hd, arow, alpha, pf); break;
-    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, nr, vrow, dv, prow, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_F32: pv_rows_t(TK_KV_F32, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_F16: pv_rows_t(TK_KV_F16, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
     }
 }
 
