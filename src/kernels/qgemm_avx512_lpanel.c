@@ -96,7 +96,8 @@ AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
                     size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
     if (nb == 0 || nb > TOKDATA_MAX) {
-        tk_qkernel_avx512_tiled(T == LP_Q4_0 ? TK_Q4_0 : T == LP_Q8_0 ? TK_Q8_0 : TK_IQ4_NL)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+        const tk_dtype wt = T == LP_Q4_0 ? TK_Q4_0 : T == LP_Q8_0 ? TK_Q8_0 : TK_IQ4_NL;
+        tk_qkernel_avx512_tiled(wt)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
         return;
     }
     tokblk td[TOKDATA_MAX];
@@ -109,7 +110,7 @@ AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
         for (int64_t t = t0; t < t1; t++)
             for (int64_t b = 0; b < nb; b++) {
                 const bptr blk = A + (size_t)t * arb + QA_BYTES * (size_t)b;
-                /* the sum of the 32 quants: |sum| of (a + 128) by vpsadbw, less 32 * 128 */
+                /* the sum of the 32 quants: vpsadbw sums a + 128 (as unsigned bytes), less 32 * 128 */
                 const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(blk + 2)),
                                                                    _mm256_set1_epi8((char)0x80)),
                                                   _mm256_setzero_si256());
