@@ -92,12 +92,11 @@ AI void q4k_block(int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, _
 }
 
 /* Rows wp[0..16), tokens ap[0..nt), nb super-blocks; acc[j] lane i = row i.
- * next: the next panel or NULL; its first 16 x 144 x nb bytes (all of it
- * when rows are not padded) are prefetched.
- * Each super-block step prefetches the next panel's bytes linearly, 16 x
- * 144 of them: the panel arrives in order as the hardware prefetchers
- * expect it (per-row prefetches, 16 streams at once, read 15-25 % slower
- * from DRAM in bench_qgemm decode). */
+ * next: the next panel or NULL, prefetched linearly, 16 x 144 bytes per
+ * super-block step (its first 16 x 144 x nb bytes: all of it when rows are
+ * not padded), so it arrives in order as the hardware prefetchers expect
+ * (per-row prefetches, 16 streams at once, read 15-25 % slower from DRAM in
+ * bench_qgemm decode). */
 AI void q4k_panel(int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, __m512 *acc) {
     __m512i isum[KP_NT], msum[KP_NT];
     for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
@@ -128,18 +127,16 @@ static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, i
         const int64_t t1 = t0 + chunk < n_tok ? t0 + chunk : n_tok;
         for (int64_t r = r0; r < r1; r += KP_ROWS) {
             bptr wp[KP_ROWS];
-            for (int i = 0; i < KP_ROWS; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
-            const __mmask16 keep = r + KP_ROWS <= r1 ? (__mmask16)0xFFFF : (__mmask16)((1u << (r1 - r)) - 1);
+            const __mmask16 keep = kp_panel_rows(W, wrb, r, r1, wp);
             for (int64_t t = t0; t < t1;) {
                 const int nt = t1 - t >= KP_NT ? KP_NT : (int)(t1 - t);
                 bptr ap[KP_NT];
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 __m512 acc[KP_NT];
-                /* the first pass prefetches the next panel (decode streams it from DRAM) */
-                const bptr next = t == t0 && r + KP_ROWS < r1 ? wp[0] + KP_ROWS * wrb : NULL;
+                const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
                 if (nt == 1) q4k_panel(1, wp, ap, nb, next, acc);
                 else q4k_panel(nt, wp, ap, nb, next, acc);
-                for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(y + (t + j) * ldy + r, keep, acc[j]);
+                kp_store(nt, acc, y, ldy, t, r, keep);
                 t += nt;
             }
         }

@@ -122,18 +122,16 @@ AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
             }
         for (int64_t r = r0; r < r1; r += KP_ROWS) {
             bptr wp[KP_ROWS];
-            for (int i = 0; i < KP_ROWS; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
-            const __mmask16 keep = r + KP_ROWS <= r1 ? (__mmask16)0xFFFF : (__mmask16)((1u << (r1 - r)) - 1);
+            const __mmask16 keep = kp_panel_rows(W, wrb, r, r1, wp);
             for (int64_t t = t0; t < t1;) {
                 const int nt = t1 - t >= KP_NT ? KP_NT : (int)(t1 - t);
                 __m512 acc[KP_NT];
-                /* the first pass prefetches the next panel (decode streams it from DRAM) */
-                const bptr next = t == t0 && r + KP_ROWS < r1 ? wp[0] + KP_ROWS * wrb : NULL;
+                const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
                 const bptr a = A + (size_t)t * arb;
                 const tokblk *tb = td + (t - t0);
                 if (nt == 1) lpanel(T, 1, wp, a, arb, tb, (size_t)(t1 - t0), nb, next, acc);
                 else lpanel(T, nt, wp, a, arb, tb, (size_t)(t1 - t0), nb, next, acc);
-                for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(y + (t + j) * ldy + r, keep, acc[j]);
+                kp_store(nt, acc, y, ldy, t, r, keep);
                 t += nt;
             }
         }

@@ -60,4 +60,22 @@ AI __m512 kp_halves(const bptr *wp, size_t o) {
     return _mm512_cvtph_ps(v);
 }
 
+/* The 16 rows of the panel at row r of [r, r1) (past r1 the last row
+ * repeats; its results are never stored) and the mask of the rows to store. */
+AI __mmask16 kp_panel_rows(const uint8_t *W, size_t wrb, int64_t r, int64_t r1, bptr wp[KP_ROWS]) {
+    for (int i = 0; i < KP_ROWS; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+    return r + KP_ROWS <= r1 ? (__mmask16)0xFFFF : (__mmask16)((1u << (r1 - r)) - 1);
+}
+
+/* The panel after the one at row r, for the first token pass of a chunk to
+ * prefetch (decode streams it from DRAM), or NULL. */
+AI bptr kp_next_panel(const bptr *wp, size_t wrb, int64_t r, int64_t r1, int first_pass) {
+    return first_pass && r + KP_ROWS < r1 ? wp[0] + KP_ROWS * wrb : NULL;
+}
+
+/* A pass's nt accumulators into tokens t.. of y, the kept rows from row r. */
+AI void kp_store(int nt, const __m512 *acc, float *y, int64_t ldy, int64_t t, int64_t r, __mmask16 keep) {
+    for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(y + (t + j) * ldy + r, keep, acc[j]);
+}
+
 #endif
