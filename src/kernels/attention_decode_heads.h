@@ -55,6 +55,13 @@ AI void dh_scores(const int NP, tk_kv_type type, rowp const *kr, float *kconv, c
     }
 }
 
+/* Position i's exps (in place) added to its lane's partial sum part. */
+AI void dh_exp(float *S, int i, vf vm, vf *part) {
+    const vf p = vexp(vsub(vload(S + (size_t)i * VL), vm));
+    vstore(S + (size_t)i * VL, p);
+    *part = vadd(*part, p);
+}
+
 /* The online-softmax step of the chunk's positions [ra, rb) (S[i] at
  * S + i * VL, already scaled, their max vmx; exps written in place) for the
  * group's `group` heads: softmax_row's arithmetic, lane by lane. */
@@ -71,22 +78,9 @@ AI void dh_softmax(float *S, int ra, int rb, vf vmx, int group, float *mx, float
     _Pragma("GCC unroll 16") for (int l = 0; l < VL; l++) part[l] = vzero();
     /* positions lane by lane, in the tile kernel's vector order */
     int i = ra;
-    for (; i < rb && i % VL; i++) {
-        vf p = vexp(vsub(vload(S + (size_t)i * VL), vm));
-        vstore(S + (size_t)i * VL, p);
-        part[i % VL] = vadd(part[i % VL], p);
-    }
-    for (; i + VL <= rb; i += VL)
-        _Pragma("GCC unroll 16") for (int l = 0; l < VL; l++) {
-            vf p = vexp(vsub(vload(S + (size_t)(i + l) * VL), vm));
-            vstore(S + (size_t)(i + l) * VL, p);
-            part[l] = vadd(part[l], p);
-        }
-    for (; i < rb; i++) {
-        vf p = vexp(vsub(vload(S + (size_t)i * VL), vm));
-        vstore(S + (size_t)i * VL, p);
-        part[i % VL] = vadd(part[i % VL], p);
-    }
+    for (; i < rb && i % VL; i++) dh_exp(S, i, vm, &part[i % VL]);
+    for (; i + VL <= rb; i += VL) _Pragma("GCC unroll 16") for (int l = 0; l < VL; l++) dh_exp(S, i + l, vm, &part[l]);
+    for (; i < rb; i++) dh_exp(S, i, vm, &part[i % VL]);
     float h[VL];
     vstore(h, vhsum_lanes(part));
     for (int g = 0; g < group; g++) {
