@@ -315,7 +315,7 @@ static void prefetch_rows(const tk_mm_grouped *g, int grp, int64_t r0) {
         const size_t rb = tk_dtype_row_bytes(W->type, W->ne[0]);
         const int64_t r1 = r0 + GROUPED_PREFETCH_ROWS < W->ne[1] ? r0 + GROUPED_PREFETCH_ROWS : W->ne[1];
         const char *p = (const char *)W->data + (size_t)r0 * rb, *end = (const char *)W->data + (size_t)r1 * rb;
-        for (; p < end; p += 64) __builtin_prefetch(p, 0, 3);
+        for (; p < end; p += 64) tk_prefetch_weights(p);
     }
 }
 

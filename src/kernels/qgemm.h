@@ -64,4 +64,12 @@ typedef struct tk_qkernel {
  * by this CPU. */
 const tk_qkernel *tk_qkernel_get(tk_dtype wtype, tk_isa isa);
 
+/* A line of weights a kernel reads soon, fetched into L2 (locality 2:
+ * prefetcht1 on x86), not L1: the L1 prefetcher pulls it on from there.
+ * Decode streams the weights from DRAM once, 8-16 rows at a time; fetched
+ * into L1 instead, those lines took the L1 from the rows being read (Zen 4,
+ * one thread, bench_qgemm decode from DRAM: Q4_K 6.4 -> 12-13 GB/s, Q6_K 6.3
+ * -> 11, Q8_0 12 -> 16-17; docs/kernels.md). */
+static inline void tk_prefetch_weights(const void *p) { __builtin_prefetch(p, 0, 2); }
+
 #endif

@@ -751,7 +751,7 @@ AI void mk_panel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const 
         const bptr ablk = a + ab * (size_t)b + aq;
         const tokblk *tk = tb + tbs * (size_t)b;
         if (pf && (T == L_Q8_0 || !(b & 1))) /* every 36 bytes or less: each line of the next panel */
-            UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + pf), _MM_HINT_T0);
+            UNROLL for (int i = 0; i < PANEL; i++) tk_prefetch_weights(wp[i] + o + pf);
         if ((T == L_Q8_0 || T == L_IQ4_NL) && nt > 1) {
             signed_block(T, nt, wp, o, ablk, arb, tk, acc);
             continue;
@@ -989,7 +989,7 @@ AI void mk_kpanel(const int T, const int ROWS, int nt, const bptr *wp, const bpt
         const size_t o = wb * (size_t)b, ao = QK_A * (size_t)b;
         if (pf)
             for (size_t k = 0; k < wb; k += 64)
-                UNROLL for (int i = 0; i < PANEL; i++) _mm_prefetch((const char *)(wp[i] + o + pf + k), _MM_HINT_T0);
+                UNROLL for (int i = 0; i < PANEL; i++) tk_prefetch_weights(wp[i] + o + pf + k);
         if (ROWS) isum[0] = q6k_rows(wp, o, ap[0] + ao);
         else kpanel_slices(T, nt, wp, o, ap, ao, isum, msum);
         const __m256 dw = panel_scales(wp, T == PK_Q6 ? o + 208 : o);

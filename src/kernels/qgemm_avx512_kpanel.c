@@ -103,7 +103,7 @@ AI void q4k_panel(int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next,
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = 144 * (size_t)b, ao = QKA * (size_t)b;
         if (next)
-            for (size_t k = 0; k < 144 * KP_ROWS; k += 64) _mm_prefetch((const char *)(next + KP_ROWS * o + k), _MM_HINT_T0);
+            for (size_t k = 0; k < 144 * KP_ROWS; k += 64) tk_prefetch_weights(next + KP_ROWS * o + k);
         __m512 dw, dm;
         q4k_block(nt, wp, o, ap, ao, isum, msum, &dw, &dm);
         for (int j = 0; j < nt; j++) {

@@ -57,7 +57,7 @@ AI void lpanel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const to
         const bptr ablk = a + QA_BYTES * (size_t)b + 2;
         const tokblk *tk = tb + tbs * (size_t)b;
         if (next)
-            for (size_t k = 0; k < wb * KP_ROWS; k += 64) _mm_prefetch((const char *)(next + KP_ROWS * o + k), _MM_HINT_T0);
+            for (size_t k = 0; k < wb * KP_ROWS; k += 64) tk_prefetch_weights(next + KP_ROWS * o + k);
         /* q[k]: elements 4k..4k+3 of each row (4-bit codes: low nibbles = 0..15, high = 16..31) */
         __m512i q[8];
         if (T != LP_Q8_0) {

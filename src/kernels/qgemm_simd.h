@@ -95,7 +95,7 @@ typedef void (*mk_fn)(const bptr *w, const bptr *a, int64_t n, size_t pf, float 
 AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
     if (!pf) return;
     for (size_t k = 0; k < len; k += 64)
-        for (int i = 0; i < MR; i++) _mm_prefetch((const char *)(wp[i] + off + pf + k), _MM_HINT_T0);
+        for (int i = 0; i < MR; i++) tk_prefetch_weights(wp[i] + off + pf + k);
 }
 
 /* Rows in tiles of mr (the last tile repeats its last row), tokens in
