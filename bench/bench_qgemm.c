@@ -17,6 +17,9 @@
  *   TK_BENCH_POOL_MB=1024       decode streams the weights from a pool of
  *                               copies this large, so they come from DRAM
  *                               rather than cache (as in a real model)
+ *   TK_BENCH_PANELS=1           kernels that read the panel layout
+ *                               (kernels/panels.h) get the weights in it, as
+ *                               the engine gives them at load
  *
  * Decode (n_tok = 1) reports GB/s of weight bytes read; prefill (n_tok =
  * 128) reports GFLOP/s (2 * out * in * n_tok).  Decode times are medians,
@@ -32,6 +35,7 @@
 
 #include "formats/dtype.h"
 #include "kernels/cpu.h"
+#include "kernels/panels.h"
 #include "kernels/qgemm.h"
 
 static int use_cputime;
@@ -112,6 +116,11 @@ int main(void) {
     const int prefill_tok = getenv("TK_BENCH_NTOK") && atoi(getenv("TK_BENCH_NTOK")) > 0 ? atoi(getenv("TK_BENCH_NTOK")) : 128;
     use_cputime = getenv("TK_BENCH_CPUTIME") && atoi(getenv("TK_BENCH_CPUTIME"));
     const int64_t split = getenv("TK_BENCH_SPLIT") && atoi(getenv("TK_BENCH_SPLIT")) > 0 ? atoi(getenv("TK_BENCH_SPLIT")) : 0;
+    const int panels = getenv("TK_BENCH_PANELS") && atoi(getenv("TK_BENCH_PANELS"));
+    if (panels && split % TK_PANEL_ROWS) {
+        fprintf(stderr, "TK_BENCH_SPLIT must be a multiple of %d with TK_BENCH_PANELS\n", TK_PANEL_ROWS);
+        return 2;
+    }
 
     tk_isa isas[TK_ISA_COUNT];
     int n_isa = 0;
@@ -120,7 +129,8 @@ int main(void) {
     printf("best isa: %s; pool %zu MiB; decode = n_tok 1 (GB/s of weights), prefill = n_tok %d (GFLOP/s)\n",
            tk_isa_name(tk_cpu_best_isa()), pool_bytes >> 20, prefill_tok);
 
-    uint8_t *pool = malloc(pool_bytes);
+    uint8_t *pool = malloc(pool_bytes), *panel_pool = panels ? malloc(pool_bytes) : NULL;
+    if (panels && !panel_pool) return 1;
     float *x = malloc(sizeof(float) * 5632 * prefill_tok);
     float *y = malloc(sizeof(float) * 32000 * prefill_tok);
     void *act = malloc((size_t)5632 * 4 * prefill_tok);
@@ -148,9 +158,16 @@ int main(void) {
             const size_t wrb = tk_dtype_row_bytes(t, in), mbytes = wrb * (size_t)out;
             const size_t copies = hot ? 1 : pool_bytes / mbytes;
             if (t == TK_NF4 || t == TK_NF4_DQ) fill_nf4(t, pool, copies * mbytes, wrb, in);
+            const int in_panels = panels && tk_panels_layout(t) && out % TK_PANEL_ROWS == 0;
+            for (size_t cp = 0; in_panels && cp < copies; cp++)
+                tk_panels_pack(t, pool + cp * mbytes, wrb, out, panel_pool + cp * mbytes);
             for (int ii = 0; ii < n_isa; ii++) {
                 const tk_qkernel *k = tk_qkernel_get(t, isas[ii]);
                 if (!k || (ii > 0 && k->isa != isas[ii])) continue; /* no kernel of its own */
+                /* the kernel's gemm, or its panel-layout one on the packed copies */
+                void (*gemm)(const void *, size_t, int64_t, int64_t, int64_t, const void *, size_t, int, float *,
+                             int64_t) = in_panels && k->gemm_panels ? k->gemm_panels : k->gemm;
+                const uint8_t *wpool = in_panels && k->gemm_panels ? panel_pool : pool;
                 const size_t arb = k->act_row_bytes(in);
                 for (int tok = 0; tok < prefill_tok; tok++) k->quantize_act(x + tok * in, (uint8_t *)act + tok * arb, in);
                 /* decode: stream through the pool copies; median time */
@@ -161,10 +178,10 @@ int main(void) {
                 const double tend = now() + (k->isa == TK_ISA_SCALAR ? 0.6 : 0.4);
                 while (do_dec && reps < MAXR && (reps < 3 || now() < tend)) {
                     const double t0 = now();
-                    if (!split) k->gemm(pool + c * mbytes, wrb, in, 0, out, act, arb, 1, y, out);
+                    if (!split) gemm(wpool + c * mbytes, wrb, in, 0, out, act, arb, 1, y, out);
                     else
                         for (int64_t r = 0; r < out; r += split)
-                            k->gemm(pool + c * mbytes, wrb, in, r, r + split < out ? r + split : out, act, arb, 1, y, out);
+                            gemm(wpool + c * mbytes, wrb, in, r, r + split < out ? r + split : out, act, arb, 1, y, out);
                     times[reps++] = now() - t0;
                     c = (c + 1) % copies;
                 }
@@ -177,7 +194,7 @@ int main(void) {
                 best = 1e30;
                 for (int rep = 0; rep < (do_pre ? 3 : 0); rep++) {
                     const double t0 = now();
-                    k->gemm(pool, wrb, in, 0, rows, act, arb, prefill_tok, y, out);
+                    gemm(wpool, wrb, in, 0, rows, act, arb, prefill_tok, y, out);
                     const double dt = now() - t0;
                     if (dt < best) best = dt;
                 }
@@ -190,6 +207,7 @@ int main(void) {
         }
     }
     free(pool);
+    free(panel_pool);
     free(x);
     free(y);
     free(act);

@@ -128,6 +128,7 @@ typedef struct tk_model_summary {
                                 this window; 0: KV grows with the sequence */
     int64_t n_params;
     size_t weight_bytes;
+    size_t panel_bytes;     /* copies of matrices in the kernels' panel layout (AVX2), beside weight_bytes */
     size_t embedding_bytes; /* token_embd */
     size_t routed_expert_bytes; /* mixture of experts: the routed experts' matrices (0 for dense models) */
     int n_expert, n_expert_used; /* routed experts per layer and per token (0 for dense models) */

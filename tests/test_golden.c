@@ -18,6 +18,7 @@
 #include <tokamak.h>
 
 #include "golden_util.h"
+#include "kernels/cpu.h"
 #include "tk_test.h"
 
 static void check_llama2c_golden(const char *model, const char *tokenizer, const char *golden) {
@@ -68,6 +69,38 @@ static void check_llama2c_golden(const char *model, const char *tokenizer, const
     json_decref(g);
 }
 
+/* The kernels' panel layout (made at load where the level's kernels read it,
+ * AVX2) gives the same logits bit for bit as the file's rows (TK_PANELS=0). */
+static void same_without_panels(tk_engine *e, const tk_engine_config *cfg, const char *type, const int32_t *tokens,
+                                int n, const float *logits, int nv) {
+    tk_model_summary ms;
+    tk_engine_summary(e, &ms);
+    /* the types with AVX2 panel kernels (Q3_K_M and Q5_K_M mix in others) */
+    static const char *const paneled[] = {"Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q3_K_M", "Q4_K_M", "Q5_K_M",
+                                          "Q6_K", "IQ4_NL"};
+    bool has = false;
+    for (size_t i = 0; i < sizeof paneled / sizeof paneled[0]; i++) has |= !strcmp(type, paneled[i]);
+    if (tk_cpu_isa() == TK_ISA_AVX2)
+        CHECK(!has || ms.panel_bytes > 0, "%s at avx2: the matrices have a panel layout", type);
+    if (!ms.panel_bytes) return;
+    setenv("TK_PANELS", "0", 1);
+    tk_engine *rows;
+    tk_err err;
+    int rc = tk_engine_open(cfg, &rows, &err);
+    unsetenv("TK_PANELS");
+    CHECK(rc == 0, "open %s without panels: %s", type, err.msg);
+    if (rc) return;
+    tk_model_summary rs;
+    tk_engine_summary(rows, &rs);
+    CHECK(rs.panel_bytes == 0, "TK_PANELS=0: no panel layout");
+    float *l2 = malloc(sizeof(float) * (size_t)n * nv);
+    rc = tk_engine_logits(rows, tokens, n, l2, &err);
+    CHECK(rc == 0 && memcmp(l2, logits, sizeof(float) * (size_t)n * nv) == 0,
+          "%s: logits from the panel layout (%.1f KiB) differ from the rows'", type, ms.panel_bytes / 1024.0);
+    free(l2);
+    tk_engine_close(rows);
+}
+
 static void check_fixture(const char *type, bool reference) {
     char gguf[256], golden[256];
     snprintf(gguf, sizeof gguf, "gguf-fixtures/qfix-%s.gguf", type);
@@ -115,6 +148,7 @@ static void check_fixture(const char *type, bool reference) {
     }
     CHECK(worst <= tol, "%s (%s): relative logit error %.3g > %g", type, reference ? "reference" : "kernels", worst,
           tol);
+    if (!reference && rc == 0) same_without_panels(e, &cfg, type, tokens, n, logits, nv);
     CHECK(top1_same == top1_checked, "%s: top-1 agrees at %d of %d clear positions", type, top1_same, top1_checked);
     printf("qfix-%-7s %-9s %d positions, max error %.2e of the logit range, top-1 %d/%d\n", type,
            reference ? "reference" : "kernels", n, worst, top1_same, top1_checked);

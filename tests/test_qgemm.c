@@ -47,6 +47,7 @@
 #include "formats/quant_blocks.h"
 #include "kernels/cpu.h"
 #include "kernels/nf4_dot.h"
+#include "kernels/panels.h"
 #include "kernels/qgemm.h"
 #include "tk_test.h"
 
@@ -515,6 +516,70 @@ static void test_invariance(tk_dtype wt, int64_t rows, int64_t n, const int *nto
     free(yb);
 }
 
+/* The panel layout (kernels/panels.h): each kernel that reads it gives the
+ * same bits from the packed copy as from the rows, for every batch size in
+ * ntoks and row ranges cut at random multiples of 8, writes nothing outside
+ * its rows, and reads nothing past the packed buffer (it ends at an
+ * inaccessible page). */
+static void test_panels(tk_dtype wt, int64_t rows, int64_t n, const int *ntoks, int n_ntoks, int mode) {
+    CHECK(tk_panels_layout(wt), "%s has a panel layout", tk_dtype_get(wt)->name);
+    int max_tok = 0;
+    for (int i = 0; i < n_ntoks; i++) max_tok = ntoks[i] > max_tok ? ntoks[i] : max_tok;
+    const size_t wrb = tk_dtype_row_bytes(wt, n), pbytes = tk_panels_bytes(rows, wrb);
+    CHECK(pbytes == (size_t)((rows + 7) / 8 * 8) * wrb, "panel bytes: whole panels");
+    uint8_t *w = malloc(wrb * (size_t)rows);
+    void *pmap;
+    size_t pmap_len;
+    uint8_t *pw = guarded(pbytes, &pmap, &pmap_len);
+    CHECK(w && pw, "weights");
+    if (!w || !pw) return;
+    make_weights(wt, w, rows, n, mode);
+    tk_panels_pack(wt, w, wrb, rows, pw);
+    float *x = malloc(sizeof(float) * (size_t)(max_tok * n));
+    make_acts(x, max_tok, n, mode);
+    const int64_t ldy = rows + 5;
+    float *yr = malloc(sizeof(float) * (size_t)(max_tok * ldy));
+    float *yp = malloc(sizeof(float) * (size_t)(max_tok * ldy));
+    int tested = 0;
+    for (int isa = TK_ISA_AVX2; isa < TK_ISA_COUNT; isa++) {
+        if (!tk_isa_supported((tk_isa)isa)) continue;
+        const tk_qkernel *k = tk_qkernel_get(wt, (tk_isa)isa);
+        if (!k || k->isa != (tk_isa)isa || !k->gemm_panels) continue;
+        tested++;
+        const size_t arb = k->act_row_bytes(n);
+        uint8_t *act = malloc(arb * (size_t)max_tok);
+        for (int t = 0; t < max_tok; t++) k->quantize_act(x + t * n, act + (size_t)t * arb, n);
+        int bad = 0;
+        for (int i = 0; i < n_ntoks && !bad; i++) {
+            const int nt = ntoks[i];
+            const int64_t panels = (rows + 7) / 8;
+            const int64_t c1 = 8 * rndi((int)panels + 1), c2 = c1 + 8 * rndi((int)(panels - c1 / 8) + 1);
+            const int64_t cuts[4] = {0, c1 < rows ? c1 : rows, c2 < rows ? c2 : rows, rows};
+            for (int64_t j = 0; j < nt * ldy; j++) yp[j] = -7.0f;
+            k->gemm(w, wrb, n, 0, rows, act, arb, nt, yr, ldy);
+            for (int p = 0; p < 3; p++) k->gemm_panels(pw, wrb, n, cuts[p], cuts[p + 1], act, arb, nt, yp, ldy);
+            for (int t = 0; t < nt && !bad; t++) {
+                bad += memcmp(yp + t * ldy, yr + t * ldy, sizeof(float) * (size_t)rows) != 0;
+                for (int64_t r = rows; r < ldy; r++) bad += yp[t * ldy + r] != -7.0f;
+                if (bad)
+                    CHECK(0, "%s rows=%lld n=%lld mode=%d: token %d of %d (cuts %lld %lld) from the panel layout "
+                          "differs from the rows, or wrote outside", k->name, (long long)rows, (long long)n, mode, t,
+                          nt, (long long)c1, (long long)c2);
+            }
+        }
+        if (!bad) tk_test_pass++;
+        free(act);
+    }
+#if defined(__x86_64__)
+    if (tk_isa_supported(TK_ISA_AVX2)) CHECK(tested > 0, "%s: an AVX2 kernel reads the panel layout", tk_dtype_get(wt)->name);
+#endif
+    unguard(pmap, pmap_len);
+    free(w);
+    free(x);
+    free(yr);
+    free(yp);
+}
+
 static void test_isa_selection(void) {
     const tk_isa best = tk_cpu_best_isa();
     CHECK(tk_isa_supported(best), "best isa %s unsupported", tk_isa_name(best));
@@ -750,6 +815,10 @@ int main(void) {
             run_case(wt, 3, 32 * 4100, 2, 0);
             test_invariance(wt, 21, 96, all, 40, 1);
             if (wt == TK_Q8_0) test_invariance(wt, 21, 96, all, 40, 2);
+            test_panels(wt, 37, 544, all, 40, 0);
+            test_panels(wt, 50, 5632, some, (int)(sizeof some / sizeof some[0]), 0);
+            test_panels(wt, 21, 96, all, 40, 1);
+            if (wt == TK_Q8_0) test_panels(wt, 21, 96, all, 40, 2);
             /* accuracy against the scalar reference / float64 for tile-sized batches */
             run_case(wt, 37, 5632, 20, 0);
             run_case(wt, 33, 2048, 40, 0);
@@ -767,6 +836,9 @@ int main(void) {
             test_invariance(wt, 37, 1024, all, 40, 0);
             test_invariance(wt, 19, 8192, some, (int)(sizeof some / sizeof some[0]), 0);
             test_invariance(wt, 13, 512, all, 40, 1);
+            test_panels(wt, 37, 1024, all, 40, 0);
+            test_panels(wt, 19, 8192, some, (int)(sizeof some / sizeof some[0]), 0);
+            test_panels(wt, 13, 512, all, 40, 1);
             run_case(wt, 37, 2048, 20, 0);
             run_case(wt, 11, 8192, 40, 0);
             run_case(wt, 9, 512, 17, 1);

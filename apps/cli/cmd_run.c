@@ -179,8 +179,9 @@ int tk_cmd_run(int argc, char **argv) {
                 st.gen_seconds, st.gen_seconds > 0 ? st.n_generated / st.gen_seconds : 0, st.stop_reason);
         if (st.spec_target_passes > 0) tk_print_spec_stats(stderr, e, st.spec_drafted, st.spec_accepted,
                                                            st.spec_target_passes, st.n_generated);
-        fprintf(stderr, "memory: weights %.1f MiB, KV cache %.1f MiB, peak RSS %.1f MiB\n",
-                ms.weight_bytes / 1048576.0, ms.kv_bytes / 1048576.0, tk_peak_rss() / 1048576.0);
+        fprintf(stderr, "memory: weights %.1f MiB (panel layout %.1f MiB), KV cache %.1f MiB, peak RSS %.1f MiB\n",
+                ms.weight_bytes / 1048576.0, ms.panel_bytes / 1048576.0, ms.kv_bytes / 1048576.0,
+                tk_peak_rss() / 1048576.0);
     }
     tk_engine_close(e);
     free(file_text);

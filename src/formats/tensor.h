@@ -16,6 +16,9 @@ typedef struct tk_tensor {
     int64_t ne[TK_MAX_DIMS];  /* ne[0] = row length (innermost); unused dims = 1 */
     const void *data;
     size_t nbytes;
+    /* the same rows in the panel layout (kernels/panels.h), made at load for
+     * kernels that read it, or NULL; owned by whoever made it */
+    const void *panels;
 } tk_tensor;
 
 static inline int64_t tk_tensor_nelems(const tk_tensor *t) {

@@ -88,7 +88,10 @@ static void gemm_rows(mm_job *j, int i, int64_t r0, int64_t r1, int thread) {
     int64_t in = W->ne[0];
     size_t row_bytes = tk_dtype_row_bytes(W->type, in);
     if (j->k[i]) {
-        j->k[i]->gemm(W->data, row_bytes, in, r0, r1, j->act[i], j->act_row[i], j->n_tok, j->Y[i], j->ldy[i]);
+        if (W->panels && j->k[i]->gemm_panels)
+            j->k[i]->gemm_panels(W->panels, row_bytes, in, r0, r1, j->act[i], j->act_row[i], j->n_tok, j->Y[i],
+                                 j->ldy[i]);
+        else j->k[i]->gemm(W->data, row_bytes, in, r0, r1, j->act[i], j->act_row[i], j->n_tok, j->Y[i], j->ldy[i]);
         return;
     }
     /* portable path: dequantize each row, float dot with every token */
@@ -314,7 +317,9 @@ static void prefetch_rows(const tk_mm_grouped *g, int grp, int64_t r0) {
         const tk_tensor *W = g->W[(size_t)grp * g->n_w + i];
         const size_t rb = tk_dtype_row_bytes(W->type, W->ne[0]);
         const int64_t r1 = r0 + GROUPED_PREFETCH_ROWS < W->ne[1] ? r0 + GROUPED_PREFETCH_ROWS : W->ne[1];
-        const char *p = (const char *)W->data + (size_t)r0 * rb, *end = (const char *)W->data + (size_t)r1 * rb;
+        /* r0 (a multiple of 16) starts at the same byte in the panel layout: its panel's first bytes */
+        const char *base = W->panels ? W->panels : W->data;
+        const char *p = base + (size_t)r0 * rb, *end = base + (size_t)r1 * rb;
         for (; p < end; p += 64) tk_prefetch_weights(p);
     }
 }

@@ -55,6 +55,11 @@ typedef struct tk_qkernel {
      * act_t = (const char *)act + t * act_row_bytes */
     void (*gemm)(const void *w, size_t w_row_bytes, int64_t n, int64_t r0, int64_t r1, const void *act,
                  size_t act_row_bytes, int n_tok, float *y, int64_t ldy);
+    /* gemm with w in the panel layout of kernels/panels.h (r0 a multiple of
+     * 8, n at most TK_PANELS_MAX_N), the same results bit for bit; NULL if
+     * the kernel reads only the row layout */
+    void (*gemm_panels)(const void *w, size_t w_row_bytes, int64_t n, int64_t r0, int64_t r1, const void *act,
+                        size_t act_row_bytes, int n_tok, float *y, int64_t ldy);
 } tk_qkernel;
 
 /* The kernel for weights of type wtype using at most the given ISA (pass

@@ -668,12 +668,19 @@ AI uint64_t halves4(const bptr *w, size_t o) {
     return (uint64_t)(ld16(w[0] + o) | ld16(w[1] + o) << 16) | (uint64_t)(ld16(w[2] + o) | ld16(w[3] + o) << 16) << 32;
 }
 
-AI __m256 panel_scales(const bptr *wp, size_t o) {
+/* PL (all the functions below): wp[0] is a panel of the panel layout
+ * (kernels/panels.h), the other wp[i] unused; else wp[i] is row i. */
+AI __m256 panel_scales(const int PL, const bptr *wp, size_t o) {
+    if (PL) return _mm256_cvtph_ps(ldu128(wp[0] + PANEL * o));
     return _mm256_cvtph_ps(_mm_insert_epi64(_mm_cvtsi64_si128((long long)halves4(wp, o)), (long long)halves4(wp + 4, o), 1));
 }
 
 /* 16 bytes at byte offset o of 8 rows -> v[k] with dword k of row i in lane i. */
-AI void panel_transpose(const bptr *wp, size_t o, __m256i v[4]) {
+AI void panel_transpose(const int PL, const bptr *wp, size_t o, __m256i v[4]) {
+    if (PL) {
+        UNROLL for (int k = 0; k < 4; k++) v[k] = _mm256_loadu_si256((const __m256i *)(wp[0] + PANEL * o + 32 * k));
+        return;
+    }
     __m256i r[4];
     UNROLL for (int i = 0; i < 4; i++) r[i] = _mm256_inserti128_si256(_mm256_castsi128_si256(ldu128(wp[i] + o)), ldu128(wp[i + 4] + o), 1);
     const __m256i t0 = _mm256_unpacklo_epi32(r[0], r[1]), t1 = _mm256_unpackhi_epi32(r[0], r[1]);
@@ -714,18 +721,18 @@ AI __m256i q5_bits(__m256i qh, int s) {
  * 8 of a whole block were spilled and reloaded for every token.  part[j]
  * keeps token j's int32 sum of the first half; the sum is exact, so the
  * halves give the same isum and the same bits. */
-AI void signed_block(const int T, int nt, const bptr *wp, size_t o, bptr a, size_t arb, const tokblk *tk, __m256 *acc) {
-    const __m256 dw = panel_scales(wp, o);
+AI void signed_block(const int T, const int PL, int nt, const bptr *wp, size_t o, bptr a, size_t arb, const tokblk *tk, __m256 *acc) {
+    const __m256 dw = panel_scales(PL, wp, o);
     __m256i part[NT_P];
     for (int h = 0; h < 2; h++) {
         __m256i q[4], u[4];
         if (T == L_IQ4_NL) { /* low nibbles = elements 0..15, high = 16..31 */
             const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl)), m4 = _mm256_set1_epi8(0x0F);
-            panel_transpose(wp, o + 2, q);
+            panel_transpose(PL, wp, o + 2, q);
             UNROLL for (int k = 0; k < 4; k++)
                 q[k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(h ? _mm256_srli_epi16(q[k], 4) : q[k], m4));
         } else {
-            panel_transpose(wp, o + 2 + 16 * (size_t)h, q);
+            panel_transpose(PL, wp, o + 2 + 16 * (size_t)h, q);
         }
         UNROLL for (int k = 0; k < 4; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
         for (int j = 0; j < nt; j++) {
@@ -741,7 +748,7 @@ AI void signed_block(const int T, int nt, const bptr *wp, size_t o, bptr a, size
  * their data of block b at tb[b * tbs + j]; acc[j] lane i = row i.  The
  * accumulators live in memory (L1): the unpacked weight vectors take the
  * registers. */
-AI void mk_panel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs, int64_t nb,
+AI void mk_panel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs, int64_t nb,
                  size_t pf, __m256 *acc) {
     const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -750,10 +757,12 @@ AI void mk_panel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const 
         const size_t o = wb * (size_t)b;
         const bptr ablk = a + ab * (size_t)b + aq;
         const tokblk *tk = tb + tbs * (size_t)b;
-        if (pf && (T == L_Q8_0 || !(b & 1))) /* every 36 bytes or less: each line of the next panel */
+        if (pf && PL)
+            for (size_t k = 0; k < PANEL * wb; k += 64) tk_prefetch_weights(wp[0] + pf + PANEL * o + k);
+        else if (pf && (T == L_Q8_0 || !(b & 1))) /* every 36 bytes or less: each line of the next panel */
             UNROLL for (int i = 0; i < PANEL; i++) tk_prefetch_weights(wp[i] + o + pf);
         if ((T == L_Q8_0 || T == L_IQ4_NL) && nt > 1) {
-            signed_block(T, nt, wp, o, ablk, arb, tk, acc);
+            signed_block(T, PL, nt, wp, o, ablk, arb, tk, acc);
             continue;
         }
         /* Q4_0 / Q5_0: q = codes, low nibbles then high; Q8_0 / IQ4_NL (one
@@ -761,7 +770,7 @@ AI void mk_panel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const 
         __m256i q[8], u[8];
         if (T == L_Q4_0 || T == L_Q4_1) {
             __m256i v[4];
-            panel_transpose(wp, o + (T == L_Q4_1 ? 4 : 2), v);
+            panel_transpose(PL, wp, o + (T == L_Q4_1 ? 4 : 2), v);
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm256_and_si256(v[k], m4);
                 q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
@@ -769,10 +778,11 @@ AI void mk_panel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const 
         } else if (T == L_Q5_0 || T == L_Q5_1) {
             const size_t ho = o + (T == L_Q5_1 ? 4 : 2); /* qh, then qs */
             __m256i v[4];
-            panel_transpose(wp, ho + 4, v);
-            const __m256i qh = _mm256_setr_epi32((int)ld32(wp[0] + ho), (int)ld32(wp[1] + ho), (int)ld32(wp[2] + ho),
-                                                 (int)ld32(wp[3] + ho), (int)ld32(wp[4] + ho), (int)ld32(wp[5] + ho),
-                                                 (int)ld32(wp[6] + ho), (int)ld32(wp[7] + ho));
+            panel_transpose(PL, wp, ho + 4, v);
+            const __m256i qh = PL ? _mm256_loadu_si256((const __m256i *)(wp[0] + PANEL * ho))
+                                  : _mm256_setr_epi32((int)ld32(wp[0] + ho), (int)ld32(wp[1] + ho), (int)ld32(wp[2] + ho),
+                                                      (int)ld32(wp[3] + ho), (int)ld32(wp[4] + ho), (int)ld32(wp[5] + ho),
+                                                      (int)ld32(wp[6] + ho), (int)ld32(wp[7] + ho));
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), q5_bits(qh, 4 * k));
                 q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4), q5_bits(qh, 16 + 4 * k));
@@ -780,17 +790,17 @@ AI void mk_panel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const 
         } else if (T == L_IQ4_NL) {
             const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
             __m256i v[4];
-            panel_transpose(wp, o + 2, v);
+            panel_transpose(PL, wp, o + 2, v);
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm256_shuffle_epi8(kv, _mm256_and_si256(v[k], m4));
                 q[k + 4] = _mm256_shuffle_epi8(kv, _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4));
             }
         } else {
-            panel_transpose(wp, o + 2, q);
-            panel_transpose(wp, o + 18, q + 4);
+            panel_transpose(PL, wp, o + 2, q);
+            panel_transpose(PL, wp, o + 18, q + 4);
         }
         if (T == L_Q8_0 || T == L_IQ4_NL) UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
-        const __m256 dw = panel_scales(wp, o), mw = lmin(T) ? panel_scales(wp, o + 2) : _mm256_setzero_ps();
+        const __m256 dw = panel_scales(PL, wp, o), mw = lmin(T) ? panel_scales(PL, wp, o + 2) : _mm256_setzero_ps();
         for (int j = 0; j < nt; j++) {
             const bptr aj = ablk + arb * (size_t)j;
             __m256i isum;
@@ -866,10 +876,10 @@ AI __m256i bsum_dot(const __m256i wq[8], bptr a) {
     return s;
 }
 
-/* Panel layout: isum[j] (Q6_K: less its bsum term) and msum[j] (Q4_K,
+/* In lanes: isum[j] (Q6_K: less its bsum term) and msum[j] (Q4_K,
  * Q5_K) of super-block o of the 8 rows for tokens ap[0..nt), ao the block's
  * offset in an activation row. */
-AI void kpanel_slices(const int T, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m256i *isum,
+AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m256i *isum,
                       __m256i *msum) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
@@ -877,7 +887,7 @@ AI void kpanel_slices(const int T, int nt, const bptr *wp, size_t o, const bptr 
     if (T != PK_Q6) {
         /* the 12 scale bytes as dwords u0 u1 u2 per lane: tk_qkernel_k4_scales64 lane-wise */
         __m256i v[4];
-        panel_transpose(wp, o + 4, v);
+        panel_transpose(PL, wp, o + 4, v);
         const __m256i lo6 = _mm256_set1_epi8(0x3F), lo4 = m4, lo2 = _mm256_set1_epi8(3);
         const __m256i s03 = _mm256_and_si256(v[0], lo6), m03 = _mm256_and_si256(v[1], lo6);
         const __m256i s47 = _mm256_or_si256(_mm256_and_si256(v[2], lo4),
@@ -892,7 +902,7 @@ AI void kpanel_slices(const int T, int nt, const bptr *wp, size_t o, const bptr 
         }
     } else {
         __m256i v[4];
-        panel_transpose(wp, o + 192, v); /* the 16 int8 scales */
+        panel_transpose(PL, wp, o + 192, v); /* the 16 int8 scales */
         UNROLL for (int k = 0; k < 4; k++) UNROLL for (int s = 0; s < 4; s++) sc[4 * k + s] = dup_byte(v[k], s, 1);
         UNROLL for (int p = 0; p < 8; p++) /* (32 sc_2p, 32 sc_2p+1) */
             wq[p] = _mm256_slli_epi16(_mm256_blend_epi16(sc[2 * p], sc[2 * p + 1], 0xAA), 5);
@@ -903,7 +913,7 @@ AI void kpanel_slices(const int T, int nt, const bptr *wp, size_t o, const bptr 
         const size_t qo = T == PK_Q5 ? 48 : 16;
         UNROLL for (int c = 0; c < 4; c++) UNROLL for (int p = 0; p < 2; p++) {
             __m256i v[4], q[8];
-            panel_transpose(wp, o + qo + 32 * c + 16 * p, v);
+            panel_transpose(PL, wp, o + qo + 32 * c + 16 * p, v);
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm256_and_si256(v[k], m4);
                 q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4);
@@ -911,7 +921,7 @@ AI void kpanel_slices(const int T, int nt, const bptr *wp, size_t o, const bptr 
             if (T == PK_Q5) {
                 __m256i h[4];
                 const __m256i b4 = _mm256_set1_epi8(0x10);
-                panel_transpose(wp, o + 16 + 16 * p, h);
+                panel_transpose(PL, wp, o + 16 + 16 * p, h);
                 UNROLL for (int k = 0; k < 4; k++) {
                     q[k] = _mm256_or_si256(q[k], bits_to(h[k], 2 * c, 4, b4));
                     q[k + 4] = _mm256_or_si256(q[k + 4], bits_to(h[k], 2 * c + 1, 4, b4));
@@ -931,10 +941,10 @@ AI void kpanel_slices(const int T, int nt, const bptr *wp, size_t o, const bptr 
         const __m256i m30 = _mm256_set1_epi8(0x30);
         UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) {
             __m256i hq[4];
-            panel_transpose(wp, o + 128 + 32 * h + 16 * p, hq);
+            panel_transpose(PL, wp, o + 128 + 32 * h + 16 * p, hq);
             UNROLL for (int g2 = 0; g2 < 2; g2++) {
                 __m256i v[4], q[8];
-                panel_transpose(wp, o + 64 * h + 32 * g2 + 16 * p, v);
+                panel_transpose(PL, wp, o + 64 * h + 32 * g2 + 16 * p, v);
                 UNROLL for (int k = 0; k < 4; k++) {
                     q[k] = _mm256_or_si256(_mm256_and_si256(v[k], m4), bits_to(hq[k], 2 * g2, 4, m30));
                     q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4),
@@ -970,8 +980,9 @@ AI __m256i hsum_rows(const __m256i r[8]) {
 /* Q6_K in row layout, one token: the same integers as kpanel_slices, each
  * row's computed in its own vectors (32 elements each, no transposes) and
  * summed into lanes.  For Q6_K's 13 transposes and 6-bit unpacking per
- * super-block this is cheaper when the weights serve one token (decode);
- * Q4_K and Q5_K decode faster in the panel layout. */
+ * super-block this is cheaper when the weights serve one token (decode)
+ * from the file's rows; Q4_K and Q5_K decode faster in lanes, and from the
+ * panel layout (no transposes) so does Q6_K. */
 AI __m256i q6k_rows(const bptr *wp, size_t o, bptr a) {
     __m256i r[PANEL];
     UNROLL for (int i = 0; i < PANEL; i++) r[i] = q6k_row(wp[i] + o, a);
@@ -980,20 +991,22 @@ AI __m256i q6k_rows(const bptr *wp, size_t o, bptr a) {
 
 /* Rows wp[0..8) of type T (PK_*), tokens ap[0..nt), nb super-blocks;
  * acc[j] lane i = row i.  ROWS (Q6_K): one token, the integers in row layout. */
-AI void mk_kpanel(const int T, const int ROWS, int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf,
+AI void mk_kpanel(const int T, const int PL, const int ROWS, int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf,
                   __m256 *acc) {
     const size_t wb = kbytes(T);
     __m256i isum[NT_P], msum[NT_P];
     for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b, ao = QK_A * (size_t)b;
-        if (pf)
+        if (pf && PL)
+            for (size_t k = 0; k < PANEL * wb; k += 64) tk_prefetch_weights(wp[0] + pf + PANEL * o + k);
+        else if (pf)
             for (size_t k = 0; k < wb; k += 64)
                 UNROLL for (int i = 0; i < PANEL; i++) tk_prefetch_weights(wp[i] + o + pf + k);
         if (ROWS) isum[0] = q6k_rows(wp, o, ap[0] + ao);
-        else kpanel_slices(T, nt, wp, o, ap, ao, isum, msum);
-        const __m256 dw = panel_scales(wp, T == PK_Q6 ? o + 208 : o);
-        const __m256 dm = T == PK_Q6 ? _mm256_setzero_ps() : panel_scales(wp, o + 2);
+        else kpanel_slices(T, PL, nt, wp, o, ap, ao, isum, msum);
+        const __m256 dw = panel_scales(PL, wp, T == PK_Q6 ? o + 208 : o);
+        const __m256 dm = T == PK_Q6 ? _mm256_setzero_ps() : panel_scales(PL, wp, o + 2);
         for (int j = 0; j < nt; j++) {
             const __m256 da = _mm256_set1_ps(ldf(ap[j] + ao));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, da), acc[j]);
@@ -1016,7 +1029,7 @@ AI tk_dtype panel_dtype(int T) {
  * kernel (a choice made by n alone, so still the same bits for every batch
  * and split).  K-quants: chunks of CHUNK_BYTES of activations, which stay
  * in L2 while the panels pass over them. */
-AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
                    size_t arb, int n_tok, float *y, int64_t ldy) {
     const int kq = T >= PK_Q4;
     const int64_t nb = n / (kq ? 256 : 32);
@@ -1041,7 +1054,7 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
             }
         for (int64_t r = r0; r < r1; r += PANEL) {
             bptr wp[PANEL];
-            for (int i = 0; i < PANEL; i++) wp[i] = W + (size_t)(r + i < r1 ? r + i : r1 - 1) * wrb;
+            for (int i = 0; i < PANEL; i++) wp[i] = W + (size_t)(PL ? r : r + i < r1 ? r + i : r1 - 1) * wrb;
             for (int64_t t = t0; t < t1;) {
                 const int nt = t1 - t >= NT_P ? NT_P : (int)(t1 - t);
                 bptr ap[NT_P];
@@ -1049,12 +1062,12 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
                 __m256 acc[NT_P];
                 /* the first pass prefetches the next panel (decode streams it from DRAM) */
                 const size_t pf = t == t0 ? PANEL * wrb : 0;
-                if (T == PK_Q6 && nt == 1) mk_kpanel(T, 1, 1, wp, ap, nb, pf, acc);
-                else if (kq && nt == 1) mk_kpanel(T, 0, 1, wp, ap, nb, pf, acc); /* decode: unrolled for one token */
-                else if (kq) mk_kpanel(T, 0, nt, wp, ap, nb, pf, acc);
+                if (T == PK_Q6 && nt == 1 && !PL) mk_kpanel(T, PL, 1, 1, wp, ap, nb, pf, acc);
+                else if (kq && nt == 1) mk_kpanel(T, PL, 0, 1, wp, ap, nb, pf, acc); /* decode: unrolled for one token */
+                else if (kq) mk_kpanel(T, PL, 0, nt, wp, ap, nb, pf, acc);
                 else if (nt == 1) /* decode: the accumulator in a register */
-                    mk_panel(T, 1, wp, A + (size_t)t * arb, arb, td + (t - t0), (size_t)(t1 - t0), nb, pf, acc);
-                else mk_panel(T, nt, wp, A + (size_t)t * arb, arb, td + (t - t0), (size_t)(t1 - t0), nb, pf, acc);
+                    mk_panel(T, PL, 1, wp, A + (size_t)t * arb, arb, td + (t - t0), (size_t)(t1 - t0), nb, pf, acc);
+                else mk_panel(T, PL, nt, wp, A + (size_t)t * arb, arb, td + (t - t0), (size_t)(t1 - t0), nb, pf, acc);
                 for (int j = 0; j < nt; j++) {
                     float *yt = y + (t + j) * ldy + r;
                     if (r + PANEL <= r1) {
@@ -1071,10 +1084,15 @@ AI void panel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0
     }
 }
 
+/* NAME reads the row layout, NAME##_pl the panel layout. */
 #define PANEL_GEMM(NAME, T)                                                                                      \
     static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
                      int n_tok, float *y, int64_t ldy) {                                                         \
-        panel_gemm(T, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                               \
+        panel_gemm(T, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                            \
+    }                                                                                                            \
+    static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,         \
+                          size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
+        panel_gemm(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                            \
     }
 PANEL_GEMM(q4_0_panel_gemm, L_Q4_0)
 PANEL_GEMM(q4_1_panel_gemm, L_Q4_1)
@@ -1138,15 +1156,15 @@ GEMM_KERNELS(tiled_kernel)
 
 /* The panel kernels replace the tiled ones of their types. */
 static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {
-    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm),
-    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_1, Q8_1, "Q4_1", q4_1_panel_gemm),
-    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q5_0, Q8_0, "Q5_0", q5_0_panel_gemm),
-    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q5_1, Q8_1, "Q5_1", q5_1_panel_gemm),
-    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm),
-    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm),
-    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q4_K, Q8_K, "Q4_K", q4_K_panel_gemm),
-    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q5_K, Q8_K, "Q5_K", q5_K_panel_gemm),
-    TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_Q6_K, Q8_K, "Q6_K", q6_K_panel_gemm),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm, q4_0_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_1, Q8_1, "Q4_1", q4_1_panel_gemm, q4_1_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_0, Q8_0, "Q5_0", q5_0_panel_gemm, q5_0_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_1, Q8_1, "Q5_1", q5_1_panel_gemm, q5_1_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm, q8_0_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm, iq4_nl_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_K, Q8_K, "Q4_K", q4_K_panel_gemm, q4_K_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_K, Q8_K, "Q5_K", q5_K_panel_gemm, q5_K_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q6_K, Q8_K, "Q6_K", q6_K_panel_gemm, q6_K_panel_gemm_pl),
 };
 
 const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype) {

@@ -54,7 +54,10 @@ static inline const tk_qkernel *tk_qkernel_pick(const tk_qkernel table[TK_DTYPE_
 /* A SIMD kernel table entry: weight type WT, activations packed as AT
  * (Q8_0, Q8_1, Q8_K by the AVX2 quantizers, or F32), named NAME SUFFIX. */
 #define TK_QKERNEL_SIMD_KERNEL(ISA, SUFFIX, WT, AT, NAME, GEMM) \
-    [WT] = {WT, TK_##AT, ISA, NAME SUFFIX, TK_QKERNEL_SIMD_PACK_##AT, GEMM}
+    [WT] = {WT, TK_##AT, ISA, NAME SUFFIX, TK_QKERNEL_SIMD_PACK_##AT, GEMM, NULL}
+/* ... and its panel-layout form PGEMM (kernels/panels.h) */
+#define TK_QKERNEL_SIMD_PANELS(ISA, SUFFIX, WT, AT, NAME, GEMM, PGEMM) \
+    [WT] = {WT, TK_##AT, ISA, NAME SUFFIX, TK_QKERNEL_SIMD_PACK_##AT, GEMM, PGEMM}
 #define TK_QKERNEL_SIMD_PACK_Q8_0 tk_qkernel_act_bytes_q8_0, tk_qkernel_avx2_quant_q8_0
 #define TK_QKERNEL_SIMD_PACK_Q8_1 tk_qkernel_act_bytes_q8_1, tk_qkernel_avx2_quant_q8_1
 #define TK_QKERNEL_SIMD_PACK_Q8_K tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K

@@ -378,6 +378,7 @@ void tk_model_free(tk_model *m) {
     free(m->fused_views);
     free(m->tp_views);
     free(m->tp_data);
+    free(m->panel_data);
     free(m->layers);
     free(m->rope_inv_freq);
     free(m->rope_inv_freq_swa);

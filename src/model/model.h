@@ -79,6 +79,9 @@ typedef struct tk_model {
     const tk_tensor *tp_head;
     tk_tensor *tp_views;
     unsigned char *tp_data;
+    /* the matrices' panel-layout copies (tk_model_make_panels) */
+    unsigned char *panel_data;
+    size_t panel_bytes;
 } tk_model;
 
 
@@ -160,6 +163,12 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err);
  * (the default after loading).  Other models: no effect. */
 void tk_model_set_context(tk_model *m, int ctx_len);
 void tk_model_free(tk_model *m);
+/* Gives every matrix the forward pass multiplies by a copy in the panel
+ * layout (kernels/panels.h) when its kernel at `isa` reads that layout: made
+ * once, after any tensor-parallel slicing, on the pool's threads.  The
+ * results are the same bits; decode reads the weights without transposing
+ * them.  Costs panel_bytes of memory beside the file's mapping. */
+int tk_model_make_panels(tk_model *m, tk_isa isa, tk_threadpool *pool, tk_err *err);
 
 int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int ctx_len, int kv_block_size,
                        int n_threads, bool reference, tk_err *err);

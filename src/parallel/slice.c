@@ -10,6 +10,7 @@
 static void row_share(const tk_tensor *t, int64_t r0, int64_t nr, tk_tensor *out) {
     size_t row = tk_dtype_row_bytes(t->type, t->ne[0]);
     *out = *t;
+    out->panels = NULL;
     out->data = (const unsigned char *)t->data + (size_t)r0 * row;
     out->ne[1] = nr;
     out->nbytes = (size_t)nr * row;
@@ -43,6 +44,7 @@ static void col_share(const tk_tensor *t, int64_t c0, int64_t nc, unsigned char 
     for (int64_t r = 0; r < t->ne[1]; r++)
         memcpy(dst + (size_t)r * len, (const unsigned char *)t->data + (size_t)r * src_row + off, len);
     *out = *t;
+    out->panels = NULL;
     out->data = dst;
     out->ne[0] = nc;
     out->nbytes = len * (size_t)t->ne[1];

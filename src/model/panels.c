@@ -1,0 +1,108 @@
+/* The model's matrices in the panel layout (kernels/panels.h). */
+#include <stdlib.h>
+
+#include "../kernels/panels.h"
+#include "../kernels/qgemm.h"
+#include "model.h"
+
+/* The matrices the forward pass multiplies by, in out[] if not NULL; their
+ * number.  Tensors are const in the layers, but each is storage of the
+ * model (its source's or its views'), so it may be given panels here. */
+static size_t matmul_weights(tk_model *m, tk_tensor **out) {
+    size_t n = 0;
+#define ADD(t)                                            \
+    do {                                                  \
+        if (t) {                                          \
+            if (out) out[n] = (tk_tensor *)(uintptr_t)(t); \
+            n++;                                          \
+        }                                                 \
+    } while (0)
+    for (int l = 0; l < m->hp.n_layers; l++) {
+        const tk_layer *L = &m->layers[l];
+        ADD(L->wq);
+        ADD(L->wk);
+        ADD(L->wv);
+        ADD(L->wo);
+        ADD(L->w_gate);
+        ADD(L->w_up);
+        ADD(L->w_down);
+        ADD(L->gate_shexp);
+        ADD(L->up_shexp);
+        ADD(L->down_shexp);
+        for (int e = 0; L->experts && e < 3 * m->hp.n_expert; e++) ADD(&L->experts[e]);
+    }
+    ADD(m->w.output);
+    ADD(m->tp_head);
+#undef ADD
+    return n;
+}
+
+/* Bytes of t's panel layout if its kernel reads one, else 0. */
+static size_t panel_size(const tk_tensor *t, tk_isa isa) {
+    const tk_qkernel *k = tk_qkernel_get(t->type, isa);
+    if (!k || !k->gemm_panels || !tk_panels_layout(t->type) || t->ne[2] != 1 || t->ne[3] != 1 ||
+        t->ne[0] > TK_PANELS_MAX_N)
+        return 0;
+    const size_t rb = tk_dtype_row_bytes(t->type, t->ne[0]);
+    if (!rb || rb * (size_t)t->ne[1] > t->nbytes) return 0;
+    return tk_panels_bytes(t->ne[1], rb);
+}
+
+typedef struct pack_job {
+    tk_tensor **w;
+    size_t *off; /* panel_data offset of each, SIZE_MAX: none */
+    unsigned char *data;
+} pack_job;
+
+static void pack_task(void *ctx, int task, int thread) {
+    (void)thread;
+    const pack_job *j = ctx;
+    tk_tensor *t = j->w[task];
+    if (j->off[task] == SIZE_MAX) return;
+    unsigned char *dst = j->data + j->off[task];
+    tk_panels_pack(t->type, t->data, tk_dtype_row_bytes(t->type, t->ne[0]), t->ne[1], dst);
+    t->panels = dst;
+}
+
+int tk_model_make_panels(tk_model *m, tk_isa isa, tk_threadpool *pool, tk_err *err) {
+    if (m->panel_data) return 0;
+    const size_t n = matmul_weights(m, NULL);
+    if (n > (size_t)INT32_MAX) return tk_err_set(err, "too many matrices for the panel layout");
+    tk_tensor **w = malloc((n ? n : 1) * sizeof *w);
+    size_t *off = malloc((n ? n : 1) * sizeof *off);
+    if (!w || !off) {
+        free(w);
+        free(off);
+        return tk_err_set(err, "out of memory");
+    }
+    matmul_weights(m, w);
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        off[i] = SIZE_MAX;
+        const size_t bytes = panel_size(w[i], isa);
+        bool seen = w[i]->panels != NULL; /* listed twice (a tied head) */
+        for (size_t k = 0; k < i && !seen && bytes; k++) seen = w[k] == w[i];
+        if (!bytes || seen) continue;
+        if (total > SIZE_MAX - bytes) {
+            free(w);
+            free(off);
+            return tk_err_set(err, "the panel layout of the weights is too large");
+        }
+        off[i] = total;
+        total += bytes;
+    }
+    if (total) {
+        m->panel_data = malloc(total);
+        if (!m->panel_data) {
+            free(w);
+            free(off);
+            return tk_err_set(err, "out of memory for the weights' panel layout (%zu MiB)", total >> 20);
+        }
+        m->panel_bytes = total;
+        pack_job j = {w, off, m->panel_data};
+        tk_threadpool_run(pool, (int)n, pack_task, &j);
+    }
+    free(w);
+    free(off);
+    return 0;
+}
