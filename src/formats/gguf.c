@@ -657,6 +657,10 @@ size_t tk_gguf_alignment(const tk_gguf *g) {
     return g->alignment;
 }
 
+const tk_mapfile *tk_gguf_mapping(const tk_gguf *g) {
+    return &g->map;
+}
+
 size_t tk_gguf_tensor_file_offset(const tk_gguf *g, size_t i) {
     return i < g->n_tensors ? g->data_off + (size_t)g->tensor_offsets[i] : 0;
 }

@@ -63,6 +63,8 @@ const tk_tensor *tk_gguf_tensor_at(const tk_gguf *g, size_t i);
 const tk_tensor *tk_gguf_find_tensor(const tk_gguf *g, const char *name);
 /* general.alignment in effect (32 unless the file says otherwise). */
 size_t tk_gguf_alignment(const tk_gguf *g);
+/* The read-only file mapping the tensors' data lies in. */
+const struct tk_mapfile *tk_gguf_mapping(const tk_gguf *g);
 /* Absolute file offset of tensor i's data (for tools and tests). */
 size_t tk_gguf_tensor_file_offset(const tk_gguf *g, size_t i);
 

@@ -388,6 +388,7 @@ int tk_gguf_source_open(const char *path, tk_source *src, tk_err *err) {
     src->tensors = tensors;
     src->n_tensors = (int)nt;
     src->gguf = g;
+    src->mapping = tk_gguf_mapping(g);
     src->impl = impl;
     src->impl_free = gguf_impl_free;
     if (tk_source_index_tensors(src, err)) {

@@ -96,6 +96,9 @@ typedef struct tk_source {
      * million tiny tensors.  Built by each opener (tk_source_index_tensors),
      * freed by tk_source_close. */
     const tk_tensor **by_name;
+    /* A read-only file mapping (GGUF) holding tensor data, or NULL: pages
+     * of it that a copy replaces may be dropped (tk_model_make_panels). */
+    const tk_mapfile *mapping;
     /* Format-private state.  It owns everything the source points to
      * (path, chat template, tensor array and names, mappings, parsed
      * configs); impl_free releases it. */

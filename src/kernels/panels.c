@@ -39,21 +39,23 @@ void tk_panels_pack(tk_dtype t, const void *w, size_t row_bytes, int64_t rows, v
     block_units u;
     if (!units_of(t, &u) || rows <= 0) return;
     const unsigned char *src = w;
-    unsigned char *dst = out;
-    const size_t nb = row_bytes / (size_t)u.bytes, mid_end = (size_t)(u.bytes - 2 * u.tail);
+    unsigned char *d = out; /* written in order: unit by unit, the 8 rows' copies of each */
+    const size_t nb = row_bytes / (size_t)u.bytes, lead_end = 2 * (size_t)u.lead,
+                 mid_end = (size_t)(u.bytes - 2 * u.tail);
     for (int64_t p = 0; p * TK_PANEL_ROWS < rows; p++) {
-        unsigned char *panel = dst + (size_t)p * TK_PANEL_ROWS * row_bytes;
+        const unsigned char *row[TK_PANEL_ROWS];
         for (int i = 0; i < TK_PANEL_ROWS; i++) {
             const int64_t r = p * TK_PANEL_ROWS + i < rows ? p * TK_PANEL_ROWS + i : rows - 1;
-            const unsigned char *row = src + (size_t)r * row_bytes;
-            for (size_t b = 0; b < nb; b++) {
-                const size_t o = b * (size_t)u.bytes;
-                for (size_t x = 0; x < (size_t)u.bytes;) {
-                    const size_t f = x < 2 * (size_t)u.lead || x >= mid_end ? 2 : 4;
-                    memcpy(panel + TK_PANEL_ROWS * (o + x) + (size_t)i * f, row + o + x, f);
-                    x += f;
-                }
-            }
+            row[i] = src + (size_t)r * row_bytes;
+        }
+        for (size_t o = 0; o < nb * (size_t)u.bytes; o += (size_t)u.bytes) {
+            size_t x = 0;
+            for (; x < lead_end; x += 2)
+                for (int i = 0; i < TK_PANEL_ROWS; i++, d += 2) memcpy(d, row[i] + o + x, 2);
+            for (; x < mid_end; x += 4)
+                for (int i = 0; i < TK_PANEL_ROWS; i++, d += 4) memcpy(d, row[i] + o + x, 4);
+            for (; x < (size_t)u.bytes; x += 2)
+                for (int i = 0; i < TK_PANEL_ROWS; i++, d += 2) memcpy(d, row[i] + o + x, 2);
         }
     }
 }

@@ -1,5 +1,7 @@
 /* The model's matrices in the panel layout (kernels/panels.h). */
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "../kernels/panels.h"
 #include "../kernels/qgemm.h"
@@ -52,7 +54,20 @@ typedef struct pack_job {
     tk_tensor **w;
     size_t *off; /* panel_data offset of each, SIZE_MAX: none */
     unsigned char *data;
+    const tk_mapfile *mapping; /* the source's file mapping, or NULL */
 } pack_job;
+
+/* The whole pages of [p, p + n) in the read-only file mapping leave this
+ * process's memory (a later read faults them back in from the page cache):
+ * the kernels read the copy, so the file's rows would otherwise double the
+ * resident size. */
+static void drop_mapped_pages(const tk_mapfile *map, const void *p, size_t n) {
+    const uintptr_t lo = (uintptr_t)map->data, hi = lo + map->size, a = (uintptr_t)p;
+    if (!map->data || a < lo || a > hi || n > hi - a) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t first = (a + page - 1) / page * page, end = (a + n) / page * page;
+    if (end > first) madvise((void *)first, end - first, MADV_DONTNEED);
+}
 
 static void pack_task(void *ctx, int task, int thread) {
     (void)thread;
@@ -60,8 +75,10 @@ static void pack_task(void *ctx, int task, int thread) {
     tk_tensor *t = j->w[task];
     if (j->off[task] == SIZE_MAX) return;
     unsigned char *dst = j->data + j->off[task];
-    tk_panels_pack(t->type, t->data, tk_dtype_row_bytes(t->type, t->ne[0]), t->ne[1], dst);
+    const size_t rb = tk_dtype_row_bytes(t->type, t->ne[0]);
+    tk_panels_pack(t->type, t->data, rb, t->ne[1], dst);
     t->panels = dst;
+    if (j->mapping) drop_mapped_pages(j->mapping, t->data, rb * (size_t)t->ne[1]);
 }
 
 int tk_model_make_panels(tk_model *m, tk_isa isa, tk_threadpool *pool, tk_err *err) {
@@ -99,7 +116,7 @@ int tk_model_make_panels(tk_model *m, tk_isa isa, tk_threadpool *pool, tk_err *e
             return tk_err_set(err, "out of memory for the weights' panel layout (%zu MiB)", total >> 20);
         }
         m->panel_bytes = total;
-        pack_job j = {w, off, m->panel_data};
+        pack_job j = {w, off, m->panel_data, m->src.mapping};
         tk_threadpool_run(pool, (int)n, pack_task, &j);
     }
     free(w);
