@@ -71,8 +71,13 @@ PERSON_SCHEMA = {"type": "object", "properties": {
 # ---------------------------------------------------------------- JSON
 
 def test_json_object(client):
+    # Whether a sampled object closes within max_tokens depends on the seed and
+    # on the kernels' rounding (each ISA level samples other tokens), so try
+    # seeds until one does; every answer must be well-formed either way.
     done = 0
-    for seed in range(4):
+    for seed in range(24):
+        if done:
+            break
         r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=200, temperature=1.0,
                                            seed=seed, response_format={"type": "json_object"})
         c = r.choices[0]
