@@ -144,7 +144,7 @@ static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, i
 }
 
 #define KP_KERNEL(WT, NAME, GEMM) \
-    [WT] = {WT, TK_Q8_K, TK_ISA_AVX512, NAME "/avx512", tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K, GEMM}
+    [WT] = {WT, TK_Q8_K, TK_ISA_AVX512, NAME "/avx512", tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K, GEMM, NULL}
 static const tk_qkernel kpanel_kernels[TK_DTYPE_LIMIT] = {
     KP_KERNEL(TK_Q4_K, "Q4_K", q4_K_kpanel_gemm),
 };

@@ -148,7 +148,7 @@ LPANEL_GEMM(q8_0_lpanel_gemm, LP_Q8_0)
 LPANEL_GEMM(iq4_nl_lpanel_gemm, LP_IQ4_NL)
 
 #define LP_KERNEL(WT, NAME, GEMM) \
-    [WT] = {WT, TK_Q8_0, TK_ISA_AVX512, NAME "/avx512", TK_QKERNEL_SIMD_PACK_Q8_0, GEMM}
+    [WT] = {WT, TK_Q8_0, TK_ISA_AVX512, NAME "/avx512", TK_QKERNEL_SIMD_PACK_Q8_0, GEMM, NULL}
 static const tk_qkernel lpanel_kernels[TK_DTYPE_LIMIT] = {
     LP_KERNEL(TK_Q4_0, "Q4_0", q4_0_lpanel_gemm),
     LP_KERNEL(TK_Q8_0, "Q8_0", q8_0_lpanel_gemm),

@@ -586,7 +586,7 @@ static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_
 #define NEON_PACK_Q8_1 tk_qkernel_act_bytes_q8_1, tk_qkernel_neon_quant_q8_1
 #define NEON_PACK_Q8_K tk_qkernel_act_bytes_q8_K, tk_qkernel_neon_quant_q8_K
 #define NEON_PACK_F32 tk_qkernel_act_bytes_f32, tk_qkernel_quant_f32
-#define NEON_ROW(T, AT, NAME, ROWS, NTMAX) [TK_##T] = {TK_##T, TK_##AT, TK_ISA_NEON, #T NEON_SUFFIX, NEON_PACK_##AT, NAME##_gemm},
+#define NEON_ROW(T, AT, NAME, ROWS, NTMAX) [TK_##T] = {TK_##T, TK_##AT, TK_ISA_NEON, #T NEON_SUFFIX, NEON_PACK_##AT, NAME##_gemm, NULL},
 
 /* Every type's kernels, the table and its lookup function FN. */
 #define NEON_KERNELS(FN)                                                       \

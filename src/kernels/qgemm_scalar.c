@@ -407,7 +407,7 @@ SCALAR_GEMM(gemm_q6_K, dot_q6_K, 256)
 SCALAR_GEMM(gemm_iq4_xs, dot_iq4_xs, 256)
 
 #define K(WT, AT, NAME, GEMM) \
-    [WT] = {WT, TK_##AT, TK_ISA_SCALAR, NAME "/scalar", tk_qkernel_act_bytes_##AT, tk_qkernel_quant_##AT, GEMM}
+    [WT] = {WT, TK_##AT, TK_ISA_SCALAR, NAME "/scalar", tk_qkernel_act_bytes_##AT, tk_qkernel_quant_##AT, GEMM, NULL}
 #define tk_qkernel_act_bytes_F32 tk_qkernel_act_bytes_f32
 #define tk_qkernel_quant_F32 tk_qkernel_quant_f32
 #define tk_qkernel_act_bytes_Q8_0 tk_qkernel_act_bytes_q8_0

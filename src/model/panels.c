@@ -113,7 +113,9 @@ int tk_model_make_panels(tk_model *m, tk_isa isa, tk_threadpool *pool, tk_err *e
          * with 4 KiB pages a TLB miss every 64 lines held it back */
         const size_t huge = (size_t)2 << 20;
         m->panel_data = aligned_alloc(huge, (total + huge - 1) / huge * huge);
+#ifdef MADV_HUGEPAGE
         if (m->panel_data) madvise(m->panel_data, (total + huge - 1) / huge * huge, MADV_HUGEPAGE);
+#endif
         if (!m->panel_data) {
             free(w);
             free(off);
