@@ -580,6 +580,27 @@ static void test_panels(tk_dtype wt, int64_t rows, int64_t n, const int *ntoks, 
     free(yp);
 }
 
+/* Rows packed a chunk at a time (chunks of a multiple of 8 rows, each at
+ * its first row's byte) give the same bytes as the whole matrix packed at
+ * once: how tk_model_make_panels packs. */
+static void test_panels_chunked(tk_dtype wt, int64_t rows, int64_t n, int64_t chunk) {
+    const size_t wrb = tk_dtype_row_bytes(wt, n), pbytes = tk_panels_bytes(rows, wrb);
+    uint8_t *w = malloc(wrb * (size_t)rows), *whole = malloc(pbytes), *parts = malloc(pbytes);
+    CHECK(w && whole && parts, "buffers");
+    if (w && whole && parts) {
+        make_weights(wt, w, rows, n, 0);
+        tk_panels_pack(wt, w, wrb, rows, whole);
+        for (int64_t r0 = 0; r0 < rows; r0 += chunk)
+            tk_panels_pack(wt, w + (size_t)r0 * wrb, wrb, rows - r0 < chunk ? rows - r0 : chunk,
+                           parts + (size_t)r0 * wrb);
+        CHECK(memcmp(whole, parts, pbytes) == 0, "%s: %lld rows packed in chunks of %lld differ from at once",
+              tk_dtype_get(wt)->name, (long long)rows, (long long)chunk);
+    }
+    free(w);
+    free(whole);
+    free(parts);
+}
+
 static void test_isa_selection(void) {
     const tk_isa best = tk_cpu_best_isa();
     CHECK(tk_isa_supported(best), "best isa %s unsupported", tk_isa_name(best));
@@ -819,6 +840,7 @@ int main(void) {
             test_panels(wt, 50, 5632, some, (int)(sizeof some / sizeof some[0]), 0);
             test_panels(wt, 21, 96, all, 40, 1);
             if (wt == TK_Q8_0) test_panels(wt, 21, 96, all, 40, 2);
+            test_panels_chunked(wt, 2053, 64, 1024);
             /* accuracy against the scalar reference / float64 for tile-sized batches */
             run_case(wt, 37, 5632, 20, 0);
             run_case(wt, 33, 2048, 40, 0);
@@ -839,6 +861,7 @@ int main(void) {
             test_panels(wt, 37, 1024, all, 40, 0);
             test_panels(wt, 19, 8192, some, (int)(sizeof some / sizeof some[0]), 0);
             test_panels(wt, 13, 512, all, 40, 1);
+            test_panels_chunked(wt, 2053, 256, 1024);
             run_case(wt, 37, 2048, 20, 0);
             run_case(wt, 11, 8192, 40, 0);
             run_case(wt, 9, 512, 17, 1);

@@ -46,7 +46,7 @@ static size_t panel_size(const tk_tensor *t, tk_isa isa) {
         t->ne[0] > TK_PANELS_MAX_N)
         return 0;
     const size_t rb = tk_dtype_row_bytes(t->type, t->ne[0]);
-    if (!rb || rb * (size_t)t->ne[1] > t->nbytes) return 0;
+    if (!rb || t->ne[1] < 1 || (uint64_t)t->ne[1] > t->nbytes / rb) return 0;
     return tk_panels_bytes(t->ne[1], rb);
 }
 
@@ -76,9 +76,18 @@ static void pack_task(void *ctx, int task, int thread) {
     if (j->off[task] == SIZE_MAX) return;
     unsigned char *dst = j->data + j->off[task];
     const size_t rb = tk_dtype_row_bytes(t->type, t->ne[0]);
-    tk_panels_pack(t->type, t->data, rb, t->ne[1], dst);
+    /* a chunk of rows at a time (a multiple of the panel height, so each
+     * chunk's panels start at its first row's byte), its file pages dropped
+     * as soon as it is copied: the rows and their copy are resident together
+     * for one chunk, not for a whole matrix */
+    const int64_t chunk = 1024;
+    for (int64_t r0 = 0; r0 < t->ne[1]; r0 += chunk) {
+        const int64_t rows = t->ne[1] - r0 < chunk ? t->ne[1] - r0 : chunk;
+        const unsigned char *src = (const unsigned char *)t->data + (size_t)r0 * rb;
+        tk_panels_pack(t->type, src, rb, rows, dst + (size_t)r0 * rb);
+        if (j->mapping) drop_mapped_pages(j->mapping, src, rb * (size_t)rows);
+    }
     t->panels = dst;
-    if (j->mapping) drop_mapped_pages(j->mapping, t->data, rb * (size_t)t->ne[1]);
 }
 
 int tk_model_make_panels(tk_model *m, tk_isa isa, tk_threadpool *pool, tk_err *err) {
@@ -93,20 +102,25 @@ int tk_model_make_panels(tk_model *m, tk_isa isa, tk_threadpool *pool, tk_err *e
         return tk_err_set(err, "out of memory");
     }
     matmul_weights(m, w);
+    /* a matrix listed twice is packed once: its panels field marks it
+     * (pointing at `off`) until the packing sets it */
     size_t total = 0;
+    bool too_large = false;
     for (size_t i = 0; i < n; i++) {
         off[i] = SIZE_MAX;
         const size_t bytes = panel_size(w[i], isa);
-        bool seen = w[i]->panels != NULL; /* listed twice (a tied head) */
-        for (size_t k = 0; k < i && !seen && bytes; k++) seen = w[k] == w[i];
-        if (!bytes || seen) continue;
-        if (total > SIZE_MAX - bytes) {
-            free(w);
-            free(off);
-            return tk_err_set(err, "the panel layout of the weights is too large");
-        }
+        if (!bytes || w[i]->panels) continue;
+        if (total > SIZE_MAX - bytes) too_large = true;
+        w[i]->panels = off;
         off[i] = total;
         total += bytes;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (w[i]->panels == off) w[i]->panels = NULL;
+    if (too_large) {
+        free(w);
+        free(off);
+        return tk_err_set(err, "the panel layout of the weights is too large");
     }
     if (total) {
         /* 2 MiB pages where the kernel has them: decode streams the copy, and
