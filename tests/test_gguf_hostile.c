@@ -819,18 +819,19 @@ static void test_source(void) {
     unlink(path);
 }
 
-/* A file claiming 2^16 layers beside 200,000 one-float tensors, none of them
+/* A file claiming 2^14 layers beside 200,000 one-float tensors, none of them
  * the model's: the load looks up every vector role of every layer before it
- * finds the embedding missing.  Through a linear scan that was about 10^11
+ * finds the embedding missing.  Through a linear scan that was about 10^10
  * string compares (a 20,000-tensor file took 7 s in a release build; this
  * one minutes, past the test's 60 s limit in CMakeLists.txt); through the
- * name index, a second.  The index must also find what the scan found. */
+ * name index, a second.  The index must also find what the scan found.
+ * (2^16 layers are refused before any lookup: too few tensors, below.) */
 static void test_many_tensors(void) {
     enum { N = 200000 };
     buf b = {0};
     b_header(&b, 3, N, 8);
     b_kv_str(&b, "general.architecture", "llama");
-    b_kv_u32(&b, "llama.block_count", 1u << 16);
+    b_kv_u32(&b, "llama.block_count", 1u << 14);
     b_kv_u32(&b, "llama.embedding_length", 64);
     b_kv_u32(&b, "llama.attention.head_count", 4);
     b_kv_u32(&b, "llama.feed_forward_length", 128);
@@ -864,7 +865,35 @@ static void test_many_tensors(void) {
     }
     tk_model m;
     CHECK(tk_model_load(path, &m, &err) == -1 && strstr(err.msg, "missing tensor 'token_embd.weight'"),
-          "2^16 layers, 200,000 tensors: '%s'", err.msg);
+          "2^14 layers, 200,000 tensors: '%s'", err.msg);
+    unlink(path);
+}
+
+/* A small file whose header claims 2^16 layers is refused for its tensor
+ * count, before the per-layer name lookups (2^16 x roles of them). */
+static void test_layers_beyond_tensors(void) {
+    buf b = {0};
+    b_header(&b, 3, 2, 8);
+    b_kv_str(&b, "general.architecture", "llama");
+    b_kv_u32(&b, "llama.block_count", 1u << 16);
+    b_kv_u32(&b, "llama.embedding_length", 64);
+    b_kv_u32(&b, "llama.attention.head_count", 4);
+    b_kv_u32(&b, "llama.feed_forward_length", 128);
+    b_kv_u32(&b, "llama.context_length", 128);
+    b_kv_u32(&b, "llama.vocab_size", 16);
+    b_kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    const uint64_t ne[2] = {64, 16};
+    b_tinfo(&b, "token_embd.weight", 2, ne, TK_F32, 0);
+    b_tinfo(&b, "output_norm.weight", 1, ne, TK_F32, 4096);
+    b_pad(&b, 32);
+    b_zeros(&b, 4096 + 256);
+    const char *path = write_file("layers.gguf", b.p, b.n);
+    free(b.p);
+    tk_err err = {{0}};
+    tk_model m;
+    CHECK(tk_model_load(path, &m, &err) == -1 && strstr(err.msg, "claims 65536 layers") &&
+              strstr(err.msg, "the file has 2"),
+          "2^16 layers, 2 tensors: '%s'", err.msg);
     unlink(path);
 }
 
@@ -881,6 +910,7 @@ int main(void) {
     test_source();
     test_hparam_bounds();
     test_many_tensors();
+    test_layers_beyond_tensors();
 
     static const char *const names[] = {"bad.gguf", "ok.gguf", "trunc.gguf", "fuzz.gguf",
                                         "roundtrip.gguf", "never.gguf", "vocab.gguf"};

@@ -291,8 +291,18 @@ int tk_model_from_source(tk_source *src, tk_model *m, tk_err *err) {
     if (m->hp.rope_scaling == TK_ROPE_SCALING_LONGROPE && (m->hp.rope_orig_ctx <= 0 || !(m->hp.rope_attn_factor >= 0)))
         return tk_err_set(err, "invalid longrope RoPE scaling parameters (original context and attention factor "
                                "must be positive)");
-    m->src = *src; /* take ownership */
     const tk_arch *a = m->arch;
+    /* Each layer has a tensor of its own for every required role, so a
+     * header claiming more layers than the file has tensors for is refused
+     * here: the lookups below (every role of every layer) would otherwise
+     * cost a 2^16-layer claim in a small file a million name searches. */
+    int64_t per_layer = a->n_fused_roles;
+    for (int i = 0; i < a->n_layer_roles; i++) per_layer += a->layer_roles[i].required;
+    if (per_layer * m->hp.n_layers > src->n_tensors)
+        return tk_err_set(err, "the header claims %d layers, which need at least %lld tensors (%lld per layer); "
+                               "the file has %d", m->hp.n_layers, (long long)(per_layer * m->hp.n_layers),
+                          (long long)per_layer, src->n_tensors);
+    m->src = *src; /* take ownership */
 
     /* Count vector floats to allocate them in one block: those of the
      * vector tensors present (a header may claim far larger dimensions
