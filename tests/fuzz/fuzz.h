@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <tokamak.h>
@@ -35,11 +36,15 @@ static inline void tk_fuzz_cleanup(void) {
     rmdir(tk_fuzz_dir_path);
 }
 
-/* The temporary directory, created on first use. */
+/* The temporary directory, created on first use: in $TMPDIR, else in
+ * /dev/shm where there is one (memory: the targets write every input to
+ * files), else in /tmp. */
 static inline const char *tk_fuzz_dir(void) {
     if (!tk_fuzz_dir_path[0]) {
         const char *tmp = getenv("TMPDIR");
-        snprintf(tk_fuzz_dir_path, sizeof tk_fuzz_dir_path, "%.150s/tk_fuzz_XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        struct stat st;
+        if (!tmp || !*tmp) tmp = stat("/dev/shm", &st) == 0 && S_ISDIR(st.st_mode) ? "/dev/shm" : "/tmp";
+        snprintf(tk_fuzz_dir_path, sizeof tk_fuzz_dir_path, "%.150s/tk_fuzz_XXXXXX", tmp);
         if (!mkdtemp(tk_fuzz_dir_path)) {
             fprintf(stderr, "fuzz: mkdtemp %s: %s\n", tk_fuzz_dir_path, strerror(errno));
             abort();
@@ -65,6 +70,10 @@ static inline const char *tk_fuzz_file(const char *name, const uint8_t *data, si
         unlink(paths[slot]);
         return paths[slot];
     }
+    /* a new file each time: rewriting one in place makes ext4 write the
+     * truncated file's data back to disk on close (most of the hf target's
+     * time was in that writeback) */
+    unlink(paths[slot]);
     FILE *f = fopen(paths[slot], "wb");
     if (!f || (size && fwrite(data, 1, size, f) != size) || fclose(f) != 0) {
         fprintf(stderr, "fuzz: cannot write %s: %s\n", paths[slot], strerror(errno));
