@@ -819,6 +819,18 @@ static void test_source(void) {
     unlink(path);
 }
 
+/* The 8 metadata pairs of a small Llama claiming `layers` layers. */
+static void b_small_llama_kv(buf *b, uint32_t layers) {
+    b_kv_str(b, "general.architecture", "llama");
+    b_kv_u32(b, "llama.block_count", layers);
+    b_kv_u32(b, "llama.embedding_length", 64);
+    b_kv_u32(b, "llama.attention.head_count", 4);
+    b_kv_u32(b, "llama.feed_forward_length", 128);
+    b_kv_u32(b, "llama.context_length", 128);
+    b_kv_u32(b, "llama.vocab_size", 16);
+    b_kv_f32(b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+}
+
 /* A file claiming 2^14 layers beside 200,000 one-float tensors, none of them
  * the model's: the load looks up every vector role of every layer before it
  * finds the embedding missing.  Through a linear scan that was about 10^10
@@ -830,14 +842,7 @@ static void test_many_tensors(void) {
     enum { N = 200000 };
     buf b = {0};
     b_header(&b, 3, N, 8);
-    b_kv_str(&b, "general.architecture", "llama");
-    b_kv_u32(&b, "llama.block_count", 1u << 14);
-    b_kv_u32(&b, "llama.embedding_length", 64);
-    b_kv_u32(&b, "llama.attention.head_count", 4);
-    b_kv_u32(&b, "llama.feed_forward_length", 128);
-    b_kv_u32(&b, "llama.context_length", 128);
-    b_kv_u32(&b, "llama.vocab_size", 16);
-    b_kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    b_small_llama_kv(&b, 1u << 14);
     const uint64_t one = 1;
     char name[32];
     for (int i = 0; i < N; i++) {
@@ -874,14 +879,7 @@ static void test_many_tensors(void) {
 static void test_layers_beyond_tensors(void) {
     buf b = {0};
     b_header(&b, 3, 2, 8);
-    b_kv_str(&b, "general.architecture", "llama");
-    b_kv_u32(&b, "llama.block_count", 1u << 16);
-    b_kv_u32(&b, "llama.embedding_length", 64);
-    b_kv_u32(&b, "llama.attention.head_count", 4);
-    b_kv_u32(&b, "llama.feed_forward_length", 128);
-    b_kv_u32(&b, "llama.context_length", 128);
-    b_kv_u32(&b, "llama.vocab_size", 16);
-    b_kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    b_small_llama_kv(&b, 1u << 16);
     const uint64_t ne[2] = {64, 16};
     b_tinfo(&b, "token_embd.weight", 2, ne, TK_F32, 0);
     b_tinfo(&b, "output_norm.weight", 1, ne, TK_F32, 4096);
