@@ -335,9 +335,32 @@ int main(void) {
     CHECK(tk_grammar_from_gbnf(&g, "root ::= root \"x\" | \"y\"", &err) == 0, "%s", err.msg);
     CHECK(grammar_matches(&g, "yx") == -1, "left recursion is bounded");
     tk_grammar_free(&g);
+    /* duplicate stacks are kept once: ("a" | "a")* has as many stacks after
+     * 20 a's as after one (each a's two alternatives and the "b"), not 2^n */
+    CHECK(tk_grammar_from_gbnf(&g, "root ::= (\"a\" | \"a\")* \"b\"", &err) == 0, "%s", err.msg);
+    CHECK(tk_gstate_init(&a, &g, &err) == 0 && tk_gstate_advance(&a, 'a', &scratch, &err) == 1, "%s", err.msg);
+    const int after_one = a.n_stacks;
+    CHECK(tk_gstate_advance_bytes(&a, (const uint8_t *)"aaaaaaaaaaaaaaaaaaa", 19, &scratch, &err) == 1, "a's");
+    CHECK(after_one == 3 && a.n_stacks == after_one, "(a|a)*: %d stacks after one a, %d after 20", after_one,
+          a.n_stacks);
+    tk_gstate_free(&a);
+    tk_grammar_free(&g);
+    /* and distinct ones all kept: 1000 alternatives after "a" (the seen
+     * index grows from 64 slots to 2048 on the way) */
+    char many[16000];
+    int k = snprintf(many, sizeof many, "root ::= \"a\" (");
+    for (int i = 0; i < 1000; i++) k += snprintf(many + k, sizeof many - (size_t)k, "%s\"b%d\"", i ? " | " : "", i);
+    snprintf(many + k, sizeof many - (size_t)k, ")");
+    CHECK(tk_grammar_from_gbnf(&g, many, &err) == 0, "%s", err.msg);
+    CHECK(tk_gstate_init(&a, &g, &err) == 0 && tk_gstate_advance(&a, 'a', &scratch, &err) == 1, "%s", err.msg);
+    CHECK(a.n_stacks == 1000, "1000 alternatives: %d stacks", a.n_stacks);
+    CHECK(grammar_matches(&g, "ab999") == 1 && grammar_matches(&g, "ab1000") == 0, "the alternatives");
+    tk_gstate_free(&a);
+    tk_gstate_free(&scratch);
+    tk_grammar_free(&g);
     /* deep nesting bounded */
     char deep[600];
-    int k = snprintf(deep, sizeof deep, "root ::= ");
+    k = snprintf(deep, sizeof deep, "root ::= ");
     for (int i = 0; i < 200; i++) deep[k++] = '(';
     deep[k] = 0;
     CHECK(tk_grammar_from_gbnf(&g, deep, &err) == -1, "deep nesting refused");

@@ -117,6 +117,13 @@ typedef struct tk_gstate {
     int *starts;
     int cap_work, cap_starts;
     int expand_steps; /* since the last reset, against the matcher's bound */
+    /* the stacks added since the last reset, by hash: slot i of seen_cap (a
+     * power of two, at most half full) holds the offset in data of one when
+     * seen_stamp[i] == stamp (no clearing per step) */
+    uint32_t *seen_stamp;
+    int32_t *seen_off;
+    int seen_cap;
+    uint32_t stamp;
 } tk_gstate;
 
 #define TK_GSTATE_MAX_STACKS 4096

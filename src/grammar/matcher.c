@@ -27,20 +27,61 @@ static int ibuf_reserve(ibuf *b, int extra, tk_err *err) {
     return 0;
 }
 
-static bool has_stack(const tk_gstate *s, const int32_t *st, int len) {
-    for (int off = 0; off < s->n_data; off += 1 + s->data[off])
-        if (s->data[off] == len && memcmp(s->data + off + 1, st, sizeof(int32_t) * (size_t)len) == 0) return true;
-    return false;
+static uint32_t stack_hash(const int32_t *st, int len) {
+    uint32_t h = 2166136261u ^ (uint32_t)len; /* FNV-1a over the elements */
+    for (int i = 0; i < len; i++) h = (h ^ (uint32_t)st[i]) * 16777619u;
+    return h;
+}
+
+/* Adds stack st[0..len) unless s has it (found through the seen index, which
+ * covers the stacks added since the last reset: every expansion starts with
+ * one; a linear scan made a step over 4096 ambiguous stacks cost 8 M
+ * compares). */
+/* The free slot for a stack of hash h (s has no equal one). */
+static uint32_t seen_free_slot(const tk_gstate *s, uint32_t h) {
+    uint32_t slot = h & (uint32_t)(s->seen_cap - 1);
+    while (s->seen_stamp[slot] == s->stamp) slot = (slot + 1) & (uint32_t)(s->seen_cap - 1);
+    return slot;
+}
+
+/* Doubles the seen index (from 64 slots) and re-enters the current stacks. */
+static int seen_grow(tk_gstate *s, tk_err *err) {
+    const int cap = s->seen_cap ? 2 * s->seen_cap : 64;
+    uint32_t *stamp = calloc((size_t)cap, sizeof *stamp);
+    int32_t *off = malloc(sizeof *off * (size_t)cap);
+    if (!stamp || !off) {
+        free(stamp);
+        free(off);
+        return tk_err_set(err, "out of memory");
+    }
+    free(s->seen_stamp);
+    free(s->seen_off);
+    s->seen_stamp = stamp;
+    s->seen_off = off;
+    s->seen_cap = cap;
+    for (int o = 0; o < s->n_data; o += 1 + s->data[o]) {
+        const uint32_t slot = seen_free_slot(s, stack_hash(s->data + o + 1, s->data[o]));
+        s->seen_stamp[slot] = s->stamp;
+        s->seen_off[slot] = o;
+    }
+    return 0;
 }
 
 static int add_stack(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
-    if (has_stack(s, st, len)) return 0;
+    if (2 * (s->n_stacks + 1) > s->seen_cap && seen_grow(s, err)) return -1;
+    uint32_t slot = stack_hash(st, len) & (uint32_t)(s->seen_cap - 1);
+    for (; s->seen_stamp[slot] == s->stamp; slot = (slot + 1) & (uint32_t)(s->seen_cap - 1)) {
+        const int32_t *o = s->data + s->seen_off[slot];
+        if (o[0] == len && memcmp(o + 1, st, sizeof(int32_t) * (size_t)len) == 0) return 0;
+    }
     if (s->n_stacks >= TK_GSTATE_MAX_STACKS)
         return tk_err_set(err, "grammar: more than %d parse stacks (ambiguous grammar)", TK_GSTATE_MAX_STACKS);
     ibuf b = {s->data, s->n_data, s->cap_data};
     if (ibuf_reserve(&b, len + 1, err)) return -1;
     s->data = b.v;
     s->cap_data = b.cap;
+    s->seen_stamp[slot] = s->stamp;
+    s->seen_off[slot] = s->n_data;
     s->data[s->n_data] = len;
     memcpy(s->data + s->n_data + 1, st, sizeof(int32_t) * (size_t)len);
     s->n_data += len + 1;
@@ -133,6 +174,11 @@ static void reset(tk_gstate *s, const tk_grammar *g) {
     s->n_stacks = 0;
     s->accepting = false;
     s->expand_steps = 0;
+    /* a new stamp empties the seen index; stamp 0 is never current */
+    if (++s->stamp == 0) {
+        if (s->seen_stamp) memset(s->seen_stamp, 0, sizeof *s->seen_stamp * (size_t)s->seen_cap);
+        s->stamp = 1;
+    }
 }
 
 int tk_gstate_init(tk_gstate *s, const tk_grammar *g, tk_err *err) {
@@ -155,6 +201,8 @@ void tk_gstate_free(tk_gstate *s) {
     free(s->work);
     free(s->tmp);
     free(s->starts);
+    free(s->seen_stamp);
+    free(s->seen_off);
     *s = (tk_gstate){0};
 }
 
