@@ -513,6 +513,25 @@ static void test_hostile_json(void) {
         free(ids);
         tk_tokenizer_free(t);
     }
+    /* Replace steps whose replacement holds what they replace: 12 steps of
+     * "a" -> 10 a's would make a one-byte text 10^12 bytes; refused at 64x */
+    char chain[2048];
+    int k = snprintf(chain, sizeof chain, "{\"model\":{" MODEL_OK ",\"merges\":[\"a b\"]},\"normalizer\":"
+                                          "{\"type\":\"Sequence\",\"normalizers\":[");
+    for (int i = 0; i < 12; i++)
+        k += snprintf(chain + k, sizeof chain - (size_t)k,
+                      "%s{\"type\":\"Replace\",\"pattern\":{\"String\":\"a\"},\"content\":\"aaaaaaaaaa\"}", i ? "," : "");
+    snprintf(chain + k, sizeof chain - (size_t)k, "]}}");
+    p = tmp_file("chain.json", chain, strlen(chain));
+    t = NULL;
+    CHECK(tk_tokenizer_from_hf(p, &t, &err) == 0, "replace chain: %s", err.msg);
+    if (t) {
+        int32_t *ids = NULL;
+        CHECK(enc(t, "ab", 2, false, false, &ids, &err) == -1 && strstr(err.msg, "normalizers make the text longer"),
+              "replace chain: '%s'", err.msg);
+        free(ids);
+        tk_tokenizer_free(t);
+    }
     expect_hf_error("{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0", "invalid JSON", __LINE__);
     expect_hf_error("[1, 2]", "top level is not an object", __LINE__);
     expect_hf_error("{}", "missing \"model\"", __LINE__);

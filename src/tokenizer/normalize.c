@@ -1,6 +1,7 @@
 /* Normalizers applied to each text segment (HF Prepend / Replace / NFx /
  * Lowercase; the SentencePiece "add space prefix + escape spaces" of GGUF
  * and llama2.c vocabularies is expressed with the same operations). */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,7 +9,17 @@
 
 #include "tok_internal.h"
 
-static int apply(const tk_norm_op *op, const char *s, size_t n, tk_sbuf *o, tk_err *err) {
+/* What the normalizers may make of a text of n bytes: real ones add a
+ * prefix, swap a space for a 3-byte mark or decompose (at most 18 code
+ * points from one); a chain of Replace steps whose replacements contain
+ * what they replace would otherwise grow the text exponentially. */
+static size_t expansion_cap(size_t n) { return n > (SIZE_MAX - 4096) / 64 ? SIZE_MAX : 64 * n + 4096; }
+
+static int too_long(size_t cap, tk_err *err) {
+    return tk_err_set(err, "the normalizers make the text longer than %zu bytes (64 times its length + 4096)", cap);
+}
+
+static int apply(const tk_norm_op *op, const char *s, size_t n, size_t cap, tk_sbuf *o, tk_err *err) {
     o->n = 0;
     switch (op->kind) {
     case TK_NORM_PREPEND:
@@ -20,6 +31,7 @@ static int apply(const tk_norm_op *op, const char *s, size_t n, tk_sbuf *o, tk_e
         size_t i = 0, from = 0;
         while (i + op->alen <= n) {
             if (memcmp(s + i, op->a, op->alen) == 0) {
+                if (o->n + (i - from) + op->blen > cap) return too_long(cap, err);
                 if (tk_sbuf_put(o, s + from, i - from) || tk_sbuf_put(o, op->b, op->blen)) goto oom;
                 i += op->alen;
                 from = i;
@@ -72,8 +84,9 @@ int tk_normalize(const tk_tokenizer *t, const char *text, size_t len, tk_sbuf *o
     if (t->n_norm == 0) return tk_sbuf_put(out, text, len) ? tk_err_set(err, "out of memory") : 0;
     tk_sbuf a = {0};
     if (tk_sbuf_put(&a, text, len)) return tk_err_set(err, "out of memory");
+    const size_t cap = expansion_cap(len);
     for (int i = 0; i < t->n_norm; i++) {
-        if (apply(&t->norm[i], a.s, a.n, out, err)) {
+        if (apply(&t->norm[i], a.s, a.n, cap, out, err) || (out->n > cap && too_long(cap, err))) {
             free(a.s);
             return -1;
         }
