@@ -33,10 +33,6 @@ static uint32_t stack_hash(const int32_t *st, int len) {
     return h;
 }
 
-/* Adds stack st[0..len) unless s has it (found through the seen index, which
- * covers the stacks added since the last reset: every expansion starts with
- * one; a linear scan made a step over 4096 ambiguous stacks cost 8 M
- * compares). */
 /* The free slot for a stack of hash h (s has no equal one). */
 static uint32_t seen_free_slot(const tk_gstate *s, uint32_t h) {
     uint32_t slot = h & (uint32_t)(s->seen_cap - 1);
@@ -67,6 +63,10 @@ static int seen_grow(tk_gstate *s, tk_err *err) {
     return 0;
 }
 
+/* Adds stack st[0..len) unless s has it (found through the seen index, which
+ * covers the stacks added since the last reset: every expansion starts with
+ * one; a linear scan made a step over 4096 ambiguous stacks cost 8 M
+ * compares). */
 static int add_stack(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
     if (2 * (s->n_stacks + 1) > s->seen_cap && seen_grow(s, err)) return -1;
     uint32_t slot = stack_hash(st, len) & (uint32_t)(s->seen_cap - 1);
