@@ -33,11 +33,16 @@ static uint32_t stack_hash(const int32_t *st, int len) {
     return h;
 }
 
-/* The free slot for a stack of hash h (s has no equal one). */
-static uint32_t seen_free_slot(const tk_gstate *s, uint32_t h) {
-    uint32_t slot = h & (uint32_t)(s->seen_cap - 1);
-    while (s->seen_stamp[slot] == s->stamp) slot = (slot + 1) & (uint32_t)(s->seen_cap - 1);
-    return slot;
+/* True if the seen index has stack st[0..len); else *slot is the free slot
+ * for it. */
+static bool seen_find(const tk_gstate *s, const int32_t *st, int len, uint32_t *slot) {
+    uint32_t i = stack_hash(st, len) & (uint32_t)(s->seen_cap - 1);
+    for (; s->seen_stamp[i] == s->stamp; i = (i + 1) & (uint32_t)(s->seen_cap - 1)) {
+        const int32_t *o = s->data + s->seen_off[i];
+        if (o[0] == len && memcmp(o + 1, st, sizeof(int32_t) * (size_t)len) == 0) return true;
+    }
+    *slot = i;
+    return false;
 }
 
 /* Doubles the seen index (from 64 slots) and re-enters the current stacks. */
@@ -56,7 +61,8 @@ static int seen_grow(tk_gstate *s, tk_err *err) {
     s->seen_off = off;
     s->seen_cap = cap;
     for (int o = 0; o < s->n_data; o += 1 + s->data[o]) {
-        const uint32_t slot = seen_free_slot(s, stack_hash(s->data + o + 1, s->data[o]));
+        uint32_t slot = 0;
+        seen_find(s, s->data + o + 1, s->data[o], &slot); /* the stacks are distinct: always a free slot */
         s->seen_stamp[slot] = s->stamp;
         s->seen_off[slot] = o;
     }
@@ -69,11 +75,8 @@ static int seen_grow(tk_gstate *s, tk_err *err) {
  * compares). */
 static int add_stack(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
     if (2 * (s->n_stacks + 1) > s->seen_cap && seen_grow(s, err)) return -1;
-    uint32_t slot = stack_hash(st, len) & (uint32_t)(s->seen_cap - 1);
-    for (; s->seen_stamp[slot] == s->stamp; slot = (slot + 1) & (uint32_t)(s->seen_cap - 1)) {
-        const int32_t *o = s->data + s->seen_off[slot];
-        if (o[0] == len && memcmp(o + 1, st, sizeof(int32_t) * (size_t)len) == 0) return 0;
-    }
+    uint32_t slot;
+    if (seen_find(s, st, len, &slot)) return 0;
     if (s->n_stacks >= TK_GSTATE_MAX_STACKS)
         return tk_err_set(err, "grammar: more than %d parse stacks (ambiguous grammar)", TK_GSTATE_MAX_STACKS);
     ibuf b = {s->data, s->n_data, s->cap_data};
