@@ -328,10 +328,35 @@ int main(void) {
         CHECK(rc == -1 && strncmp(err.msg, "grammar:", 8) == 0, "hostile %zu accepted or unclear error: %s", i, err.msg);
         if (rc == 0) tk_grammar_free(&g);
     }
-    /* non-terminating expansion is an error, not a hang */
+    /* a cycle that consumes nothing ends where it comes back to a stack
+     * already met in the step: A ::= B, B ::= A | "x" is the language {x} */
     CHECK(tk_grammar_from_gbnf(&g, "root ::= a\na ::= root | \"x\"", &err) == 0, "%s", err.msg);
-    CHECK(grammar_matches(&g, "x") == -1, "A ::= B, B ::= A loops are bounded");
+    CHECK(grammar_matches(&g, "x") == 1 && grammar_matches(&g, "xx") == 0, "A ::= B, B ::= A | x");
     tk_grammar_free(&g);
+    /* so does a loop over a group that can match nothing: a starred group of
+     * 26 empty alternatives took the 2^20-step bound (an error) per byte */
+    char empties[400];
+    int k = snprintf(empties, sizeof empties, "root ::= (\"=s\"");
+    for (int i = 0; i < 26; i++) k += snprintf(empties + k, sizeof empties - (size_t)k, " | \"\"");
+    snprintf(empties + k, sizeof empties - (size_t)k, " | \"woot\")* \"1\"");
+    CHECK(tk_grammar_from_gbnf(&g, empties, &err) == 0, "%s", err.msg);
+    CHECK(grammar_matches(&g, "=swoot=s1") == 1 && grammar_matches(&g, "1") == 1 && grammar_matches(&g, "=s") == 0 &&
+              grammar_matches(&g, "wo1") == 0,
+          "starred empty alternatives");
+    CHECK(tk_gstate_init(&a, &g, &err) == 0 && tk_gstate_advance(&a, '=', &scratch, &err) == 1, "%s", err.msg);
+    CHECK(a.expand_steps < 1000, "one byte of the starred empty alternatives: %d expansion steps", a.expand_steps);
+    tk_gstate_free(&a);
+    tk_gstate_free(&scratch);
+    tk_grammar_free(&g);
+    /* left recursion beside a self-loop: once the repeats are skipped, the
+     * expansion goes deep (stacks of ~1000 elements) and the fuzzer's input
+     * then asked for 2 GB of pending stacks; the remembered stacks bound it */
+    CHECK(tk_grammar_from_gbnf(&g, "root ::= \"\" \"(\" root | root. | root", &err) == 0, "%s", err.msg);
+    err.msg[0] = 0;
+    CHECK(tk_gstate_init(&a, &g, &err) == -1 && strncmp(err.msg, "grammar:", 8) == 0, "deep left recursion: %s",
+          err.msg);
+    tk_grammar_free(&g);
+    /* non-terminating expansion (each stack new) is an error, not a hang */
     CHECK(tk_grammar_from_gbnf(&g, "root ::= root \"x\" | \"y\"", &err) == 0, "%s", err.msg);
     CHECK(grammar_matches(&g, "yx") == -1, "left recursion is bounded");
     tk_grammar_free(&g);
@@ -348,7 +373,7 @@ int main(void) {
     /* and distinct ones all kept: 1000 alternatives after "a" (the seen
      * index grows from 64 slots to 2048 on the way) */
     char many[16000];
-    int k = snprintf(many, sizeof many, "root ::= \"a\" (");
+    k = snprintf(many, sizeof many, "root ::= \"a\" (");
     for (int i = 0; i < 1000; i++) k += snprintf(many + k, sizeof many - (size_t)k, "%s\"b%d\"", i ? " | " : "", i);
     snprintf(many + k, sizeof many - (size_t)k, ")");
     CHECK(tk_grammar_from_gbnf(&g, many, &err) == 0, "%s", err.msg);

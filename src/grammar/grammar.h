@@ -103,6 +103,16 @@ int tk_grammar_wrap(tk_grammar *g, const char *begin, const char *end, tk_err *e
 
 /* --- matching ---------------------------------------------------------- */
 
+/* Stacks [len, el-index bottom..top] stored back to back in some buffer,
+ * indexed by hash: slot i of cap (a power of two, at most half full) holds
+ * the offset of one in that buffer when stamp[i] is the owner's current
+ * stamp (a new stamp empties the index without clearing it). */
+typedef struct tk_stack_index {
+    uint32_t *stamp;
+    int32_t *off;
+    int cap, n;
+} tk_stack_index;
+
 /* The set of parse stacks reachable after the bytes fed so far: a
  * pushdown recognizer's state.  Plain data: copy with tk_gstate_copy (n > 1
  * forks, snapshots for speculative rollback). */
@@ -117,13 +127,12 @@ typedef struct tk_gstate {
     int *starts;
     int cap_work, cap_starts;
     int expand_steps; /* since the last reset, against the matcher's bound */
-    /* the stacks added since the last reset, by hash: slot i of seen_cap (a
-     * power of two, at most half full) holds the offset in data of one when
-     * seen_stamp[i] == stamp (no clearing per step) */
-    uint32_t *seen_stamp;
-    int32_t *seen_off;
-    int seen_cap;
-    uint32_t stamp;
+    uint32_t stamp;   /* of the two indexes below; bumped by every reset */
+    tk_stack_index seen; /* the stacks in data, added since the last reset */
+    /* the pending stacks met since the last reset, kept in visited_data */
+    tk_stack_index visited;
+    int32_t *visited_data;
+    int n_visited_data, cap_visited_data;
 } tk_gstate;
 
 #define TK_GSTATE_MAX_STACKS 4096

@@ -33,39 +33,59 @@ static uint32_t stack_hash(const int32_t *st, int len) {
     return h;
 }
 
-/* True if the seen index has stack st[0..len); else *slot is the free slot
- * for it. */
-static bool seen_find(const tk_gstate *s, const int32_t *st, int len, uint32_t *slot) {
-    uint32_t i = stack_hash(st, len) & (uint32_t)(s->seen_cap - 1);
-    for (; s->seen_stamp[i] == s->stamp; i = (i + 1) & (uint32_t)(s->seen_cap - 1)) {
-        const int32_t *o = s->data + s->seen_off[i];
+/* True if index x (current stamp `stamp`, stacks in data) has st[0..len);
+ * else *slot is the free slot for it. */
+static bool index_find(const tk_stack_index *x, uint32_t stamp, const int32_t *data, const int32_t *st, int len,
+                       uint32_t *slot) {
+    uint32_t i = stack_hash(st, len) & (uint32_t)(x->cap - 1);
+    for (; x->stamp[i] == stamp; i = (i + 1) & (uint32_t)(x->cap - 1)) {
+        const int32_t *o = data + x->off[i];
         if (o[0] == len && memcmp(o + 1, st, sizeof(int32_t) * (size_t)len) == 0) return true;
     }
     *slot = i;
     return false;
 }
 
-/* Doubles the seen index (from 64 slots) and re-enters the current stacks. */
-static int seen_grow(tk_gstate *s, tk_err *err) {
-    const int cap = s->seen_cap ? 2 * s->seen_cap : 64;
-    uint32_t *stamp = calloc((size_t)cap, sizeof *stamp);
+/* Makes room in x for one more stack: doubles it (from 64 slots) when it
+ * would be over half full and re-enters data[0..n_data)'s stacks. */
+static int index_reserve(tk_stack_index *x, uint32_t stamp, const int32_t *data, int n_data, tk_err *err) {
+    if (2 * (x->n + 1) <= x->cap) return 0;
+    const int cap = x->cap ? 2 * x->cap : 64;
+    uint32_t *st = calloc((size_t)cap, sizeof *st);
     int32_t *off = malloc(sizeof *off * (size_t)cap);
-    if (!stamp || !off) {
-        free(stamp);
+    if (!st || !off) {
+        free(st);
         free(off);
         return tk_err_set(err, "out of memory");
     }
-    free(s->seen_stamp);
-    free(s->seen_off);
-    s->seen_stamp = stamp;
-    s->seen_off = off;
-    s->seen_cap = cap;
-    for (int o = 0; o < s->n_data; o += 1 + s->data[o]) {
+    free(x->stamp);
+    free(x->off);
+    x->stamp = st;
+    x->off = off;
+    x->cap = cap;
+    for (int o = 0; o < n_data; o += 1 + data[o]) {
         uint32_t slot = 0;
-        seen_find(s, s->data + o + 1, s->data[o], &slot); /* the stacks are distinct: always a free slot */
-        s->seen_stamp[slot] = s->stamp;
-        s->seen_off[slot] = o;
+        index_find(x, stamp, data, data + o + 1, data[o], &slot); /* the stacks are distinct: always a free slot */
+        x->stamp[slot] = stamp;
+        x->off[slot] = o;
     }
+    return 0;
+}
+
+static void index_free(tk_stack_index *x) {
+    free(x->stamp);
+    free(x->off);
+}
+
+/* Appends st[0..len) to the buffer (*data, *n, *cap) as [len, ...]. */
+static inline int append_stack(int32_t **data, int *n, int *cap, const int32_t *st, int len, tk_err *err) {
+    ibuf b = {*data, *n, *cap};
+    if (ibuf_reserve(&b, len + 1, err)) return -1;
+    b.v[b.n] = len;
+    memcpy(b.v + b.n + 1, st, sizeof(int32_t) * (size_t)len);
+    *data = b.v;
+    *n = b.n + len + 1;
+    *cap = b.cap;
     return 0;
 }
 
@@ -74,22 +94,60 @@ static int seen_grow(tk_gstate *s, tk_err *err) {
  * one; a linear scan made a step over 4096 ambiguous stacks cost 8 M
  * compares). */
 static int add_stack(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
-    if (2 * (s->n_stacks + 1) > s->seen_cap && seen_grow(s, err)) return -1;
+    if (index_reserve(&s->seen, s->stamp, s->data, s->n_data, err)) return -1;
     uint32_t slot;
-    if (seen_find(s, st, len, &slot)) return 0;
+    if (index_find(&s->seen, s->stamp, s->data, st, len, &slot)) return 0;
     if (s->n_stacks >= TK_GSTATE_MAX_STACKS)
         return tk_err_set(err, "grammar: more than %d parse stacks (ambiguous grammar)", TK_GSTATE_MAX_STACKS);
-    ibuf b = {s->data, s->n_data, s->cap_data};
-    if (ibuf_reserve(&b, len + 1, err)) return -1;
-    s->data = b.v;
-    s->cap_data = b.cap;
-    s->seen_stamp[slot] = s->stamp;
-    s->seen_off[slot] = s->n_data;
-    s->data[s->n_data] = len;
-    memcpy(s->data + s->n_data + 1, st, sizeof(int32_t) * (size_t)len);
-    s->n_data += len + 1;
+    const int o = s->n_data;
+    if (append_stack(&s->data, &s->n_data, &s->cap_data, st, len, err)) return -1;
+    s->seen.stamp[slot] = s->stamp;
+    s->seen.off[slot] = o;
+    s->seen.n++;
     s->n_stacks++;
     return 0;
+}
+
+/* The pending stacks remembered per step, at most: every stack expanded is
+ * one of them, so this also bounds the expansion's own buffer. */
+#define VISITED_MAX_STACKS (1 << 18)
+#define VISITED_MAX_DATA (1 << 22)
+
+/* 1 if pending stack st[0..len) is new in this step (and now remembered),
+ * 0 if it was met before: its expansion would add nothing new.  Without
+ * this, a loop over a group that can match nothing, ("" | "a")*, went
+ * round the loop until the step bound ended the byte with an error; a
+ * starred group of 26 empty alternatives took 0.1 s and 87 MB per byte. */
+static __attribute__((noinline)) int visit(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
+    tk_stack_index *x = &s->visited;
+    if (x->n >= VISITED_MAX_STACKS || s->n_visited_data + len + 1 > VISITED_MAX_DATA)
+        return tk_err_set(err, "grammar: expansion of one byte over %d stacks or %d stack elements", VISITED_MAX_STACKS,
+                          VISITED_MAX_DATA);
+    if (index_reserve(x, s->stamp, s->visited_data, s->n_visited_data, err)) return -1;
+    uint32_t slot;
+    if (index_find(x, s->stamp, s->visited_data, st, len, &slot)) return 0;
+    const int o = s->n_visited_data;
+    if (append_stack(&s->visited_data, &s->n_visited_data, &s->cap_visited_data, st, len, err)) return -1;
+    x->stamp[slot] = s->stamp;
+    x->off[slot] = o;
+    x->n++;
+    return 1;
+}
+
+/* Expansion steps in a step before visit() starts: most steps take a few
+ * dozen, and remembering their stacks (a copy and a hash each) made the
+ * plain-walk mask 1.4-1.8x slower (bench_grammar); with this and visit()
+ * out of line, as fast as before.  Starting late is still exact: a stack
+ * is skipped only after one equal to it was expanded. */
+#define VISIT_AFTER_STEPS 128
+
+/* visit() for the stacks that expansion goes on from (topped by a rule
+ * reference or an alternative's end), once the step has run long: a cycle
+ * that matches nothing passes through them.  The others end there (an
+ * empty stack, or a byte range added through the seen index). */
+static inline int pending_fresh(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
+    if (s->expand_steps < VISIT_AFTER_STEPS || len == 0 || s->g->el[st[len - 1]].kind == TK_GEL_BYTES) return 1;
+    return visit(s, st, len, err);
 }
 
 /* Expands the stack `st0` (top last; with bump, its top moved one element
@@ -110,8 +168,10 @@ static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err 
     memcpy(work.v + 1, st0, sizeof(int32_t) * (size_t)len0);
     if (bump) work.v[len0]++;
     work.n = len0 + 1;
-    int n_starts = 1;
-    s->starts[0] = 0;
+    int n_starts = 0;
+    int fresh = pending_fresh(s, work.v + 1, len0, err);
+    if (fresh < 0) goto out;
+    if (fresh) s->starts[n_starts++] = 0;
     while (n_starts > 0) {
         if (++s->expand_steps > EXPAND_MAX_STEPS) {
             tk_err_set(err, "grammar: expansion does not terminate (left recursion?)");
@@ -154,11 +214,14 @@ static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err 
             }
             int rec = len + (alt >= 0);
             if (ibuf_reserve(&work, rec + 1, err)) goto out;
-            s->starts[n_starts++] = work.n;
             work.v[work.n] = rec;
             memcpy(work.v + work.n + 1, tmp, sizeof(int32_t) * (size_t)len);
             if (alt >= 0) work.v[work.n + 1 + len] = alt;
-            work.n += rec + 1;
+            if ((fresh = pending_fresh(s, work.v + work.n + 1, rec, err)) < 0) goto out;
+            if (fresh) {
+                s->starts[n_starts++] = work.n;
+                work.n += rec + 1;
+            }
             if (alt < 0) break;
             while (el[alt].kind != TK_GEL_END_ALT) alt++; /* the next alternative */
             alt++;
@@ -177,9 +240,13 @@ static void reset(tk_gstate *s, const tk_grammar *g) {
     s->n_stacks = 0;
     s->accepting = false;
     s->expand_steps = 0;
-    /* a new stamp empties the seen index; stamp 0 is never current */
+    /* a new stamp empties the indexes; stamp 0 is never current */
+    s->seen.n = 0;
+    s->visited.n = 0;
+    s->n_visited_data = 0;
     if (++s->stamp == 0) {
-        if (s->seen_stamp) memset(s->seen_stamp, 0, sizeof *s->seen_stamp * (size_t)s->seen_cap);
+        if (s->seen.stamp) memset(s->seen.stamp, 0, sizeof *s->seen.stamp * (size_t)s->seen.cap);
+        if (s->visited.stamp) memset(s->visited.stamp, 0, sizeof *s->visited.stamp * (size_t)s->visited.cap);
         s->stamp = 1;
     }
 }
@@ -204,8 +271,9 @@ void tk_gstate_free(tk_gstate *s) {
     free(s->work);
     free(s->tmp);
     free(s->starts);
-    free(s->seen_stamp);
-    free(s->seen_off);
+    index_free(&s->seen);
+    index_free(&s->visited);
+    free(s->visited_data);
     *s = (tk_gstate){0};
 }
 
