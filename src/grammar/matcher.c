@@ -108,10 +108,11 @@ static int add_stack(tk_gstate *s, const int32_t *st, int len, tk_err *err) {
     return 0;
 }
 
-/* The pending stacks remembered per step, at most: every stack expanded is
- * one of them, so this also bounds the expansion's own buffer. */
+/* Pending stacks per step, at most: remembered ones (VISITED_*), and
+ * elements waiting in the expansion's own buffer (EXPAND_MAX_DATA). */
 #define VISITED_MAX_STACKS (1 << 18)
 #define VISITED_MAX_DATA (1 << 22)
+#define EXPAND_MAX_DATA (1 << 22)
 
 /* 1 if pending stack st[0..len) is new in this step (and now remembered),
  * 0 if it was met before: its expansion would add nothing new.  Without
@@ -213,6 +214,10 @@ static int expand(tk_gstate *s, const int32_t *st0, int len0, bool bump, tk_err 
                 s->cap_starts *= 2;
             }
             int rec = len + (alt >= 0);
+            if (work.n + rec + 1 > EXPAND_MAX_DATA) {
+                tk_err_set(err, "grammar: expansion of one byte over %d pending stack elements", EXPAND_MAX_DATA);
+                goto out;
+            }
             if (ibuf_reserve(&work, rec + 1, err)) goto out;
             work.v[work.n] = rec;
             memcpy(work.v + work.n + 1, tmp, sizeof(int32_t) * (size_t)len);
