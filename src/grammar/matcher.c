@@ -8,8 +8,11 @@
 
 /* Expansion steps per byte (all stacks together): stops grammars that loop
  * without consuming (left recursion, A ::= B  B ::= A) with an error
- * instead of hanging. */
-#define EXPAND_MAX_STEPS (1 << 20)
+ * instead of hanging.  2^16 steps cost ~60 ms of one byte at worst; the
+ * largest expansion met replaying the JSON-schema fuzz corpus took 4,378
+ * steps, while fuzzer-made regexes such as a nullable group of 100 empty
+ * alternatives repeated 959 times took 2^20 steps (~1 s) per byte. */
+#define EXPAND_MAX_STEPS (1 << 16)
 
 typedef struct ibuf {
     int32_t *v;
