@@ -226,6 +226,31 @@ static void table_vs_plain(const char *tok_path, int paths, int steps) {
         tk_gmasker_free(&m);
         tk_grammar_free(&g);
     }
+    {
+        /* a regex whose every byte takes ~40k expansion steps (a nullable
+         * group of 100 empty alternatives repeated 355 times) made one mask
+         * of a 32k vocabulary take 114 s; past the mask's step bound it is an
+         * error, by the table path as by the plain one */
+        char hostile[200];
+        int k = snprintf(hostile, sizeof hostile, ".+(");
+        for (int i = 0; i < 100; i++) hostile[k++] = i == 50 ? 'T' : '|';
+        snprintf(hostile + k, sizeof hostile - (size_t)k, "~||){355}");
+        tk_grammar g;
+        CHECK(tk_grammar_from_regex(&g, hostile, &err) == 0, "%s", err.msg);
+        tk_gtable *table = NULL;
+        int built = tk_gtable_build(&table, &g, &v, &err);
+        CHECK(built >= 0, "hostile regex's table: %s", err.msg);
+        tk_gmasker m = {.table = table};
+        tk_gstate st;
+        CHECK(tk_gstate_init(&st, &g, &err) == 0, "%s", err.msg);
+        err.msg[0] = 0;
+        CHECK(tk_gmask_compute(&m, &v, &st, plain, &err) == -1 && strstr(err.msg, "token mask took over"),
+              "hostile regex's mask (table %s): %s", table ? "built" : "not built", err.msg);
+        tk_gstate_free(&st);
+        tk_gmasker_free(&m);
+        tk_gtable_free(table);
+        tk_grammar_free(&g);
+    }
     free(plain);
     free(fast);
     free(allowed_ids);

@@ -193,7 +193,10 @@ typedef struct tk_gmasker {
     uint8_t *want;          /* per table entry: its stack is in the group being checked */
     int32_t *pend;          /* stacks with dependent tokens, then the entries of a group */
     int cap_want, cap_pend;
-    uint64_t steps;         /* matcher steps so far (the table build's budget) */
+    /* matcher steps so far, a byte's expansion steps included (the table
+     * build's budget); past max_steps (0: no bound) a walk is an error;
+     * tk_gmask_compute sets it for each mask */
+    uint64_t steps, max_steps;
 } tk_gmasker;
 
 void tk_gmasker_free(tk_gmasker *m);
@@ -203,6 +206,13 @@ void tk_gmasker_free(tk_gmasker *m);
  * for this grammar and vocabulary) the result is the same, computed from the
  * table (gtable.c). */
 int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err);
+/* Matcher steps of one mask, per vocabulary token with bytes: past it the
+ * mask is an error.  The costliest realistic masks measured take about 45
+ * per token (json_object, a free string of maxLength 1000; llama2 and llama3
+ * vocabularies); a hostile regex of 110 bytes took 70,000 per token, 114 s
+ * for one mask.  At 50-80 ns a step the bound is 0.4-0.7 s of a 32k
+ * vocabulary, 2-2.5 s of a 128k one. */
+#define TK_GMASK_STEPS_PER_TOKEN 256
 /* The plain trie walk (no table). */
 int tk_gmask_compute_plain(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err);
 
@@ -262,7 +272,7 @@ int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, 
  * across requests and threads (each with its own tk_gmasker).  It refers to
  * the grammar, which must outlive it, and fits one vocabulary. */
 #define TK_GTABLE_MAX_BYTES ((size_t)256 << 20) /* memory of one table */
-#define TK_GTABLE_MAX_STEPS ((uint64_t)1 << 24)  /* matcher steps of one build (seconds) */
+#define TK_GTABLE_MAX_STEPS ((uint64_t)1 << 24)  /* matcher steps of one build (~1 s) */
 
 /* Returns 0 with *out built; 1 with *out NULL when the grammar is too big
  * for the budgets above (use the plain path); -1 on error (out of memory,

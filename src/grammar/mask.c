@@ -160,9 +160,13 @@ int tk_gwalk(tk_gmasker *m, const tk_gvocab *v, const tk_gwalk_list *l, const tk
         int k = valid;
         for (; k < len; k++) {
             const tk_gstate *from = k == 0 ? s : &m->depth[k];
-            m->steps++;
             int rc = tk_gstate_step(from, b[k], &m->depth[k + 1], err);
             if (rc < 0) return -1;
+            /* a byte costs its expansion: up to the matcher's per-byte bound */
+            m->steps += 1 + (uint64_t)m->depth[k + 1].expand_steps;
+            if (m->max_steps && m->steps > m->max_steps)
+                return tk_err_set(err, "grammar: one token mask took over %llu matcher steps (the grammar's repeats or "
+                                  "alternatives are too costly to match)", (unsigned long long)m->max_steps);
             if (rc == 0) break;
         }
         valid = k;
@@ -200,6 +204,7 @@ int tk_gmask_compute_plain(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s
 }
 
 int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err) {
+    m->max_steps = m->steps + (uint64_t)TK_GMASK_STEPS_PER_TOKEN * (uint64_t)(v->n_order > 4096 ? v->n_order : 4096);
     int rc = m->table ? tk_gtable_mask(m, m->table, v, s, mask, err) : 1;
     if (rc < 0) return -1;
     return rc == 0 ? finish_mask(v, s, mask) : tk_gmask_compute_plain(m, v, s, mask, err);
