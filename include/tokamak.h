@@ -244,6 +244,8 @@ typedef struct tk_gen_stats {
 /* Called with each piece of complete UTF-8 text; return nonzero to stop. */
 typedef int (*tk_text_cb)(void *user, const char *text, int len);
 
+/* Returns -1 with err set also when the constraint failed while generating
+ * (stats then hold what was generated up to it). */
 int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p, tk_text_cb cb, void *user,
                        tk_gen_stats *stats, tk_err *err);
 
@@ -280,6 +282,7 @@ typedef struct tk_event {
     const float *top_logprobs;
     bool done;                 /* this sample has finished; no more events for it */
     const char *finish_reason; /* when done: "stop", "length", "cancelled" or "error" */
+    const char *error;         /* with "error": why, when the request caused it (its constraint); else NULL */
     int n_prompt_tokens;       /* prompt length */
     int n_cached_tokens;       /* prompt tokens served from the prefix cache */
     int n_generated;           /* tokens generated so far by this sample */

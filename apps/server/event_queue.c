@@ -30,6 +30,7 @@ tk_event_queue *tk_event_queue_new(int n_samples) {
 static void ev_clear(tk_queued_event *e) {
     free(e->text);
     free(e->top_ids);
+    free(e->error);
 }
 
 void tk_event_queue_ref(tk_event_queue *l) {
@@ -86,6 +87,7 @@ void tk_event_queue_on_event(void *user, const tk_event *ev) {
         if (n >= sizeof c.finish) n = sizeof c.finish - 1;
         memcpy(c.finish, f, n);
         c.finish[n] = 0;
+        if (ev->error && !(c.error = strdup(ev->error))) ok = false;
     }
     pthread_mutex_lock(&l->mu);
     if (l->len == l->cap) {

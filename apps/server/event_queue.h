@@ -24,6 +24,7 @@ typedef struct tk_queued_event {
     int text_len;
     bool done;
     char finish[16];
+    char *error;            /* malloc'd: the engine's reason for an "error" finish, or NULL */
     int n_prompt, n_cached, n_generated;
 } tk_queued_event;
 

@@ -64,6 +64,7 @@ typedef struct http_req {
     uint64_t req_id;
     bool finished;        /* every sample's final event has been taken */
     bool failed;          /* an engine error or lost event */
+    char error[256];      /* the engine's reason, when the request caused the failure (its constraint) */
     int n_prompt, n_cached;
     char id[64];
     time_t created;
@@ -504,10 +505,20 @@ static void emit_role_chunks(http_req *r) {
     }
 }
 
+/* A failed generation: the request's own constraint (400, naming its field
+ * and the engine's reason) or the engine (500). */
+static void failure_error(const http_req *r, tk_api_error *e) {
+    if (r->error[0])
+        tk_api_error_set(e, 400, "invalid_request_error", NULL,
+                         r->api.constraint_param[0] ? r->api.constraint_param : NULL, "%s", r->error);
+    else
+        tk_api_error_set(e, 500, "server_error", NULL, NULL, "generation failed inside the engine");
+}
+
 static void emit_end(http_req *r) {
     if (r->failed) {
         tk_api_error e;
-        tk_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed inside the engine");
+        failure_error(r, &e);
         char *s = tk_api_error_json(&e);
         if (s) tk_strbuf_printf(&r->out, "data: %s\n\n", s);
         free(s);
@@ -576,7 +587,10 @@ static void consume_events(http_req *r) {
         if (ev->done && !c->done) {
             c->done = true;
             memcpy(c->finish, ev->finish, sizeof c->finish);
-            if (!strcmp(c->finish, "error")) r->failed = true;
+            if (!strcmp(c->finish, "error")) {
+                r->failed = true;
+                if (ev->error && !r->error[0]) snprintf(r->error, sizeof r->error, "%s", ev->error);
+            }
             if (r->api.stream) {
                 const char *finish = tools_active(r) ? stream_tool_text(r, ev->index, c, "", 0, true) : c->finish;
                 emit_chunk(r, ev->index, "", 0, NULL, finish);
@@ -1215,7 +1229,12 @@ static enum MHD_Result handle_generate(http_req *r) {
             return MHD_NO;
         }
     }
-    if (lost || r->failed) return send_err(r, 500, "server_error", NULL, NULL, "generation failed inside the engine");
+    if (lost || r->failed) {
+        tk_api_error e;
+        if (lost) tk_api_error_set(&e, 500, "server_error", NULL, NULL, "generation failed inside the engine");
+        else failure_error(r, &e);
+        return send_error(r, &e);
+    }
     size_t len;
     char *text = final_response(r, &len);
     if (!text) return send_err(r, 500, "server_error", NULL, NULL, "out of memory");

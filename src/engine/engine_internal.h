@@ -46,6 +46,7 @@ typedef struct tk_sample_state {
     tk_sampler draft_sampler; /* the draft model's sampler: same filters, its own generator */
     int spec_drafted, spec_accepted, spec_passes;
     tk_csample cs;          /* grammar state (cs.cg NULL: unconstrained) */
+    char error[sizeof(((tk_err *)0)->msg)]; /* why the constraint failed (the final event's error) */
 } tk_sample_state;
 
 typedef struct tk_request {
@@ -160,6 +161,9 @@ void tk_output_finish(tk_engine *e, tk_sample_state *ss, const char *reason, boo
  * applied when constrained).  Returns -1 if its grammar allows no token
  * or failed. */
 int32_t tk_output_choose(tk_engine *e, tk_sample_state *ss, const float *logits);
+/* Records why a sample's constraint failed (why: a matcher bound's message;
+ * NULL: no token allowed), for its final event. */
+void tk_output_constraint_failed(tk_sample_state *ss, const char *why);
 
 /* step.c */
 /* The scheduler's view of the KV cache: the engine's sequence slots and

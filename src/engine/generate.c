@@ -1,5 +1,6 @@
 /* Single-prompt generation: one request through the same scheduler the
  * server uses, stepped until it finishes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,6 +15,7 @@ typedef struct gen_ctx {
     bool done, stopped_by_cb;
     uint64_t id;
     tk_engine *e;
+    char error[sizeof(((tk_err *)0)->msg)]; /* why the request failed (its constraint), "" if it did not */
 } gen_ctx;
 
 static void on_event(void *user, const tk_event *ev) {
@@ -34,6 +36,7 @@ static void on_event(void *user, const tk_event *ev) {
                                 : !strcmp(r, "length") ? "length"
                                 : !strcmp(r, "error")  ? "error"
                                                        : "cancelled";
+        if (ev->error) snprintf(g->error, sizeof g->error, "%s", ev->error);
     }
 }
 
@@ -82,5 +85,5 @@ int tk_engine_generate(tk_engine *e, const char *prompt, const tk_gen_params *p,
     if (stats->n_generated == (int)(e->ctx_len - n) && !strcmp(stats->stop_reason, "length") &&
         (p->max_tokens < 0 || n + p->max_tokens > e->ctx_len))
         stats->stop_reason = "context";
-    return 0;
+    return g.error[0] ? tk_err_set(err, "%s", g.error) : 0;
 }

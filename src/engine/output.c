@@ -3,6 +3,7 @@
  * observations; a sample ends on EOS, a stop string, max_tokens or a full
  * context. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@ static void emit(tk_request *r, tk_sample_state *ss, const char *text, int len, 
         .finish_reason = finish, .n_prompt_tokens = r->p.n_prompt, .n_cached_tokens = ss->n_cached,
         .n_generated = ss->n_generated, .spec_drafted = ss->spec_drafted, .spec_accepted = ss->spec_accepted,
         .spec_target_passes = ss->spec_passes,
+        .error = finish && !strcmp(finish, "error") && ss->error[0] ? ss->error : NULL,
     };
     r->cb(r->user, &ev);
 }
@@ -199,7 +201,13 @@ int32_t tk_output_choose(tk_engine *e, tk_sample_state *ss, const float *logits)
     tk_err err;
     int32_t tok = tk_constraint_sample(&e->constraints, &ss->cs, &ss->cs.state, !ss->req->p.ignore_eos,
                                        &ss->sampler, logits, row, ss->tokens, n_hist, &err);
+    if (tok < 0) tk_output_constraint_failed(ss, tok == -2 ? err.msg : NULL);
     return tok >= 0 ? tok : -1;
+}
+
+void tk_output_constraint_failed(tk_sample_state *ss, const char *why) {
+    snprintf(ss->error, sizeof ss->error, "%s",
+             why ? why : "grammar: no token of the vocabulary can continue the constrained output");
 }
 
 void tk_output_sample(tk_engine *e, tk_sample_state *ss, const float *logits, double now) {

@@ -184,6 +184,7 @@ void tk_spec_verify(tk_engine *e, tk_sample_state *ss, int group_len, const floa
                 tok = tk_constraint_sample(cc, cs, &cs->look, eog, &ss->sampler, raw, b->row, ss->tokens, base + i,
                                            &err);
                 if (tok < 0) {
+                    tk_output_constraint_failed(ss, tok == -2 ? err.msg : NULL);
                     tok = -1; /* no token allowed, or a matcher bound */
                     break;
                 }
@@ -202,6 +203,7 @@ void tk_spec_verify(tk_engine *e, tk_sample_state *ss, int group_len, const floa
         if (cs->cg) {
             int n_allowed = tk_constraint_mask(cc, cs, &cs->look, eog, &err);
             if (n_allowed <= 0) {
+                tk_output_constraint_failed(ss, n_allowed < 0 ? err.msg : NULL);
                 tok = -1;
                 break;
             }
@@ -213,7 +215,10 @@ void tk_spec_verify(tk_engine *e, tk_sample_state *ss, int group_len, const floa
         m++;
         failed = cs->cg && tk_csample_step(cc, cs, &cs->look, drafts[i], eog, &cs->look, &err) < 0;
     }
-    if (failed) tok = -1;
+    if (failed) {
+        tk_output_constraint_failed(ss, err.msg);
+        tok = -1;
+    }
     tk_spec_rate_update(&ss->rate, k, m);
     ss->spec_drafted += k;
     ss->spec_accepted += m;

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import List, Literal, Optional
 
 import pytest
+import requests
 
 from test_server import API_KEY, MODEL_NAME, Server, assert_error, raw_post
 
@@ -217,6 +218,30 @@ def test_tool_choice_calls_validate(client, need_schema, choice, stream):
 def test_bad_constraints_are_400(server, extra, param):
     r = raw_post(server, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 4, **extra})
     assert_error(r, 400, param)
+
+
+def test_costly_regex_ends_in_error_not_a_stall(server, client):
+    """A nullable group of ~100 empty alternatives repeated 355 times costs
+    ~40k matcher steps per byte: one token mask over the 32k vocabulary took
+    114 s, the stepping thread (every sequence) stalled with it.  Past the
+    mask's step bound the request fails within seconds with a 400 naming the
+    field and the bound (a stream: an error event), and the server goes on
+    serving."""
+    hostile = ".+(" + "|" * 50 + "T" + "|" * 49 + "~||){355}"
+    r = requests.post(server.url + "/v1/chat/completions", timeout=60,
+                      headers={"Content-Type": "application/json", **server.headers()},
+                      data=json.dumps({"messages": MESSAGES, "max_tokens": 8, "temperature": 1.0, "regex": hostile}))
+    err = assert_error(r, 400, "regex")
+    assert "token mask took over" in err["message"], err
+    r = requests.post(server.url + "/v1/chat/completions", timeout=60,
+                      headers={"Content-Type": "application/json", **server.headers()},
+                      data=json.dumps({"messages": MESSAGES, "max_tokens": 8, "stream": True, "regex": hostile}))
+    events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
+    errors = [e["error"] for e in events if "error" in e]
+    assert len(errors) == 1 and "token mask took over" in errors[0]["message"], r.text
+    assert r.text.rstrip().endswith("data: [DONE]"), r.text
+    r = client.chat.completions.create(model=MODEL_NAME, messages=MESSAGES, max_tokens=8, extra_body={"regex": "(yes|no)!"})
+    assert r.choices[0].finish_reason in ("stop", "length")
 
 
 @pytest.mark.parametrize("schema", [
