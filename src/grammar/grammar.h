@@ -272,7 +272,7 @@ int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, 
  * across requests and threads (each with its own tk_gmasker).  It refers to
  * the grammar, which must outlive it, and fits one vocabulary. */
 #define TK_GTABLE_MAX_BYTES ((size_t)256 << 20) /* memory of one table */
-#define TK_GTABLE_MAX_STEPS ((uint64_t)1 << 24)  /* matcher steps of one build (~1 s) */
+#define TK_GTABLE_MAX_STEPS ((uint64_t)1 << 25)  /* matcher steps of one build (under a second) */
 
 /* Returns 0 with *out built; 1 with *out NULL when the grammar is too big
  * for the budgets above (use the plain path); -1 on error (out of memory,
