@@ -3,6 +3,7 @@
 #include "constraint.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -118,6 +119,12 @@ tk_cgrammar *tk_constraint_acquire(tk_constraint_cache *c, const tk_tokenizer *t
     int rc = c->have_vocab ? 0 : tk_gvocab_init(&c->vocab, tok, err);
     if (!rc) c->have_vocab = true;
     tk_cgrammar *g = rc ? NULL : lookup_locked(c, k);
+    if (g && g->failed[0]) {
+        tk_err_set(err, "%s (the constraint failed an earlier request)", g->failed);
+        unref_locked(g);
+        g = NULL;
+        rc = -1;
+    }
     pthread_mutex_unlock(&c->mu);
     if (rc || g) return g;
 
@@ -167,7 +174,7 @@ void tk_constraint_release(tk_constraint_cache *c, tk_cgrammar *g) {
     pthread_mutex_unlock(&c->mu);
 }
 
-int tk_csample_init(tk_csample *s, const tk_cgrammar *cg, tk_err *err) {
+int tk_csample_init(tk_csample *s, tk_cgrammar *cg, tk_err *err) {
     memset(s, 0, sizeof *s);
     if (!cg) return 0;
     if (tk_gstate_init(&s->state, &cg->g, err)) return -1;
@@ -195,9 +202,25 @@ static void swap_states(tk_gstate *a, tk_gstate *b) {
     *b = t;
 }
 
+/* Marks s's grammar failed with err's message (a matcher bound): the other
+ * samples using it stop at their next token instead of each paying the
+ * bound again, and later requests are refused at submit.  Returns -1. */
+static int grammar_failed(tk_constraint_cache *c, const tk_csample *s, const tk_err *err) {
+    pthread_mutex_lock(&c->mu);
+    if (!s->cg->failed[0]) snprintf(s->cg->failed, sizeof s->cg->failed, "%s", err->msg);
+    pthread_mutex_unlock(&c->mu);
+    return -1;
+}
+
+/* The stepping thread is the only writer of failed, so it reads it unlocked. */
+static int refuse_failed(const tk_csample *s, tk_err *err) {
+    return s->cg && s->cg->failed[0] ? tk_err_set(err, "%s", s->cg->failed) : 0;
+}
+
 int tk_csample_step(tk_constraint_cache *c, tk_csample *s, const tk_gstate *st, int32_t tok, bool allow_eog,
                     tk_gstate *into, tk_err *err) {
     const tk_gvocab *v = &c->vocab;
+    if (refuse_failed(s, err)) return -1;
     if (tok < 0 || tok >= v->n_vocab) return 0;
     if (is_eog(v, tok)) {
         /* generation ends here: the state does not move */
@@ -211,7 +234,8 @@ int tk_csample_step(tk_constraint_cache *c, tk_csample *s, const tk_gstate *st, 
     for (int i = 0; i < len; i++) {
         tk_gstate *to = last == &s->s1 ? &s->s2 : &s->s1;
         int rc = tk_gstate_step(last ? last : st, b[i], to, err);
-        if (rc <= 0) return rc;
+        if (rc < 0) return grammar_failed(c, s, err);
+        if (rc == 0) return 0;
         last = to;
     }
     if (into) swap_states(into, last);
@@ -220,11 +244,13 @@ int tk_csample_step(tk_constraint_cache *c, tk_csample *s, const tk_gstate *st, 
 
 int tk_constraint_mask(tk_constraint_cache *c, const tk_csample *s, const tk_gstate *st, bool allow_eog,
                        tk_err *err) {
+    if (refuse_failed(s, err)) return -1;
     c->masker.table = s->cg->table;
     int words = (c->n_vocab + 31) / 32;
     memset(c->mask, 0, sizeof(uint32_t) * (size_t)words);
     int n = tk_gmask_compute(&c->masker, &c->vocab, st, c->mask, err);
-    if (n < 0 || allow_eog || !st->accepting) return n;
+    if (n < 0) return grammar_failed(c, s, err);
+    if (allow_eog || !st->accepting) return n;
     for (int i = 0; i < c->vocab.n_eog; i++) {
         int32_t id = c->vocab.eog[i];
         if (c->mask[id >> 5] & (1u << (id & 31))) n--;

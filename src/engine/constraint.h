@@ -29,6 +29,9 @@ typedef struct tk_cgrammar {
     tk_gtable *table;         /* the grammar's masks precomputed for the vocabulary; NULL: over budget, plain walk */
     int refs;                 /* the cache's and each request's (under the cache's mutex) */
     uint64_t last_use;
+    /* a matcher bound's message once one was hit (written by the stepping
+     * thread under the cache's mutex): the constraint is refused from then on */
+    char failed[sizeof(((tk_err *)0)->msg)];
 } tk_cgrammar;
 
 typedef struct tk_constraint_cache {
@@ -58,13 +61,13 @@ void tk_constraint_release(tk_constraint_cache *c, tk_cgrammar *g);
 /* A sample's grammar state: the bytes of its committed tokens so far, and
  * scratch states for stepping and for looking ahead through drafts. */
 typedef struct tk_csample {
-    const tk_cgrammar *cg; /* NULL: unconstrained */
+    tk_cgrammar *cg;       /* NULL: unconstrained */
     tk_gstate state;
     tk_gstate look;        /* state after the drafts verified so far (speculative decoding) */
     tk_gstate s1, s2;      /* scratch */
 } tk_csample;
 
-int tk_csample_init(tk_csample *s, const tk_cgrammar *cg, tk_err *err);
+int tk_csample_init(tk_csample *s, tk_cgrammar *cg, tk_err *err);
 void tk_csample_free(tk_csample *s);
 
 /* Whether token tok may follow state st (end-of-generation: when st
@@ -75,7 +78,9 @@ int tk_csample_step(tk_constraint_cache *c, tk_csample *s, const tk_gstate *st, 
 
 /* The allowed-token mask of state st (c->mask, the model's n_vocab bits;
  * end-of-generation tokens only if allow_eog).  The one place masks are
- * computed.  Returns the number of allowed tokens or -1. */
+ * computed.  Returns the number of allowed tokens or -1.  A matcher bound
+ * hit here or in tk_csample_step marks the grammar failed: every sample
+ * using it fails at its next token, and tk_constraint_acquire refuses it. */
 int tk_constraint_mask(tk_constraint_cache *c, const tk_csample *s, const tk_gstate *st, bool allow_eog,
                        tk_err *err);
 

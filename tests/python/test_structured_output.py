@@ -233,9 +233,16 @@ def test_costly_regex_ends_in_error_not_a_stall(server, client):
                       data=json.dumps({"messages": MESSAGES, "max_tokens": 8, "temperature": 1.0, "regex": hostile}))
     err = assert_error(r, 400, "regex")
     assert "token mask took over" in err["message"], err
+    # the grammar is marked failed: the same constraint is refused at submit
+    r = raw_post(server, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 8, "regex": hostile})
+    err = assert_error(r, 400, "regex")
+    assert "token mask took over" in err["message"] and "earlier request" in err["message"], err
+    # a stream (another constraint: this one is refused already) ends with the error as its last event;
+    # n = 3 samples share the grammar and stop together
     r = requests.post(server.url + "/v1/chat/completions", timeout=60,
                       headers={"Content-Type": "application/json", **server.headers()},
-                      data=json.dumps({"messages": MESSAGES, "max_tokens": 8, "stream": True, "regex": hostile}))
+                      data=json.dumps({"messages": MESSAGES, "max_tokens": 8, "stream": True, "n": 3, "temperature": 1.0,
+                                       "regex": hostile.replace("{355}", "{354}")}))
     events = [json.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: {")]
     errors = [e["error"] for e in events if "error" in e]
     assert len(errors) == 1 and "token mask took over" in errors[0]["message"], r.text
