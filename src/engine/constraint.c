@@ -202,10 +202,12 @@ static void swap_states(tk_gstate *a, tk_gstate *b) {
     *b = t;
 }
 
-/* Marks s's grammar failed with err's message (a matcher bound): the other
- * samples using it stop at their next token instead of each paying the
- * bound again, and later requests are refused at submit.  Returns -1. */
+/* Marks s's grammar failed with err's message when it is a matcher bound
+ * ("grammar: ..."; not out of memory, which may pass): the other samples
+ * using it stop at their next token instead of each paying the bound
+ * again, and later requests are refused at submit.  Returns -1. */
 static int grammar_failed(tk_constraint_cache *c, const tk_csample *s, const tk_err *err) {
+    if (strncmp(err->msg, "grammar:", 8) != 0) return -1;
     pthread_mutex_lock(&c->mu);
     if (!s->cg->failed[0]) snprintf(s->cg->failed, sizeof s->cg->failed, "%s", err->msg);
     pthread_mutex_unlock(&c->mu);

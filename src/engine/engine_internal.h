@@ -161,8 +161,9 @@ void tk_output_finish(tk_engine *e, tk_sample_state *ss, const char *reason, boo
  * applied when constrained).  Returns -1 if its grammar allows no token
  * or failed. */
 int32_t tk_output_choose(tk_engine *e, tk_sample_state *ss, const float *logits);
-/* Records why a sample's constraint failed (why: a matcher bound's message;
- * NULL: no token allowed), for its final event. */
+/* Records why a sample's constraint failed (why: a matcher bound's message,
+ * "grammar: ..."; NULL: no token allowed), for its final event; other
+ * messages (out of memory) are the engine's failure and are not recorded. */
 void tk_output_constraint_failed(tk_sample_state *ss, const char *why);
 
 /* step.c */
