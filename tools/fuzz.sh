@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer campaign: tools/fuzz.sh TARGET SECONDS
-#   TARGET: gguf hf tokenizer_json spm_model llama2c api http jinja grammar json_schema (tests/fuzz/fuzz_TARGET.c)
+#   TARGET: gguf hf tokenizer_json spm_model llama2c api http jinja grammar grammar_mask json_schema
+#   (tests/fuzz/fuzz_TARGET.c)
 #
 # Builds the fuzz build (clang, -DTK_FUZZ=ON) in build-fuzz/ if needed, seeds
 # build-fuzz/fuzz/TARGET/seed/ from ../shared plus tests/fuzz/seeds/TARGET and

@@ -424,6 +424,7 @@ int tk_gtable_mask(tk_gmasker *m, const tk_gtable *t, const tk_gvocab *v, const 
     if (reserve_scratch(m, t->n_e, s->n_stacks, err)) return -1;
     int words = (v->n_vocab + 31) / 32;
     memset(mask, 0, sizeof(uint32_t) * (size_t)words);
+    if (s->n_stacks == 0) return 0; /* a complete sentence: no byte may follow (and m->pend may be NULL) */
     const int32_t *ctx = t->ctx.p, *ids = t->ids.p;
     const uint32_t *bits = t->bits.p;
     int32_t *pend = m->pend, *members = m->pend + s->n_stacks;
