@@ -244,14 +244,23 @@ int tk_csample_step(tk_constraint_cache *c, tk_csample *s, const tk_gstate *st, 
     return 1;
 }
 
-int tk_constraint_mask(tk_constraint_cache *c, const tk_csample *s, const tk_gstate *st, bool allow_eog,
-                       tk_err *err) {
+int tk_constraint_mask(tk_constraint_cache *c, tk_csample *s, const tk_gstate *st, bool allow_eog, tk_err *err) {
     if (refuse_failed(s, err)) return -1;
     c->masker.table = s->cg->table;
     int words = (c->n_vocab + 31) / 32;
     memset(c->mask, 0, sizeof(uint32_t) * (size_t)words);
+    uint64_t before = c->masker.steps;
     int n = tk_gmask_compute(&c->masker, &c->vocab, st, c->mask, err);
     if (n < 0) return grammar_failed(c, s, err);
+    s->mask_steps += c->masker.steps - before;
+    s->n_masks++;
+    uint64_t per_mask = (uint64_t)TK_CONSTRAINT_MEAN_STEPS_PER_TOKEN * (uint64_t)(c->vocab.n_order > 4096 ? c->vocab.n_order : 4096);
+    if (s->mask_steps > per_mask * (uint64_t)(s->n_masks + TK_CONSTRAINT_MASK_SLACK)) {
+        tk_err_set(err, "grammar: %d token masks took %llu matcher steps, over %d per vocabulary token and mask "
+                   "(the grammar's repeats or alternatives are too costly to match)", s->n_masks,
+                   (unsigned long long)s->mask_steps, TK_CONSTRAINT_MEAN_STEPS_PER_TOKEN);
+        return grammar_failed(c, s, err);
+    }
     if (allow_eog || !st->accepting) return n;
     for (int i = 0; i < c->vocab.n_eog; i++) {
         int32_t id = c->vocab.eog[i];

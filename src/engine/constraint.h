@@ -65,6 +65,8 @@ typedef struct tk_csample {
     tk_gstate state;
     tk_gstate look;        /* state after the drafts verified so far (speculative decoding) */
     tk_gstate s1, s2;      /* scratch */
+    uint64_t mask_steps;   /* matcher steps of this sample's masks so far */
+    int n_masks;
 } tk_csample;
 
 int tk_csample_init(tk_csample *s, tk_cgrammar *cg, tk_err *err);
@@ -80,9 +82,15 @@ int tk_csample_step(tk_constraint_cache *c, tk_csample *s, const tk_gstate *st, 
  * end-of-generation tokens only if allow_eog).  The one place masks are
  * computed.  Returns the number of allowed tokens or -1.  A matcher bound
  * hit here or in tk_csample_step marks the grammar failed: every sample
- * using it fails at its next token, and tk_constraint_acquire refuses it. */
-int tk_constraint_mask(tk_constraint_cache *c, const tk_csample *s, const tk_gstate *st, bool allow_eog,
-                       tk_err *err);
+ * using it fails at its next token, and tk_constraint_acquire refuses it.
+ * Besides each mask's bound (TK_GMASK_STEPS_PER_TOKEN), a sample's masks
+ * together may take TK_CONSTRAINT_MEAN_STEPS_PER_TOKEN per vocabulary
+ * token and mask, after a start of TK_CONSTRAINT_MASK_SLACK masks' worth:
+ * a grammar whose every mask sits just under the per-mask bound would
+ * otherwise cost that much of the stepping thread for every token. */
+#define TK_CONSTRAINT_MEAN_STEPS_PER_TOKEN 64
+#define TK_CONSTRAINT_MASK_SLACK 8
+int tk_constraint_mask(tk_constraint_cache *c, tk_csample *s, const tk_gstate *st, bool allow_eog, tk_err *err);
 
 /* Sets the logits of the tokens c->mask disallows to -inf. */
 void tk_constraint_apply_mask(const tk_constraint_cache *c, float *logits);

@@ -251,6 +251,19 @@ def test_costly_regex_ends_in_error_not_a_stall(server, client):
     assert r.choices[0].finish_reason in ("stop", "length")
 
 
+def test_costly_masks_on_average_end_in_error(server):
+    """Each mask of `.+(` + 40 empty alternatives + `~||)` takes ~120-170
+    matcher steps per vocabulary token: under the per-mask bound (256), but
+    every token would cost ~50 ms of the stepping thread for as long as the
+    request runs.  The sample's masks together are bounded too (64 per token
+    and mask after a start of 8 masks): the request fails after about 9."""
+    costly = ".+(" + "|" * 40 + "~||)"
+    r = raw_post(server, "/v1/chat/completions", {"messages": MESSAGES, "max_tokens": 64, "temperature": 1.0,
+                                                  "ignore_eos": True, "seed": 1, "regex": costly})
+    err = assert_error(r, 400, "regex")
+    assert "per vocabulary token and mask" in err["message"], err
+
+
 @pytest.mark.parametrize("schema", [
     {"type": "frobnicate"},
     {"type": "string", "pattern": "(unclosed"},
