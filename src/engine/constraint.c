@@ -202,12 +202,12 @@ static void swap_states(tk_gstate *a, tk_gstate *b) {
     *b = t;
 }
 
-/* Marks s's grammar failed with err's message when it is a matcher bound
- * ("grammar: ..."; not out of memory, which may pass): the other samples
+/* Marks s's grammar failed with err's message when the grammar caused it
+ * (a bound; not out of memory, which may pass): the other samples
  * using it stop at their next token instead of each paying the bound
  * again, and later requests are refused at submit.  Returns -1. */
 static int grammar_failed(tk_constraint_cache *c, const tk_csample *s, const tk_err *err) {
-    if (strncmp(err->msg, "grammar:", 8) != 0) return -1;
+    if (!tk_grammar_err_is_input(err->msg)) return -1;
     pthread_mutex_lock(&c->mu);
     if (!s->cg->failed[0]) snprintf(s->cg->failed, sizeof s->cg->failed, "%s", err->msg);
     pthread_mutex_unlock(&c->mu);
@@ -254,7 +254,7 @@ int tk_constraint_mask(tk_constraint_cache *c, tk_csample *s, const tk_gstate *s
     if (n < 0) return grammar_failed(c, s, err);
     s->mask_steps += c->masker.steps - before;
     s->n_masks++;
-    uint64_t per_mask = (uint64_t)TK_CONSTRAINT_MEAN_STEPS_PER_TOKEN * (uint64_t)(c->vocab.n_order > 4096 ? c->vocab.n_order : 4096);
+    uint64_t per_mask = (uint64_t)TK_CONSTRAINT_MEAN_STEPS_PER_TOKEN * tk_gvocab_bound_tokens(&c->vocab);
     if (s->mask_steps > per_mask * (uint64_t)(s->n_masks + TK_CONSTRAINT_MASK_SLACK)) {
         tk_err_set(err, "grammar: %d token masks took %llu matcher steps, over %d per vocabulary token and mask "
                    "(the grammar's repeats or alternatives are too costly to match)", s->n_masks,

@@ -206,9 +206,9 @@ int32_t tk_output_choose(tk_engine *e, tk_sample_state *ss, const float *logits)
 }
 
 void tk_output_constraint_failed(tk_sample_state *ss, const char *why) {
-    if (why && strncmp(why, "grammar:", 8) != 0) return; /* out of memory: the engine's failure, not the request's */
+    if (why && !tk_grammar_err_is_input(why)) return; /* out of memory: the engine's failure, not the request's */
     snprintf(ss->error, sizeof ss->error, "%s",
-             why ? why : "grammar: no token of the vocabulary can continue the constrained output");
+             why ? why : TK_GRAMMAR_ERR_PREFIX " no token of the vocabulary can continue the constrained output");
 }
 
 void tk_output_sample(tk_engine *e, tk_sample_state *ss, const float *logits, double now) {

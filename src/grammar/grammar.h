@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "../util/err.h"
 
@@ -22,6 +23,14 @@
 #define TK_GRAMMAR_MAX_REPEAT 1000         /* m and n of {m,n} */
 #define TK_GRAMMAR_MAX_NESTING 128         /* parentheses */
 #define TK_GRAMMAR_MAX_PATTERN 16384       /* bytes of a regex (also JSON Schema "pattern") */
+
+/* Every error the grammar's input causes (a bound, a syntax error, no token
+ * allowed) starts with this prefix; out of memory does not.  Callers use it
+ * to tell the request's fault from the engine's. */
+#define TK_GRAMMAR_ERR_PREFIX "grammar:"
+static inline bool tk_grammar_err_is_input(const char *msg) {
+    return strncmp(msg, TK_GRAMMAR_ERR_PREFIX, sizeof TK_GRAMMAR_ERR_PREFIX - 1) == 0;
+}
 
 typedef enum tk_gel_kind {
     TK_GEL_END_RULE = 0,
@@ -213,6 +222,11 @@ int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint
  * for one mask.  At 50-80 ns a step the bound is 0.4-0.7 s of a 32k
  * vocabulary, 2-2.5 s of a 128k one. */
 #define TK_GMASK_STEPS_PER_TOKEN 256
+/* The token count the mask bounds scale with: at least 4096, so a small
+ * vocabulary does not cut grammars that are cheap per byte. */
+static inline uint64_t tk_gvocab_bound_tokens(const tk_gvocab *v) {
+    return (uint64_t)(v->n_order > 4096 ? v->n_order : 4096);
+}
 /* The plain trie walk (no table). */
 int tk_gmask_compute_plain(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err);
 

@@ -204,7 +204,7 @@ int tk_gmask_compute_plain(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s
 }
 
 int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint32_t *mask, tk_err *err) {
-    m->max_steps = m->steps + (uint64_t)TK_GMASK_STEPS_PER_TOKEN * (uint64_t)(v->n_order > 4096 ? v->n_order : 4096);
+    m->max_steps = m->steps + (uint64_t)TK_GMASK_STEPS_PER_TOKEN * tk_gvocab_bound_tokens(v);
     int rc = m->table ? tk_gtable_mask(m, m->table, v, s, mask, err) : 1;
     if (rc < 0) return -1;
     return rc == 0 ? finish_mask(v, s, mask) : tk_gmask_compute_plain(m, v, s, mask, err);
