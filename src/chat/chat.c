@@ -17,17 +17,26 @@
 #include "../jinja/parser.h"
 #include "../jinja/runtime.h"
 
-/* Limits for untrusted templates. */
-#define CJ_MAX_SOURCE (4u << 20)          /* template text */
-#define CJ_MAX_ARENA (64u << 20)          /* tokens + syntax tree */
-#define CJ_MAX_OUTPUT ((size_t)64 << 20)  /* rendered text, and any one string */
-#define CJ_MAX_MEMORY ((size_t)256 << 20) /* live values */
-#define CJ_MAX_WORK ((uint64_t)1 << 29)   /* bytes allocated or scanned over a render */
+/* Limits for untrusted templates.  The fuzz build divides the render's size and
+ * time limits by CJ_LIMIT_SCALE: an input that reaches one then costs milliseconds
+ * instead of a second under the sanitizers, and the fuzzer spends its executions on
+ * new paths rather than on filling a budget.  The code that enforces them is the same;
+ * tests/test_chat_template.c checks the production values. */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define CJ_LIMIT_SCALE 64
+#else
+#define CJ_LIMIT_SCALE 1
+#endif
+#define CJ_MAX_SOURCE (4u << 20)                           /* template text */
+#define CJ_MAX_ARENA (64u << 20)                           /* tokens + syntax tree */
+#define CJ_MAX_OUTPUT (((size_t)64 << 20) / CJ_LIMIT_SCALE)  /* rendered text, and any one string */
+#define CJ_MAX_MEMORY (((size_t)256 << 20) / CJ_LIMIT_SCALE) /* live values */
+#define CJ_MAX_WORK (((uint64_t)1 << 29) / CJ_LIMIT_SCALE)   /* bytes allocated or scanned over a render */
 /* Loop iterations + macro calls: a base for the template's own loops plus one per byte of
  * messages and tools (loops over the conversation), capped. A hostile template with a small
  * request then costs tens of milliseconds, not the cap's half a second. */
-#define CJ_BASE_STEPS 100000
-#define CJ_MAX_STEPS 1000000
+#define CJ_BASE_STEPS (100000 / CJ_LIMIT_SCALE)
+#define CJ_MAX_STEPS (1000000 / CJ_LIMIT_SCALE)
 #define CJ_MAX_EVAL_DEPTH 1000            /* evaluator recursion (incl. macro calls) */
 #define CJ_MAX_JSON_DEPTH 64              /* nesting of messages / tools given as JSON */
 
