@@ -13,7 +13,9 @@
 #
 # Environment: TK_FUZZ_BUILD (build directory), TK_SHARED_DIR (shared
 # assets), TK_FUZZ_MAX_LEN (longest input, default 65536: longer seeds are
-# cut), TK_FUZZ_ARGS (more libFuzzer flags).
+# cut), TK_FUZZ_ARGS (more libFuzzer flags), TK_FUZZ_SKIP (names of seed
+# files to leave out, e.g. a slow regression input whose mutants would be
+# slow too: the replay test still runs it).
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -49,6 +51,7 @@ join_files() {
 }
 cp "$root/tests/fuzz/seeds/$target"/* "$seed/"
 if [ -d "$root/tests/fuzz/regressions/$target" ]; then cp "$root/tests/fuzz/regressions/$target"/* "$seed/"; fi
+for skipped in ${TK_FUZZ_SKIP:-}; do rm -f "$seed/$skipped"; done
 tiny=$root/tests/fuzz/seeds
 case $target in
 gguf)
