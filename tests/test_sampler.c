@@ -2,8 +2,10 @@
  * drawn, all -inf / NaN gives id 0, +inf tokens share the mass.  Checked for
  * every combination of temperature, top-k, top-p, min-p and penalties, by
  * tk_sample (in range, never a -inf/NaN token; the sanitizer build catches
- * out-of-bounds reads) and by tk_sampler_dist (sums to 1 over allowed ids). */
+ * out-of-bounds reads) and by tk_sampler_dist (sums to 1 over allowed ids).
+ * The candidates' radix sort against a comparison sort. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "sample/sampler.h"
 #include "tk_test.h"
@@ -55,7 +57,54 @@ static void run_case(const logit_case *lc, const tk_sampling *sp) {
     tk_sampler_free(&s);
 }
 
+/* The order the radix sort must give: probability descending, then id. */
+static int cmp_prob_then_id(const void *a, const void *b, void *ctx) {
+    const float *probs = ctx;
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (probs[x] != probs[y]) return probs[x] > probs[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+/* Vocabularies of 1 to 150k tokens: softmax-like spreads over many
+ * exponents, many equal values (few distinct levels), zeros, one value
+ * everywhere (every pass skipped), denormals, and subsets of ids. */
+static void test_radix_sort(void) {
+    const int sizes[] = {1, 2, 7, 256, 4097, 150000};
+    uint64_t rng = 0x5eed;
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        const int n = sizes[si];
+        float *probs = malloc((size_t)n * sizeof *probs);
+        int32_t *ids = malloc((size_t)n * sizeof *ids), *want = malloc((size_t)n * sizeof *want);
+        int32_t *tmp = malloc((size_t)n * sizeof *tmp);
+        if (!probs || !ids || !want || !tmp) abort();
+        for (int kind = 0; kind < 5; kind++) {
+            int m = 0;
+            for (int i = 0; i < n; i++) {
+                rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+                const double u = (double)(rng >> 11) / 9007199254740992.0;
+                switch (kind) {
+                case 0: probs[i] = (float)exp(-40 * u); break;
+                case 1: probs[i] = (float)((int)(u * 5)) / 4; break;
+                case 2: probs[i] = u < 0.5 ? 0 : (float)u; break;
+                case 3: probs[i] = 0.25f; break;
+                default: probs[i] = u < 0.3 ? 1e-40f * (float)u : (float)u;
+                }
+                if (kind != 4 || u < 0.7) ids[m++] = i; /* kind 4: a subset of ids */
+            }
+            memcpy(want, ids, (size_t)m * sizeof *ids);
+            qsort_r(want, (size_t)m, sizeof *want, cmp_prob_then_id, probs);
+            tk_sort_by_prob_desc(probs, ids, tmp, m);
+            CHECK(memcmp(ids, want, (size_t)m * sizeof *ids) == 0, "radix sort of %d ids (kind %d) differs", m, kind);
+        }
+        free(probs);
+        free(ids);
+        free(want);
+        free(tmp);
+    }
+}
+
 int main(void) {
+    test_radix_sort();
     logit_case cases[6];
     /* finite logits (i % 5) - 2: the maxima are at 4, 9, 14 */
     fill(&cases[0], "one NaN", 9);

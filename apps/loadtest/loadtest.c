@@ -122,6 +122,7 @@ typedef struct lt_bench {
     lt_dist prompt_len, output_len;
     int shared_prefix;
     int prefix_groups;      /* request i starts with prefix i % prefix_groups */
+    float temperature;      /* 0: greedy; the API's other sampling settings are left at their defaults */
     uint64_t seed;
     double timeout, duration;
     double t0, deadline;    /* monotonic */
@@ -263,7 +264,7 @@ static void run_one(lt_bench *b, int idx) {
     char *prompt = make_prompt(b, idx, &r->prompt_words);
     json_t *req = prompt ? json_pack("{s:s,s:s,s:i,s:b,s:b,s:{s:b},s:f}", "model", b->model, "prompt", prompt,
                                      "max_tokens", max_tokens, "ignore_eos", 1, "stream", 1, "stream_options",
-                                     "include_usage", 1, "temperature", 0.0)
+                                     "include_usage", 1, "temperature", (double)b->temperature)
                          : NULL;
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
@@ -456,6 +457,7 @@ static void usage(FILE *f) {
             "                         DIST: N | LO:HI (uniform) | normal:MEAN:STDDEV\n"
             "  --shared-prefix LEN    every prompt starts with the same LEN words\n"
             "  --prefix-groups N      N different shared prefixes, request i taking prefix i mod N (default 1)\n"
+            "  --temperature T        sampling temperature sent with each request (default 0: greedy)\n"
             "  --model NAME           model name (default: the first of GET /v1/models)\n"
             "  --api-key KEY          sent as 'Authorization: Bearer KEY'\n"
             "  --seed S               prompt/length randomness (default 0)\n"
@@ -485,6 +487,7 @@ int tk_cmd_loadtest(int argc, char **argv) {
         TK_OPT_S("--output-len", &ol),
         TK_OPT_I("--shared-prefix", &b.shared_prefix, 0, LT_MAX_LEN),
         TK_OPT_I("--prefix-groups", &b.prefix_groups, 1, LT_MAX_PREFIX_GROUPS),
+        TK_OPT_F("--temperature", &b.temperature, 0, 2),
         TK_OPT_S("--model", &b.model),
         TK_OPT_S("--api-key", &b.api_key),
         TK_OPT_U("--seed", &b.seed),

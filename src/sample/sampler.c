@@ -1,6 +1,7 @@
 #include "sampler.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -33,9 +34,10 @@ int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_er
     s->n_vocab = n_vocab;
     tk_rng_seed(s->rng, params->seed);
     s->ids = malloc((size_t)n_vocab * sizeof(int32_t));
+    s->sort_tmp = malloc((size_t)n_vocab * sizeof(int32_t));
     s->probs = malloc((size_t)n_vocab * sizeof(float));
     s->counts = calloc((size_t)n_vocab, sizeof(int32_t));
-    if (!s->ids || !s->probs || !s->counts) {
+    if (!s->ids || !s->sort_tmp || !s->probs || !s->counts) {
         tk_sampler_free(s);
         return tk_err_set(err, "out of memory");
     }
@@ -44,6 +46,7 @@ int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_er
 
 void tk_sampler_free(tk_sampler *s) {
     free(s->ids);
+    free(s->sort_tmp);
     free(s->probs);
     free(s->counts);
     memset(s, 0, sizeof *s);
@@ -73,13 +76,40 @@ static void apply_penalties(tk_sampler *s, float *logits, const int32_t *history
     }
 }
 
-/* Sorts ids by probability, descending (stable for equal values). */
-static int cmp_prob_desc(const void *a, const void *b, void *ctx) {
-    const float *probs = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    if (probs[x] > probs[y]) return -1;
-    if (probs[x] < probs[y]) return 1;
-    return x < y ? -1 : x > y;
+void tk_sort_by_prob_desc(const float *probs, int32_t *ids, int32_t *tmp, int n) {
+    /* Non-negative floats order as their bit patterns do, so the key
+     * ~bits orders by probability, descending.  Least significant byte
+     * first; each pass is stable, so equal probabilities keep their input
+     * order.  A pass whose byte is the same for every candidate is skipped
+     * (the exponent bytes of a peaked distribution, often). */
+    uint32_t count[4][256] = {{0}};
+    for (int i = 0; i < n; i++) {
+        uint32_t key;
+        memcpy(&key, &probs[ids[i]], sizeof key);
+        key = ~key;
+        for (int d = 0; d < 4; d++) count[d][(key >> (8 * d)) & 0xff]++;
+    }
+    int32_t *from = ids, *to = tmp;
+    for (int d = 0; d < 4; d++) {
+        uint32_t *c = count[d], at = 0;
+        bool one_bucket = false;
+        for (int b = 0; b < 256; b++) {
+            const uint32_t k = c[b];
+            one_bucket = one_bucket || k == (uint32_t)n;
+            c[b] = at;
+            at += k;
+        }
+        if (one_bucket) continue;
+        for (int i = 0; i < n; i++) {
+            uint32_t key;
+            memcpy(&key, &probs[from[i]], sizeof key);
+            to[c[(~key >> (8 * d)) & 0xff]++] = from[i];
+        }
+        int32_t *t = from;
+        from = to;
+        to = t;
+    }
+    if (from != ids) memcpy(ids, from, (size_t)n * sizeof *ids);
 }
 
 /* The filter chain shared by tk_sample and tk_sampler_dist: penalties,
@@ -118,7 +148,7 @@ static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_hi
         s->probs[i] = (float)(s->probs[i] / sum);
         if (s->probs[i] >= cand_floor) s->ids[n_cand++] = i;
     }
-    qsort_r(s->ids, (size_t)n_cand, sizeof(int32_t), cmp_prob_desc, s->probs);
+    tk_sort_by_prob_desc(s->probs, s->ids, s->sort_tmp, n_cand);
 
     int keep = n_cand;
     if (p->top_k > 0 && p->top_k < keep) keep = p->top_k;

@@ -22,6 +22,7 @@ typedef struct tk_sampler {
     int n_vocab;
     /* work arrays, n_vocab each */
     int32_t *ids;
+    int32_t *sort_tmp;
     float *probs;
     int32_t *counts;
 } tk_sampler;
@@ -47,6 +48,13 @@ int tk_sampler_draw(tk_sampler *s, const float *dist, int n);
 
 /* Uniform double in [0, 1) from the sampler's generator. */
 double tk_sampler_uniform(tk_sampler *s);
+
+/* Orders ids[0..n) by probs[id] descending, equal probabilities in their
+ * input order; probs must be non-negative (not NaN).  tmp: n ints of
+ * scratch.  A radix sort, linear in n: a comparison sort of a whole
+ * vocabulary, which plain sampling at temperature 1 (the API's default)
+ * needs, took milliseconds per token. */
+void tk_sort_by_prob_desc(const float *probs, int32_t *ids, int32_t *tmp, int n);
 
 /* Index of the first maximum; NaN loses to any number (0 if all are NaN). */
 int tk_argmax(const float *x, int n);
