@@ -13,7 +13,8 @@
 #
 # Environment: TK_FUZZ_BUILD (build directory), TK_SHARED_DIR (shared
 # assets), TK_FUZZ_MAX_LEN (longest input, default 65536: longer seeds are
-# cut), TK_FUZZ_ARGS (more libFuzzer flags), TK_FUZZ_SKIP (names of seed
+# cut), TK_FUZZ_ARGS (more libFuzzer flags; -fork=2 runs a worker on each of
+# two cores over one corpus), TK_FUZZ_SKIP (names of seed
 # files to leave out, e.g. a slow regression input whose mutants would be
 # slow too: the replay test still runs it).
 set -euo pipefail
@@ -116,5 +117,6 @@ nice -n 10 "$build/fuzz_$target" corpus seed -max_total_time="$seconds" -timeout
 rc=$?
 set -e
 grep -E "^#[0-9]+.*(DONE|INITED)|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb" log || true
+grep -E "^#[0-9]+: cov" log | tail -1 || true # fork mode (-fork=N in TK_FUZZ_ARGS): the workers' executions together
 ls "$work/artifacts" | sed 's/^/fuzz.sh: kept artifact: /'
 exit $rc
