@@ -23,7 +23,7 @@
  * new paths rather than on filling a budget.  The code that enforces them is the same;
  * tests/test_chat_template.c checks the production values. */
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-#define CJ_LIMIT_SCALE 64
+#define CJ_LIMIT_SCALE 1024
 #else
 #define CJ_LIMIT_SCALE 1
 #endif
