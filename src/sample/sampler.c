@@ -76,17 +76,22 @@ static void apply_penalties(tk_sampler *s, float *logits, const int32_t *history
     }
 }
 
+/* Non-negative floats order as their bit patterns do, so the complement of
+ * the bits orders by probability, descending. */
+static inline uint32_t desc_key(float p) {
+    uint32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    return ~bits;
+}
+
 void tk_sort_by_prob_desc(const float *probs, int32_t *ids, int32_t *tmp, int n) {
-    /* Non-negative floats order as their bit patterns do, so the key
-     * ~bits orders by probability, descending.  Least significant byte
-     * first; each pass is stable, so equal probabilities keep their input
-     * order.  A pass whose byte is the same for every candidate is skipped
-     * (the exponent bytes of a peaked distribution, often). */
+    /* Least significant byte of desc_key first; each pass is stable, so
+     * equal probabilities keep their input order.  A pass whose byte is the
+     * same for every candidate is skipped (the exponent bytes of a peaked
+     * distribution, often). */
     uint32_t count[4][256] = {{0}};
     for (int i = 0; i < n; i++) {
-        uint32_t key;
-        memcpy(&key, &probs[ids[i]], sizeof key);
-        key = ~key;
+        const uint32_t key = desc_key(probs[ids[i]]);
         for (int d = 0; d < 4; d++) count[d][(key >> (8 * d)) & 0xff]++;
     }
     int32_t *from = ids, *to = tmp;
@@ -100,11 +105,7 @@ void tk_sort_by_prob_desc(const float *probs, int32_t *ids, int32_t *tmp, int n)
             at += k;
         }
         if (one_bucket) continue;
-        for (int i = 0; i < n; i++) {
-            uint32_t key;
-            memcpy(&key, &probs[from[i]], sizeof key);
-            to[c[(~key >> (8 * d)) & 0xff]++] = from[i];
-        }
+        for (int i = 0; i < n; i++) to[c[(desc_key(probs[from[i]]) >> (8 * d)) & 0xff]++] = from[i];
         int32_t *t = from;
         from = to;
         to = t;
