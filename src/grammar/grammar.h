@@ -23,6 +23,20 @@
 #define TK_GRAMMAR_MAX_REPEAT 1000         /* m and n of {m,n} */
 #define TK_GRAMMAR_MAX_NESTING 128         /* parentheses */
 #define TK_GRAMMAR_MAX_PATTERN 16384       /* bytes of a regex (also JSON Schema "pattern") */
+/* The fuzz build divides the matcher's step budgets: an input that reaches
+ * one then costs milliseconds instead of a tenth of a second under the
+ * sanitizers, and the fuzzer spends its executions on new paths.  A mask's
+ * budget by less than a table build's, so that the table-vs-plain check of
+ * the grammar_mask target still reaches costly masks (docs/fuzzing.md).  The
+ * code that enforces them is the same; tests/test_grammar.c runs with the
+ * production values. */
+#ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
+#define TK_GTABLE_STEPS_SCALE 64
+#define TK_GMASK_STEPS_SCALE 16
+#else
+#define TK_GTABLE_STEPS_SCALE 1
+#define TK_GMASK_STEPS_SCALE 1
+#endif
 
 /* Every error the grammar's input causes (a bound, a syntax error, no token
  * allowed) starts with this prefix; out of memory does not.  Callers use it
@@ -221,7 +235,7 @@ int tk_gmask_compute(tk_gmasker *m, const tk_gvocab *v, const tk_gstate *s, uint
  * vocabularies); a hostile regex of 110 bytes took 70,000 per token, 114 s
  * for one mask.  At 50-80 ns a step the bound is 0.4-0.7 s of a 32k
  * vocabulary, 2-2.5 s of a 128k one. */
-#define TK_GMASK_STEPS_PER_TOKEN 256
+#define TK_GMASK_STEPS_PER_TOKEN (256 / TK_GMASK_STEPS_SCALE)
 /* The token count the mask bounds scale with: at least 4096, so a small
  * vocabulary does not cut grammars that are cheap per byte. */
 static inline uint64_t tk_gvocab_bound_tokens(const tk_gvocab *v) {
@@ -286,7 +300,7 @@ int tk_gwalk_sort(const tk_gvocab *v, const int32_t *ids, const uint16_t *skip, 
  * across requests and threads (each with its own tk_gmasker).  It refers to
  * the grammar, which must outlive it, and fits one vocabulary. */
 #define TK_GTABLE_MAX_BYTES ((size_t)256 << 20) /* memory of one table */
-#define TK_GTABLE_MAX_STEPS ((uint64_t)1 << 25)  /* matcher steps of one build (under a second) */
+#define TK_GTABLE_MAX_STEPS (((uint64_t)1 << 25) / TK_GTABLE_STEPS_SCALE) /* matcher steps of one build (under a second) */
 
 /* Returns 0 with *out built; 1 with *out NULL when the grammar is too big
  * for the budgets above (use the plain path); -1 on error (out of memory,
