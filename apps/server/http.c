@@ -1126,13 +1126,18 @@ static enum MHD_Result handle_generate(http_req *r) {
         return send_error(r, &e);
     }
     const char *pparam = kind == TK_API_CHAT ? "messages" : "prompt";
-    if (n >= s->ctx_len || (long long)n + r->api.max_tokens > s->ctx_len) {
+    /* --max-tokens caps every request and is the length of one that sets none
+     * (chat), which still ends where the context does */
+    int max_tokens = r->api.max_tokens;
+    if (s->cfg.max_tokens > 0 && (max_tokens == 0 || max_tokens > s->cfg.max_tokens)) max_tokens = s->cfg.max_tokens;
+    if (r->api.max_tokens == 0 && n < s->ctx_len && max_tokens > s->ctx_len - n) max_tokens = s->ctx_len - n;
+    if (n >= s->ctx_len || (long long)n + max_tokens > s->ctx_len) {
         free(ids);
-        if (r->api.max_tokens > 0)
+        if (n < s->ctx_len)
             tk_api_error_set(&e, 400, "invalid_request_error", "context_length_exceeded", pparam,
                              "This model's maximum context length is %d tokens. However, you requested %lld tokens "
                              "(%d in the prompt, %d for the completion).",
-                             s->ctx_len, (long long)n + r->api.max_tokens, n, r->api.max_tokens);
+                             s->ctx_len, (long long)n + max_tokens, n, max_tokens);
         else
             tk_api_error_set(&e, 400, "invalid_request_error", "context_length_exceeded", pparam,
                              "This model's maximum context length is %d tokens. However, the prompt has %d tokens.",
@@ -1141,7 +1146,7 @@ static enum MHD_Result handle_generate(http_req *r) {
     }
     r->n_prompt = n;
 
-    tk_request_params p = {.prompt = ids, .n_prompt = n, .max_tokens = r->api.max_tokens, .n = r->api.n,
+    tk_request_params p = {.prompt = ids, .n_prompt = n, .max_tokens = max_tokens, .n = r->api.n,
                            .sampling = r->api.sampling, .ignore_eos = r->api.ignore_eos, .stop = r->api.stop,
                            .n_stop = r->api.n_stop, .top_logprobs = r->api.logprobs,
                            .speculative = r->api.spec_mode, .draft_max = r->api.draft_max,

@@ -64,6 +64,9 @@ static void usage(FILE *f) {
             "                           time spent generating does not count)\n"
             "  --max-response-size SIZE  largest non-streaming answer kept, e.g. 32M (default 32M; larger: 400,\n"
             "                           streaming has no such limit)\n"
+            "  --max-tokens N           tokens one completion may generate: the length of a chat request that\n"
+            "                           sets no max_tokens, and a cap on those that ask for more (they end\n"
+            "                           with finish_reason \"length\"; default: no cap)\n"
             "  --parse-special-in-content  parse control-token text (e.g. <|im_start|>) in chat message content\n"
             "                           as control tokens (default: plain text, only the template's are parsed)\n"
             "speculative decoding (server-wide defaults; a request may override them with\n"
@@ -203,6 +206,7 @@ static int serve(int argc, char **argv, const char *const *hosts, int n_hosts) {
         TK_OPT_I("--body-timeout", &scfg.body_timeout_s, 1, 3600),
         TK_OPT_I("--idle-timeout", &scfg.idle_timeout_s, 1, 86400),
         TK_OPT_S("--max-response-size", &max_resp),
+        TK_OPT_I("--max-tokens", &scfg.max_tokens, 1, 1 << 24),
         TK_OPT_ON("--parse-special-in-content", &scfg.parse_special_in_content),
     };
     const tk_cli cli = {.cmd = "serve", .usage = usage, .opts = opts, .n_opts = TK_NOPTS(opts), .spec = &spec};

@@ -39,6 +39,7 @@ typedef struct tk_server_config {
     int header_timeout_s;      /* a request's headers must arrive within this (from connect or the previous answer) */
     int body_timeout_s;        /* ... and its body within this after the headers */
     size_t max_response_bytes; /* a non-streaming answer's text and logprobs kept past this: 400 */
+    int max_tokens;            /* tokens one completion may generate: a request's default and cap (0: none) */
     int idle_timeout_s;        /* a connection with no traffic either way is closed (generation time excepted) */
     bool parse_special_in_content; /* control-token text in chat message content stays a control token */
     tk_tool_format tool_format; /* how the model writes tool calls (--tool-format, else from the template) */

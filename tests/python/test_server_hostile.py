@@ -159,6 +159,39 @@ def test_response_size_cap(tokamak_bin, model_dir):
         s.stop()
 
 
+def test_max_tokens_cap(tokamak_bin, model_dir):
+    """--max-tokens: the length of a chat request that sets none, a cap on those asking for more."""
+    s = Server(tokamak_bin, model_dir, "--max-tokens", "5", "-c", "64")
+    try:
+        def chat(content, **kw):
+            return requests.post(s.url + "/v1/chat/completions", timeout=60,
+                                 json={"messages": [{"role": "user", "content": content}], "ignore_eos": True, **kw})
+
+        def generated(r):
+            assert r.status_code == 200, r.text
+            return r.json()["usage"]["completion_tokens"], r.json()["choices"][0]["finish_reason"]
+
+        assert generated(chat("hi")) == (5, "length")
+        assert generated(chat("hi", max_tokens=50)) == (5, "length")
+        assert generated(chat("hi", max_tokens=3)) == (3, "length")
+        r = requests.post(s.url + "/v1/completions", json={"prompt": "def f():", "ignore_eos": True}, timeout=60)
+        assert generated(r) == (5, "length")  # the completions default, 16, is capped too
+        # A prompt that leaves fewer than 5 tokens of the context: without max_tokens it
+        # generates to the end of the context; asking for 5 is refused.
+        content, n_prompt = "a", 0
+        while n_prompt < 60:
+            content += " a"
+            r = chat(content, max_tokens=1)
+            assert r.status_code == 200, f"the prompt passed 63 tokens before reaching 60: {r.text}"
+            n_prompt = r.json()["usage"]["prompt_tokens"]
+        assert generated(chat(content)) == (64 - n_prompt, "length")
+        err = assert_error(chat(content, max_tokens=5), 400)
+        assert err["code"] == "context_length_exceeded", err
+        s.wait_idle()
+    finally:
+        s.stop()
+
+
 def rss_mb(pid):
     with open(f"/proc/{pid}/status") as f:
         return int(next(line for line in f if line.startswith("VmRSS:")).split()[1]) / 1024
