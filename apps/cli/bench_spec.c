@@ -321,7 +321,8 @@ int tk_bench_spec(tk_engine *e, const tk_bench_spec_opts *o) {
             else analytic = all.pt / plain_over_expected; /* the prompts' expectations, time-weighted */
             char name[16], toks[16];
             snprintf(name, sizeof name, i < n_prompts ? "%d" : "all", i);
-            snprintf(toks, sizeof toks, i < n_prompts ? "%d" : "", q->n_prompt);
+            toks[0] = 0;
+            if (i < n_prompts) snprintf(toks, sizeof toks, "%d", q->n_prompt);
             printf("%-6s %6s %9.2f %9.2f %7.2fx %5.1f%% %5.2f %6.2f %7.2fx %7.2fx %6.0f%% %5.2fx\n", name,
                    toks, q->pn / q->pt, q->sn / q->st, speedup, 100 * alpha, k, tpp,
                    analytic, tpp / cost, 100 * speedup / analytic, (q->sn / q->sw) / (q->pn / q->pw));

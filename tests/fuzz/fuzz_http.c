@@ -4,8 +4,10 @@
  *
  * A real server runs in-process on 127.0.0.1 (any free port) over the tiny
  * aidreams260K model from the shared assets, with a thread stepping the
- * engine as tokamak serve's main thread does (context 64, so no request
- * generates for long).  Each input is written to a fresh connection, the
+ * engine as tokamak serve's main thread does.  What the engine does per
+ * input is kept small, as it was most of an execution: context 64, at most
+ * 8 tokens a completion (--max-tokens), and KV blocks of 16 tokens so that
+ * the prefix cache serves the prompts' shared starts.  Each input is written to a fresh connection, the
  * sending side is shut down, and the answer is read until the server closes
  * the connection.  A socketpair would skip MHD's own connection handling,
  * which is part of what is fuzzed. */
@@ -65,6 +67,7 @@ static void start(void) {
         .n_threads = 1,
         .ctx_len = 64,
         .max_seqs = 4,
+        .kv_block_size = 16,
         .require_tokenizer = true,
     };
     signal(SIGPIPE, SIG_IGN);
@@ -75,7 +78,8 @@ static void start(void) {
     const tk_tokenizer *tok = tk_engine_tokenizer(engine);
     server.bos_text = strdup(tk_tokenizer_piece(tok, tk_tokenizer_bos(tok)));
     server.eos_text = strdup(tk_tokenizer_piece(tok, tk_tokenizer_eos(tok)));
-    const tk_server_config scfg = {.host = "127.0.0.1", .port = 0, .model_name = "fuzz", .max_connections = 64};
+    const tk_server_config scfg = {.host = "127.0.0.1", .port = 0, .model_name = "fuzz", .max_connections = 64,
+                                   .max_tokens = 8};
     if (!server.bos_text || !server.eos_text || tk_server_start(&server, engine, tmpl, &scfg, &err)) {
         fprintf(stderr, "fuzz_http: cannot start the server: %s\n", err.msg);
         abort();
