@@ -31,7 +31,7 @@
  * code that enforces them is the same; tests/test_grammar.c runs with the
  * production values. */
 #ifdef FUZZING_BUILD_MODE_UNSAFE_FOR_PRODUCTION
-#define TK_GTABLE_STEPS_SCALE 64
+#define TK_GTABLE_STEPS_SCALE 256
 #define TK_GMASK_STEPS_SCALE 16
 #else
 #define TK_GTABLE_STEPS_SCALE 1
