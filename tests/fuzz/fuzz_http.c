@@ -7,10 +7,11 @@
  * engine as tokamak serve's main thread does.  What the engine does per
  * input is kept small, as it was most of an execution: context 64, at most
  * 8 tokens a completion (--max-tokens), and KV blocks of 16 tokens so that
- * the prefix cache serves the prompts' shared starts.  Each input is written to a fresh connection, the
- * sending side is shut down, and the answer is read until the server closes
- * the connection.  A socketpair would skip MHD's own connection handling,
- * which is part of what is fuzzed. */
+ * the prefix cache serves the prompts' shared starts.  Each input is
+ * written to a fresh connection, the sending side is shut down, and the
+ * answer is read until the server closes the connection.  A socketpair
+ * would skip MHD's own connection handling, which is part of what is
+ * fuzzed. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
