@@ -14,11 +14,11 @@
 # Environment: TK_FUZZ_BUILD (build directory), TK_SHARED_DIR (shared
 # assets), TK_FUZZ_MAX_LEN (longest input, default 65536: longer seeds are
 # cut), TK_FUZZ_ARGS (more libFuzzer flags; "-jobs=2 -workers=2" runs two
-# long-lived fuzzers over one corpus, each logging to fuzz-N.log beside log and
-# taking up the other's new inputs as it goes; -runs and -max_total_time then
-# count per worker), TK_FUZZ_SKIP (names of seed
-# files to leave out, e.g. a slow regression input whose mutants would be
-# slow too: the replay test still runs it).
+# long-lived fuzzers over one corpus, each logging to fuzz-N.log, which log
+# collects once the worker ends, and taking up the other's new inputs as it
+# goes; -runs and -max_total_time then count per worker), TK_FUZZ_SKIP
+# (names of seed files to leave out, e.g. a slow regression input whose
+# mutants would be slow too: the replay test still runs it).
 set -euo pipefail
 
 if [ $# -ne 2 ]; then
@@ -112,18 +112,14 @@ esac
 
 echo "fuzz.sh: $target for ${seconds}s (log: $work/log)"
 cd "$work"
-rm -f fuzz-*.log # the workers' logs of an earlier -jobs run
 set +e
 nice -n 10 "$build/fuzz_$target" corpus seed -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -max_len="${TK_FUZZ_MAX_LEN:-65536}" -artifact_prefix="$work/artifacts/" -print_final_stats=1 \
     ${TK_FUZZ_ARGS:-} > log 2>&1
 rc=$?
 set -e
-grep -E "^#[0-9]+.*(DONE|INITED)|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb" log || true
+# (with -jobs=N, once per worker, each after its "Job N exited" line)
+grep -E "^=+ Job|^#[0-9]+.*(DONE|INITED)|stat::number_of_executed_units|stat::average_exec_per_sec|stat::peak_rss_mb" log || true
 grep -E "^#[0-9]+: cov" log | tail -1 || true # fork mode (-fork=N in TK_FUZZ_ARGS): the workers' executions together
-for worker_log in fuzz-*.log; do # -jobs=N: each worker's totals
-    [ -f "$worker_log" ] || continue
-    grep -E "^#[0-9]+.*DONE|stat::number_of_executed_units|stat::peak_rss_mb" "$worker_log" | sed "s/^/$worker_log: /" || true
-done
 ls "$work/artifacts" | sed 's/^/fuzz.sh: kept artifact: /'
 exit $rc
