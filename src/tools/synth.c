@@ -43,6 +43,11 @@ static const shape shapes[] = {
     {.name = "qwen3-30b-a3b-half", .dim = 2048, .layers = 24, .heads = 32, .kv_heads = 4, .ffn = 6144,
      .vocab = 128256, .ctx = 4096, .theta = 1000000.0f, .tokenizer = "tokenizers/llama3/tokenizer.json",
      .arch = "qwen3moe", .head_dim = 128, .experts = 128, .experts_used = 8, .expert_ffn = 768},
+    /* Not a real model: the smallest llama shape, with the 512-token
+     * aidreams260K vocabulary, for harnesses that need a model's answers but
+     * not good ones (the http fuzz target, where the forward pass was most of
+     * an input's time). */
+    {"micro", 32, 1, 2, 1, 32, 512, 256, 10000.0f, true, "models/aidreams260K.gguf", NULL, 0, 0, 0, 0},
 };
 #define N_SHAPES (int)(sizeof shapes / sizeof shapes[0])
 

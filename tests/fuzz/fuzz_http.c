@@ -2,12 +2,14 @@
  * parser, tokenizer, chat template and engine behind it: the input is the
  * raw bytes a client sends on one TCP connection.
  *
- * A real server runs in-process on 127.0.0.1 (any free port) over the tiny
- * aidreams260K model from the shared assets, with a thread stepping the
- * engine as tokamak serve's main thread does.  What the engine does per
- * input is kept small, as it was most of an execution: context 64, at most
- * 8 tokens a completion (--max-tokens), and KV blocks of 16 tokens so that
- * the prefix cache serves the prompts' shared starts.  Each input is
+ * A real server runs in-process on 127.0.0.1 (any free port), with a thread
+ * stepping the engine as tokamak serve's main thread does.  What the engine
+ * does per input is kept small, as it was most of an execution: the model is
+ * synthesized at start-up (tokamak synth's "micro" shape: one layer of 32,
+ * random weights, the aidreams260K tokenizer from the shared assets, so its
+ * answers are random tokens of a real vocabulary), context 64, at most 8
+ * tokens a completion (--max-tokens), and KV blocks of 16 tokens so that the
+ * prefix cache serves the prompts' shared starts.  Each input is
  * written to a fresh connection, the sending side is shut down, and the
  * answer is read until the server closes the connection.  A socketpair
  * would skip MHD's own connection handling, which is part of what is
@@ -63,8 +65,16 @@ static void shut_down(void) {
 
 static void start(void) {
     tk_err err;
+    char model_path[] = "/tmp/fuzz_http-model-XXXXXX";
+    const int model_fd = mkstemp(model_path);
+    const tk_synth_params synth = {.like = "micro", .type = "f32", .seed = 1, .shared_dir = TK_SHARED_DIR};
+    if (model_fd < 0 || close(model_fd) || tk_synth_model(model_path, &synth, &err)) {
+        fprintf(stderr, "fuzz_http: cannot synthesize the model in %s: %s\n", model_path,
+                model_fd < 0 ? strerror(errno) : err.msg);
+        abort();
+    }
     tk_engine_config cfg = {
-        .model_path = TK_SHARED_DIR "/models/aidreams260K.gguf",
+        .model_path = model_path,
         .n_threads = 1,
         .ctx_len = 64,
         .max_seqs = 4,
@@ -72,7 +82,9 @@ static void start(void) {
         .require_tokenizer = true,
     };
     signal(SIGPIPE, SIG_IGN);
-    if (tk_engine_open(&cfg, &engine, &err) || tk_chat_template_parse(chatml, &tmpl, &err)) {
+    const bool opened = tk_engine_open(&cfg, &engine, &err) == 0;
+    unlink(model_path); /* the engine holds what it needs */
+    if (!opened || tk_chat_template_parse(chatml, &tmpl, &err)) {
         fprintf(stderr, "fuzz_http: %s\n", err.msg);
         abort();
     }
