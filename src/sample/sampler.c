@@ -113,9 +113,16 @@ void tk_sort_by_prob_desc(const float *probs, int32_t *ids, int32_t *tmp, int n)
     if (from != ids) memcpy(ids, from, (size_t)n * sizeof *ids);
 }
 
+static double sum_probs(const tk_sampler *s, int keep) {
+    double t = 0;
+    for (int i = 0; i < keep; i++) t += s->probs[s->ids[i]];
+    return t;
+}
+
 /* The filter chain shared by tk_sample and tk_sampler_dist: penalties,
  * temperature softmax, then top-k, min-p and top-p.  Leaves the surviving
- * candidates in s->ids[0..keep), most probable first, with their softmax
+ * candidates in s->ids[0..keep), most probable first (in id order when no
+ * filter cuts: then all of them), with their softmax
  * probabilities (not renormalized) in s->probs; *total gets their sum.
  * Greedy (temperature 0): one candidate, the argmax, with probability 1. */
 static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_history, double *total) {
@@ -149,9 +156,16 @@ static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_hi
         s->probs[i] = (float)(s->probs[i] / sum);
         if (s->probs[i] >= cand_floor) s->ids[n_cand++] = i;
     }
+    int keep = n_cand;
+    if ((p->top_k <= 0 || p->top_k >= keep) && p->min_p <= 0 && p->top_p >= 1) {
+        /* nothing to cut: every token is a candidate, in id order (a draw
+         * sums them in any order; a full-vocabulary sort per token was most
+         * of the sampler's time) */
+        *total = sum_probs(s, keep);
+        return keep;
+    }
     tk_sort_by_prob_desc(s->probs, s->ids, s->sort_tmp, n_cand);
 
-    int keep = n_cand;
     if (p->top_k > 0 && p->top_k < keep) keep = p->top_k;
     if (p->min_p > 0) {
         float min_prob = s->probs[s->ids[0]] * p->min_p;
@@ -172,9 +186,7 @@ static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_hi
         }
         keep = k;
     }
-    double t = 0;
-    for (int i = 0; i < keep; i++) t += s->probs[s->ids[i]];
-    *total = t;
+    *total = sum_probs(s, keep);
     return keep;
 }
 
@@ -183,11 +195,13 @@ int tk_sample(tk_sampler *s, float *logits, const int32_t *history, int n_histor
     int keep = filter(s, logits, history, n_history, &total);
     if (s->params.temperature == 0) return s->ids[0];
     double r = tk_sampler_uniform(s) * total, cum = 0;
+    int last_drawable = s->ids[0];
     for (int i = 0; i < keep; i++) {
         cum += s->probs[s->ids[i]];
         if (r < cum) return s->ids[i];
+        if (s->probs[s->ids[i]] > 0) last_drawable = s->ids[i];
     }
-    return s->ids[keep - 1];
+    return last_drawable; /* r rounded up to the total */
 }
 
 int tk_sampler_dist(tk_sampler *s, float *logits, const int32_t *history, int n_history, float *dist) {
