@@ -7,7 +7,7 @@
  * does per input is kept small, as it was most of an execution: the model is
  * synthesized at start-up (tokamak synth's "micro" shape: one layer of 32,
  * random weights, the aidreams260K tokenizer from the shared assets, so its
- * answers are random tokens of a real vocabulary), context 64, at most 8
+ * answers are random tokens of a real vocabulary), context 64, at most 4
  * tokens a completion (--max-tokens), and KV blocks of 16 tokens so that the
  * prefix cache serves the prompts' shared starts.  Each input is
  * written to a fresh connection, the sending side is shut down, and the
@@ -92,7 +92,7 @@ static void start(void) {
     server.bos_text = strdup(tk_tokenizer_piece(tok, tk_tokenizer_bos(tok)));
     server.eos_text = strdup(tk_tokenizer_piece(tok, tk_tokenizer_eos(tok)));
     const tk_server_config scfg = {.host = "127.0.0.1", .port = 0, .model_name = "fuzz", .max_connections = 64,
-                                   .max_tokens = 8};
+                                   .max_tokens = 4};
     if (!server.bos_text || !server.eos_text || tk_server_start(&server, engine, tmpl, &scfg, &err)) {
         fprintf(stderr, "fuzz_http: cannot start the server: %s\n", err.msg);
         abort();
