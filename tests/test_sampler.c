@@ -3,7 +3,8 @@
  * every combination of temperature, top-k, top-p, min-p and penalties, by
  * tk_sample (in range, never a -inf/NaN token; the sanitizer build catches
  * out-of-bounds reads) and by tk_sampler_dist (sums to 1 over allowed ids).
- * The candidates' radix sort against a comparison sort. */
+ * The candidates' radix sort against a comparison sort; draw frequencies
+ * against the softmax. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -103,8 +104,51 @@ static void test_radix_sort(void) {
     }
 }
 
+/* Draw frequencies against the softmax, with nothing cut (the candidates
+ * stay in id order, unsorted) and with a top-p that keeps every token (the
+ * sorted path). */
+static void test_frequencies(void) {
+    float logits[NV], probs[NV];
+    double sum = 0;
+    for (int i = 0; i < NV; i++) {
+        logits[i] = (float)((i * 7) % NV) / 4.0f;
+        sum += probs[i] = expf(logits[i]);
+    }
+    for (int i = 0; i < NV; i++) probs[i] = (float)(probs[i] / sum);
+    const float top_ps[] = {1, 0.99999f};
+    enum { DRAWS = 40000 };
+    for (int t = 0; t < 2; t++) {
+        tk_sampling sp;
+        tk_sampling_defaults(&sp);
+        sp.temperature = 1;
+        sp.top_k = 0;
+        sp.min_p = 0;
+        sp.top_p = top_ps[t];
+        sp.repeat_penalty = 1;
+        sp.presence_penalty = sp.frequency_penalty = 0;
+        sp.seed = 77;
+        tk_sampler s;
+        tk_err err;
+        if (tk_sampler_init(&s, &sp, NV, &err)) {
+            CHECK(0, "init: %s", err.msg);
+            return;
+        }
+        int count[NV] = {0};
+        for (int d = 0; d < DRAWS; d++) {
+            float l[NV];
+            memcpy(l, logits, sizeof l);
+            count[tk_sample(&s, l, NULL, 0)]++;
+        }
+        for (int i = 0; i < NV; i++)
+            CHECK(fabs((double)count[i] / DRAWS - probs[i]) < 0.01, "top_p %g: token %d drawn %.4f of the time, p %.4f",
+                  top_ps[t], i, (double)count[i] / DRAWS, probs[i]);
+        tk_sampler_free(&s);
+    }
+}
+
 int main(void) {
     test_radix_sort();
+    test_frequencies();
     logit_case cases[6];
     /* finite logits (i % 5) - 2: the maxima are at 4, 9, 14 */
     fill(&cases[0], "one NaN", 9);
