@@ -4,7 +4,8 @@
  * tk_sample (in range, never a -inf/NaN token; the sanitizer build catches
  * out-of-bounds reads) and by tk_sampler_dist (sums to 1 over allowed ids).
  * The candidates' radix sort against a comparison sort; draw frequencies
- * against the softmax. */
+ * against the softmax; what a large vocabulary keeps against sorting it
+ * all. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -146,9 +147,105 @@ static void test_frequencies(void) {
     }
 }
 
+/* What filter keeps, the straightforward way: every candidate sorted, then
+ * top-k, then top-p renormalized over what top-k kept (the sampler sorts
+ * only a selected part of a large vocabulary).  Returns the kept count;
+ * dist as tk_sampler_dist gives it. */
+static int reference_dist(const float *logits, int n, const tk_sampling *sp, float *dist) {
+    float *probs = malloc((size_t)n * sizeof *probs);
+    int32_t *ids = malloc((size_t)n * sizeof *ids), *tmp = malloc((size_t)n * sizeof *tmp);
+    if (!probs || !ids || !tmp) abort();
+    const int best = tk_argmax(logits, n);
+    double sum = 0;
+    /* the sampler's own exp kernel: what is checked here is what it keeps */
+    tk_exp_row_kernel(tk_cpu_isa())(probs, logits, n, logits[best], 1.0f / sp->temperature);
+    for (int i = 0; i < n; i++) sum += probs[i];
+    const float floor = sp->min_p > 0 ? sp->min_p * (float)(1.0 / sum) : 0;
+    int keep = 0;
+    for (int i = 0; i < n; i++) {
+        probs[i] = (float)(probs[i] * (1.0 / sum));
+        if (probs[i] >= floor) ids[keep++] = i;
+    }
+    tk_sort_by_prob_desc(probs, ids, tmp, keep);
+    if (sp->top_k > 0 && sp->top_k < keep) keep = sp->top_k;
+    double kept = 0, cum = 0, total = 0;
+    for (int i = 0; i < keep; i++) kept += probs[ids[i]];
+    int k = 0;
+    while (k < keep) {
+        cum += probs[ids[k++]] / kept;
+        if (cum >= sp->top_p) break;
+    }
+    for (int i = 0; i < k; i++) total += probs[ids[i]];
+    memset(dist, 0, (size_t)n * sizeof *dist);
+    for (int i = 0; i < k; i++) dist[ids[i]] = (float)(probs[ids[i]] / total);
+    free(probs);
+    free(ids);
+    free(tmp);
+    return k;
+}
+
+/* A vocabulary large enough for the sampler to select before sorting, in
+ * several spreads (wide, peaked, a few distinct levels with many ties, flat),
+ * against reference_dist for top-k and top-p alone and together, with and
+ * without min-p. */
+static void test_selection(void) {
+    enum { N = 50000 };
+    float *logits = malloc(N * sizeof *logits), *l = malloc(N * sizeof *l);
+    float *dist = malloc(N * sizeof *dist), *want = malloc(N * sizeof *want);
+    if (!logits || !l || !dist || !want) abort();
+    uint64_t rng = 0xd15c;
+    const int top_ks[] = {0, 1, 40, 3000, N - 1};
+    const float top_ps[] = {1, 0.999f, 0.95f, 0.5f, 0.01f};
+    const float min_ps[] = {0, 1e-5f};
+    const float temps[] = {0.7f, 1, 2.5f};
+    for (int kind = 0; kind < 4; kind++) {
+        for (int i = 0; i < N; i++) {
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            const double u = (double)(rng >> 11) / 9007199254740992.0;
+            logits[i] = kind == 0   ? (float)(8 * u)
+                        : kind == 1 ? (float)(i == 777 ? 12 : 4 * u * u)
+                        : kind == 2 ? (float)(int)(6 * u)
+                                    : 0.5f;
+        }
+        for (size_t k = 0; k < sizeof top_ks / sizeof *top_ks; k++)
+            for (size_t p = 0; p < sizeof top_ps / sizeof *top_ps; p++)
+                for (size_t m = 0; m < sizeof min_ps / sizeof *min_ps; m++)
+                    for (size_t t = 0; t < sizeof temps / sizeof *temps; t++) {
+                        tk_sampling sp;
+                        tk_sampling_defaults(&sp);
+                        sp.temperature = temps[t];
+                        sp.top_k = top_ks[k];
+                        sp.top_p = top_ps[p];
+                        sp.min_p = min_ps[m];
+                        sp.repeat_penalty = 1;
+                        sp.presence_penalty = sp.frequency_penalty = 0;
+                        tk_sampler s;
+                        tk_err err;
+                        if (tk_sampler_init(&s, &sp, N, &err)) {
+                            CHECK(0, "init: %s", err.msg);
+                            continue;
+                        }
+                        memcpy(l, logits, N * sizeof *l);
+                        const int kept = tk_sampler_dist(&s, l, NULL, 0, dist);
+                        const int want_kept = reference_dist(logits, N, &sp, want);
+                        int differ = 0;
+                        for (int i = 0; i < N; i++) differ += fabsf(dist[i] - want[i]) > 1e-6f * want[i] + 1e-12f;
+                        CHECK(kept == want_kept && !differ,
+                              "kind %d T %g top_k %d top_p %g min_p %g: kept %d, want %d; %d probabilities differ",
+                              kind, sp.temperature, sp.top_k, sp.top_p, sp.min_p, kept, want_kept, differ);
+                        tk_sampler_free(&s);
+                    }
+    }
+    free(logits);
+    free(l);
+    free(dist);
+    free(want);
+}
+
 int main(void) {
     test_radix_sort();
     test_frequencies();
+    test_selection();
     logit_case cases[6];
     /* finite logits (i % 5) - 2: the maxima are at 4, 9, 14 */
     fill(&cases[0], "one NaN", 9);

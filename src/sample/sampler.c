@@ -32,6 +32,7 @@ int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_er
                           p->temperature, p->top_p, p->min_p, p->repeat_penalty);
     s->params = *params;
     s->n_vocab = n_vocab;
+    s->exp_row = tk_exp_row_kernel(tk_cpu_isa());
     tk_rng_seed(s->rng, params->seed);
     s->ids = malloc((size_t)n_vocab * sizeof(int32_t));
     s->sort_tmp = malloc((size_t)n_vocab * sizeof(int32_t));
@@ -84,6 +85,14 @@ static inline uint32_t desc_key(float p) {
     return ~bits;
 }
 
+/* select_prefix's histogram bucket of a probability in [0, 1]. */
+static inline int prob_bucket(float p) {
+    uint32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    bits >>= 20;
+    return bits < 1023 ? (int)bits : 1023;
+}
+
 void tk_sort_by_prob_desc(const float *probs, int32_t *ids, int32_t *tmp, int n) {
     /* Least significant byte of desc_key first; each pass is stable, so
      * equal probabilities keep their input order.  A pass whose byte is the
@@ -113,16 +122,62 @@ void tk_sort_by_prob_desc(const float *probs, int32_t *ids, int32_t *tmp, int n)
     if (from != ids) memcpy(ids, from, (size_t)n * sizeof *ids);
 }
 
+/* The sum of x[0..n) in float64, four running sums (one would be a chain of
+ * dependent additions as long as the vocabulary). */
+static double sum_row(const float *x, int n) {
+    double a[4] = {0};
+    int i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int k = 0; k < 4; k++) a[k] += x[i + k];
+    for (; i < n; i++) a[0] += x[i];
+    return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
 static double sum_probs(const tk_sampler *s, int keep) {
     double t = 0;
     for (int i = 0; i < keep; i++) t += s->probs[s->ids[i]];
     return t;
 }
 
+/* Below this many candidates sorting them all is cheaper than selecting. */
+#define SELECT_MIN_CANDIDATES 2048
+
+/* Moves to the front of ids[0..n), in id order, the candidates that can be
+ * among the `count` most probable (count > 0) or, with count 0, among the
+ * most probable ones whose probabilities sum to `mass`, and returns how many
+ * it moved (n: all).  Each candidate moved is more probable than each one
+ * left behind, so sorting the moved ones gives the same order as the front
+ * of a sort of all of them.  A histogram of the probabilities' top 12 bits
+ * (sign, exponent, 3 mantissa bits; probabilities are at most 1, so below
+ * bucket 1024) finds the lowest bucket to take. */
+static int select_prefix(tk_sampler *s, int n, int count, double mass) {
+    enum { BUCKETS = 1024 };
+    uint32_t hist[BUCKETS] = {0};
+    double bucket_mass[BUCKETS] = {0};
+    for (int i = 0; i < n; i++) {
+        const int b = prob_bucket(s->probs[s->ids[i]]);
+        hist[b]++;
+        bucket_mass[b] += s->probs[s->ids[i]];
+    }
+    int lowest = BUCKETS - 1;
+    int64_t taken = 0;
+    double taken_mass = 0;
+    for (; lowest > 0; lowest--) {
+        taken += hist[lowest];
+        taken_mass += bucket_mass[lowest];
+        if (count > 0 ? taken >= count : taken_mass >= mass) break;
+    }
+    if (lowest == 0) return n;
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (prob_bucket(s->probs[s->ids[i]]) >= lowest) s->ids[k++] = s->ids[i];
+    return k;
+}
+
 /* The filter chain shared by tk_sample and tk_sampler_dist: penalties,
- * temperature softmax, then top-k, min-p and top-p.  Leaves the surviving
- * candidates in s->ids[0..keep), most probable first (in id order when no
- * filter cuts: then all of them), with their softmax
+ * temperature softmax, then min-p, top-k and top-p.  Leaves the surviving
+ * candidates in s->ids[0..keep), most probable first (in id order when
+ * neither top-k nor top-p cuts), with their softmax
  * probabilities (not renormalized) in s->probs; *total gets their sum.
  * Greedy (temperature 0): one candidate, the argmax, with probability 1. */
 static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_history, double *total) {
@@ -143,40 +198,43 @@ static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_hi
 
     /* Softmax at temperature T over all candidates; with +inf logits, its
      * limit: the +inf ones share the mass equally. */
-    double sum = 0;
-    for (int i = 0; i < n; i++) {
-        s->probs[i] = maxl == INFINITY ? (float)(logits[i] == INFINITY) : expf((logits[i] - maxl) / p->temperature);
-        sum += s->probs[i];
-    }
-    /* Only candidates that can survive min-p need sorting; with min-p off
-     * that is the whole vocabulary. */
-    float cand_floor = p->min_p > 0 ? p->min_p * (float)(1.0 / sum) : 0;
+    if (maxl == INFINITY)
+        for (int i = 0; i < n; i++) s->probs[i] = (float)(logits[i] == INFINITY);
+    else
+        s->exp_row(s->probs, logits, n, maxl, 1.0f / p->temperature);
+    /* (A multiplication by the inverse: a division per token took a fifth
+     * of a large vocabulary's time.) */
+    const double inv_sum = 1.0 / sum_row(s->probs, n);
+    /* Candidates: the tokens min-p keeps (all with min-p off).  The most
+     * probable token's probability is (float)inv_sum exactly (its exp, or
+     * its +inf indicator, is 1), so cand_floor is min-p's cut, min_p times
+     * the top probability, bit for bit: nothing later cuts for min-p. */
+    const float cand_floor = p->min_p > 0 ? p->min_p * (float)inv_sum : 0;
     int n_cand = 0;
     for (int i = 0; i < n; i++) {
-        s->probs[i] = (float)(s->probs[i] / sum);
+        s->probs[i] = (float)(s->probs[i] * inv_sum);
         if (s->probs[i] >= cand_floor) s->ids[n_cand++] = i;
     }
     int keep = n_cand;
-    if ((p->top_k <= 0 || p->top_k >= keep) && p->min_p <= 0 && p->top_p >= 1) {
-        /* nothing to cut: every token is a candidate, in id order (a draw
-         * sums them in any order; a full-vocabulary sort per token was most
+    const bool cut_k = p->top_k > 0 && p->top_k < n_cand;
+    if (!cut_k && p->top_p >= 1) {
+        /* nothing else to cut: the candidates stay in id order (a draw sums
+         * them in any order; sorting a whole vocabulary per token was most
          * of the sampler's time) */
         *total = sum_probs(s, keep);
         return keep;
     }
-    tk_sort_by_prob_desc(s->probs, s->ids, s->sort_tmp, n_cand);
-
-    if (p->top_k > 0 && p->top_k < keep) keep = p->top_k;
-    if (p->min_p > 0) {
-        float min_prob = s->probs[s->ids[0]] * p->min_p;
-        int k = 1;
-        while (k < keep && s->probs[s->ids[k]] >= min_prob) k++;
-        keep = k;
-    }
+    /* Top-k, or top-p over every candidate, keeps a prefix of the sorted
+     * candidates: only a superset of it is sorted. */
+    const double cand_mass = cut_k ? 0 : sum_probs(s, n_cand);
+    int n_sorted = n_cand;
+    if (n_cand > SELECT_MIN_CANDIDATES)
+        n_sorted = select_prefix(s, n_cand, cut_k ? p->top_k : 0, p->top_p * cand_mass * (1 + 1e-6));
+    tk_sort_by_prob_desc(s->probs, s->ids, s->sort_tmp, n_sorted);
+    keep = cut_k ? p->top_k : n_sorted; /* top-p stops inside the sorted part */
     if (p->top_p < 1) {
         /* Renormalize over what is kept so far, then cut at top_p mass. */
-        double kept = 0;
-        for (int i = 0; i < keep; i++) kept += s->probs[s->ids[i]];
+        const double kept = cut_k ? sum_probs(s, keep) : cand_mass;
         double cum = 0;
         int k = 0;
         while (k < keep) {

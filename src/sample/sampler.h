@@ -13,6 +13,7 @@
 
 #include <tokamak.h> /* tk_sampling */
 
+#include "../kernels/exp_row.h"
 #include "../util/err.h"
 
 
@@ -25,6 +26,7 @@ typedef struct tk_sampler {
     int32_t *sort_tmp;
     float *probs;
     int32_t *counts;
+    tk_exp_row_fn exp_row; /* the softmax's exp, at the CPU's level (TK_ISA) */
 } tk_sampler;
 
 int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_err *err);
