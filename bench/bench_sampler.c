@@ -1,6 +1,7 @@
 /* Sampler micro-benchmark (not a test): build/bench_sampler [rounds]
  * Median microseconds per tk_sample call over vocabularies of 32000,
- * 128256 and 151936 tokens (Llama 2, Llama 3, Qwen), for the API's default
+ * 128256, 151936 and 262144 tokens (Llama 2, Llama 3, Qwen, Gemma 3), for
+ * the API's default
  * (plain sampling at temperature 1), top-p 0.95, top-k 40 and the CLI's
  * defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05).  The
  * logits are normal (sd 2.5) with a few far ahead, like a language model's;
@@ -44,7 +45,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_sampler [rounds >= 1]\n");
         return 2;
     }
-    const int vocabs[] = {32000, 128256, 151936};
+    const int vocabs[] = {32000, 128256, 151936, 262144};
     struct {
         const char *name;
         float temperature, top_p, min_p;
