@@ -136,8 +136,10 @@ static void test_sampled_validity(tk_engine *e, const char *what, tk_constraint_
                   o->finish ? o->finish : "(none)");
         }
     }
-    /* bounded grammars always finish within 200 tokens; JSON may run long */
-    CHECK(posix ? stop == seeds : stop > seeds / 2, "%s: %d of %d finished with stop", what, stop, seeds);
+    /* bounded grammars always finish within 200 tokens; JSON may run long
+     * (about one seed in seven at 160 tokens: half of them must finish, as
+     * the sanitizer build runs only two) */
+    CHECK(posix ? stop == seeds : 2 * stop >= seeds, "%s: %d of %d finished with stop", what, stop, seeds);
     printf("%s: %d/%d complete and valid [%.1f s]\n", what, ok, seeds, tk_clock_seconds(TK_CLOCK_WALL) - t0);
 }
 

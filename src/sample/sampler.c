@@ -85,12 +85,15 @@ static inline uint32_t desc_key(float p) {
     return ~bits;
 }
 
-/* select_prefix's histogram bucket of a probability in [0, 1]. */
+/* Buckets of probabilities in [0, 1] by their top 12 bits (sign, exponent,
+ * 3 mantissa bits: a bucket spans a factor of at most 1.125); 1 is in
+ * bucket 1016, so every probability is below PROB_BUCKETS. */
+#define PROB_BUCKETS 1024
 static inline int prob_bucket(float p) {
     uint32_t bits;
     memcpy(&bits, &p, sizeof bits);
     bits >>= 20;
-    return bits < 1023 ? (int)bits : 1023;
+    return bits < PROB_BUCKETS - 1 ? (int)bits : PROB_BUCKETS - 1;
 }
 
 void tk_sort_by_prob_desc(const float *probs, int32_t *ids, int32_t *tmp, int n) {
@@ -139,6 +142,25 @@ static double sum_probs(const tk_sampler *s, int keep) {
     return t;
 }
 
+/* Orders ids[0..n) by prob_bucket, highest first, in id order within a
+ * bucket: one pass of a counting sort.  A draw sums the candidates in this
+ * order, so the boundaries between the many improbable tokens lie where the
+ * cumulative probability is near 1, where a rounding-level change of the
+ * logits (a tensor-parallel split's all-reduce) moves them least; in id
+ * order they lie everywhere, and such a change altered seeded draws. */
+static void order_by_bucket(tk_sampler *s, int n) {
+    uint32_t at[PROB_BUCKETS] = {0};
+    for (int i = 0; i < n; i++) at[prob_bucket(s->probs[s->ids[i]])]++;
+    uint32_t next = 0;
+    for (int b = PROB_BUCKETS - 1; b >= 0; b--) {
+        const uint32_t count = at[b];
+        at[b] = next;
+        next += count;
+    }
+    for (int i = 0; i < n; i++) s->sort_tmp[at[prob_bucket(s->probs[s->ids[i]])]++] = s->ids[i];
+    memcpy(s->ids, s->sort_tmp, (size_t)n * sizeof *s->ids);
+}
+
 /* Below this many candidates sorting them all is cheaper than selecting. */
 #define SELECT_MIN_CANDIDATES 2048
 
@@ -147,19 +169,17 @@ static double sum_probs(const tk_sampler *s, int keep) {
  * most probable ones whose probabilities sum to `mass`, and returns how many
  * it moved (n: all).  Each candidate moved is more probable than each one
  * left behind, so sorting the moved ones gives the same order as the front
- * of a sort of all of them.  A histogram of the probabilities' top 12 bits
- * (sign, exponent, 3 mantissa bits; probabilities are at most 1, so below
- * bucket 1024) finds the lowest bucket to take. */
+ * of a sort of all of them.  A histogram of prob_bucket finds the lowest
+ * bucket to take. */
 static int select_prefix(tk_sampler *s, int n, int count, double mass) {
-    enum { BUCKETS = 1024 };
-    uint32_t hist[BUCKETS] = {0};
-    double bucket_mass[BUCKETS] = {0};
+    uint32_t hist[PROB_BUCKETS] = {0};
+    double bucket_mass[PROB_BUCKETS] = {0};
     for (int i = 0; i < n; i++) {
         const int b = prob_bucket(s->probs[s->ids[i]]);
         hist[b]++;
         bucket_mass[b] += s->probs[s->ids[i]];
     }
-    int lowest = BUCKETS - 1;
+    int lowest = PROB_BUCKETS - 1;
     int64_t taken = 0;
     double taken_mass = 0;
     for (; lowest > 0; lowest--) {
@@ -176,8 +196,8 @@ static int select_prefix(tk_sampler *s, int n, int count, double mass) {
 
 /* The filter chain shared by tk_sample and tk_sampler_dist: penalties,
  * temperature softmax, then min-p, top-k and top-p.  Leaves the surviving
- * candidates in s->ids[0..keep), most probable first (in id order when
- * neither top-k nor top-p cuts), with their softmax
+ * candidates in s->ids[0..keep), most probable first (by probability
+ * bucket only when neither top-k nor top-p cuts), with their softmax
  * probabilities (not renormalized) in s->probs; *total gets their sum.
  * Greedy (temperature 0): one candidate, the argmax, with probability 1. */
 static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_history, double *total) {
@@ -218,9 +238,9 @@ static int filter(tk_sampler *s, float *logits, const int32_t *history, int n_hi
     int keep = n_cand;
     const bool cut_k = p->top_k > 0 && p->top_k < n_cand;
     if (!cut_k && p->top_p >= 1) {
-        /* nothing else to cut: the candidates stay in id order (a draw sums
-         * them in any order; sorting a whole vocabulary per token was most
-         * of the sampler's time) */
+        /* nothing else to cut: no full sort (it was most of the sampler's
+         * time), only an order by probability bucket for the draw */
+        order_by_bucket(s, keep);
         *total = sum_probs(s, keep);
         return keep;
     }
