@@ -105,6 +105,19 @@ static void test_radix_sort(void) {
     }
 }
 
+/* Sampling parameters without penalties. */
+static tk_sampling sampling(float temperature, int top_k, float top_p, float min_p) {
+    tk_sampling sp;
+    tk_sampling_defaults(&sp);
+    sp.temperature = temperature;
+    sp.top_k = top_k;
+    sp.top_p = top_p;
+    sp.min_p = min_p;
+    sp.repeat_penalty = 1;
+    sp.presence_penalty = sp.frequency_penalty = 0;
+    return sp;
+}
+
 /* Draw frequencies against the softmax, with nothing cut (the candidates
  * stay in id order, unsorted) and with a top-p that keeps every token (the
  * sorted path). */
@@ -119,14 +132,7 @@ static void test_frequencies(void) {
     const float top_ps[] = {1, 0.99999f};
     enum { DRAWS = 40000 };
     for (int t = 0; t < 2; t++) {
-        tk_sampling sp;
-        tk_sampling_defaults(&sp);
-        sp.temperature = 1;
-        sp.top_k = 0;
-        sp.min_p = 0;
-        sp.top_p = top_ps[t];
-        sp.repeat_penalty = 1;
-        sp.presence_penalty = sp.frequency_penalty = 0;
+        tk_sampling sp = sampling(1, 0, top_ps[t], 0);
         sp.seed = 77;
         tk_sampler s;
         tk_err err;
@@ -211,14 +217,7 @@ static void test_selection(void) {
             for (size_t p = 0; p < sizeof top_ps / sizeof *top_ps; p++)
                 for (size_t m = 0; m < sizeof min_ps / sizeof *min_ps; m++)
                     for (size_t t = 0; t < sizeof temps / sizeof *temps; t++) {
-                        tk_sampling sp;
-                        tk_sampling_defaults(&sp);
-                        sp.temperature = temps[t];
-                        sp.top_k = top_ks[k];
-                        sp.top_p = top_ps[p];
-                        sp.min_p = min_ps[m];
-                        sp.repeat_penalty = 1;
-                        sp.presence_penalty = sp.frequency_penalty = 0;
+                        const tk_sampling sp = sampling(temps[t], top_ks[k], top_ps[p], min_ps[m]);
                         tk_sampler s;
                         tk_err err;
                         if (tk_sampler_init(&s, &sp, N, &err)) {
@@ -284,12 +283,7 @@ int main(void) {
                     for (int m = 0; m < 3; m++)
                         for (int r = 0; r < 2; r++)
                             for (int q = 0; q < 2; q++) {
-                                tk_sampling sp;
-                                tk_sampling_defaults(&sp);
-                                sp.temperature = temps[t];
-                                sp.top_k = top_ks[k];
-                                sp.top_p = top_ps[p];
-                                sp.min_p = min_ps[m];
+                                tk_sampling sp = sampling(temps[t], top_ks[k], top_ps[p], min_ps[m]);
                                 sp.repeat_penalty = rps[r];
                                 sp.presence_penalty = sp.frequency_penalty = pres[q];
                                 sp.seed = (uint64_t)(c * 1000 + t * 100 + k * 10 + p);
