@@ -109,6 +109,10 @@ bool tk_isa_supported(tk_isa isa) {
     return supported(&f, isa);
 }
 
+bool tk_isa_uses_avx2(tk_isa isa) {
+    return (isa == TK_ISA_AVX2 || isa == TK_ISA_AVX512 || isa == TK_ISA_AMX) && tk_isa_supported(TK_ISA_AVX2);
+}
+
 static tk_isa best_of(const tk_cpu_features *f) {
     if (supported(f, TK_ISA_AMX)) return TK_ISA_AMX;
     if (supported(f, TK_ISA_AVX512)) return TK_ISA_AVX512;

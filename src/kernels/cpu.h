@@ -39,6 +39,10 @@ tk_cpu_features tk_cpu_features_get(void);
 /* True if this CPU can run kernels of the given level. */
 bool tk_isa_supported(tk_isa isa);
 
+/* True if `isa` is one of the x86 levels (each includes AVX2) and this CPU
+ * runs AVX2: the test for kernels that have an AVX2 version only. */
+bool tk_isa_uses_avx2(tk_isa isa);
+
 /* The best level this CPU supports, lowered by the environment variable
  * TK_ISA=scalar|avx2|avx512|amx|neon if set.  A request above what the CPU has
  * (or for another architecture) is ignored in favour of the best available;

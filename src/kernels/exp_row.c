@@ -8,7 +8,7 @@ void tk_exp_row_scalar(float *out, const float *x, int64_t n, float shift, float
 
 tk_exp_row_fn tk_exp_row_kernel(tk_isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-    if ((isa == TK_ISA_AVX2 || isa == TK_ISA_AVX512 || isa == TK_ISA_AMX) && tk_isa_supported(TK_ISA_AVX2))
+    if (tk_isa_uses_avx2(isa))
         return tk_exp_row_avx2;
 #else
     (void)isa;

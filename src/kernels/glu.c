@@ -6,7 +6,7 @@ void tk_glu_scalar(float *g, const float *u, int64_t n, bool gelu) { tk_glu(g, u
 
 tk_glu_fn tk_glu_kernel(tk_isa isa) {
 #if defined(__x86_64__) || defined(_M_X64)
-    if ((isa == TK_ISA_AVX2 || isa == TK_ISA_AVX512 || isa == TK_ISA_AMX) && tk_isa_supported(TK_ISA_AVX2))
+    if (tk_isa_uses_avx2(isa))
         return tk_glu_avx2;
 #else
     (void)isa;
