@@ -178,12 +178,13 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
         tk_err_set(err, "out of memory");
         goto fail;
     }
+    e->isa = tk_cpu_isa();
     const char *ref_env = getenv("TK_REFERENCE");
     bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
     /* TK_PANELS=0: the kernels read the file's row layout (to measure the panel layout) */
     const char *panels_env = getenv("TK_PANELS");
     if (!reference && !(panels_env && strcmp(panels_env, "0") == 0) &&
-        tk_model_make_panels(&e->model, tk_cpu_isa(), e->pool, err))
+        tk_model_make_panels(&e->model, e->isa, e->pool, err))
         goto fail;
     if (tk_forward_ws_init(&e->ws, &e->model, max_batch, e->ctx_len, block, tk_threadpool_size(e->pool), reference,
                            err))

@@ -26,10 +26,12 @@ typedef struct tk_sampler {
     int32_t *sort_tmp;
     float *probs;
     int32_t *counts;
-    tk_exp_row_fn exp_row; /* the softmax's exp, at the CPU's level (TK_ISA) */
+    tk_exp_row_fn exp_row; /* the softmax's exp */
 } tk_sampler;
 
-int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_err *err);
+/* isa: the kernel level for the softmax (the engine's; tk_cpu_isa()
+ * reads cpuid, which a VM traps, so it is not asked per request). */
+int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_isa isa, tk_err *err);
 void tk_sampler_free(tk_sampler *s);
 
 /* Picks the next token.  logits are modified in place (penalties,
