@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
             sp.repeat_penalty = 1;
             tk_sampler s;
             tk_err err;
-            if (tk_sampler_init(&s, &sp, n, tk_cpu_isa(), &err)) {
+            if (tk_sampler_init(&s, &sp, n, tk_exp_row_kernel(tk_cpu_isa()), &err)) {
                 fprintf(stderr, "bench_sampler: %s\n", err.msg);
                 return 1;
             }

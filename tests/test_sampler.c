@@ -33,7 +33,7 @@ static void fill(logit_case *c, const char *name, int greedy) {
 static void run_case(const logit_case *lc, const tk_sampling *sp) {
     tk_sampler s;
     tk_err err;
-    if (tk_sampler_init(&s, sp, NV, tk_cpu_isa(), &err)) {
+    if (tk_sampler_init(&s, sp, NV, tk_exp_row_kernel(tk_cpu_isa()), &err)) {
         CHECK(0, "%s: init: %s", lc->name, err.msg);
         return;
     }
@@ -136,7 +136,7 @@ static void test_frequencies(void) {
         sp.seed = 77;
         tk_sampler s;
         tk_err err;
-        if (tk_sampler_init(&s, &sp, NV, tk_cpu_isa(), &err)) {
+        if (tk_sampler_init(&s, &sp, NV, tk_exp_row_kernel(tk_cpu_isa()), &err)) {
             CHECK(0, "init: %s", err.msg);
             return;
         }
@@ -220,7 +220,7 @@ static void test_selection(void) {
                         const tk_sampling sp = sampling(temps[t], top_ks[k], top_ps[p], min_ps[m]);
                         tk_sampler s;
                         tk_err err;
-                        if (tk_sampler_init(&s, &sp, N, tk_cpu_isa(), &err)) {
+                        if (tk_sampler_init(&s, &sp, N, tk_exp_row_kernel(tk_cpu_isa()), &err)) {
                             CHECK(0, "init: %s", err.msg);
                             continue;
                         }
@@ -298,7 +298,7 @@ int main(void) {
     tk_sampling_defaults(&sp);
     tk_sampler s;
     tk_err err;
-    CHECK(tk_sampler_init(&s, &sp, NV, tk_cpu_isa(), &err) == 0, "%s", err.msg);
+    CHECK(tk_sampler_init(&s, &sp, NV, tk_exp_row_kernel(tk_cpu_isa()), &err) == 0, "%s", err.msg);
     const float w[5] = {NAN, -1, 0.5f, NAN, 0.5f};
     for (int i = 0; i < 200; i++) {
         int id = tk_sampler_draw(&s, w, 5);
@@ -309,7 +309,7 @@ int main(void) {
     tk_sampler_free(&s);
     /* a non-finite temperature is refused */
     sp.temperature = INFINITY;
-    CHECK(tk_sampler_init(&s, &sp, NV, tk_cpu_isa(), &err) != 0 && strstr(err.msg, "temperature"),
+    CHECK(tk_sampler_init(&s, &sp, NV, tk_exp_row_kernel(tk_cpu_isa()), &err) != 0 && strstr(err.msg, "temperature"),
           "inf temperature accepted");
     TK_TEST_END();
 }

@@ -60,7 +60,7 @@ static void test_accept_rule(void) {
     sp.seed = 7;
     tk_sampler s;
     tk_err err;
-    if (tk_sampler_init(&s, &sp, 6, tk_cpu_isa(), &err)) return;
+    if (tk_sampler_init(&s, &sp, 6, tk_exp_row_kernel(tk_cpu_isa()), &err)) return;
     const float p[6] = {0.05f, 0.4f, 0.3f, 0.0f, 0.15f, 0.1f};
     const float q[6] = {0.3f, 0.2f, 0.3f, 0.1f, 0.0f, 0.1f};
     float resid[6];
@@ -108,7 +108,7 @@ static void test_accept_rule(void) {
     CHECK(kept >= 1 && fabs(sum - 1) < 1e-5 && dist[1] > dist[5] && dist[5] > dist[2], "dist sums to %g", sum);
     tk_sampler_free(&s);
     sp.temperature = 0;
-    tk_sampler_init(&s, &sp, 6, tk_cpu_isa(), &err);
+    tk_sampler_init(&s, &sp, 6, tk_exp_row_kernel(tk_cpu_isa()), &err);
     memcpy(l2, logits, sizeof l2);
     kept = tk_sampler_dist(&s, l2, NULL, 0, dist);
     CHECK(kept == 1 && dist[1] == 1 && dist[0] == 0, "greedy: point mass on the argmax");
@@ -373,7 +373,7 @@ typedef struct joint {
 static int exact_joint(tk_engine *e, const tk_sampling *sp, const int32_t *prompt, int n_prompt, joint *out) {
     tk_sampler smp;
     tk_err err;
-    if (tk_sampler_init(&smp, sp, NV_SMALL, tk_cpu_isa(), &err)) return -1;
+    if (tk_sampler_init(&smp, sp, NV_SMALL, tk_exp_row_kernel(tk_cpu_isa()), &err)) return -1;
     int32_t seq[64];
     memcpy(seq, prompt, sizeof(int32_t) * (size_t)n_prompt);
     float *logits = malloc(sizeof(float) * NV_SMALL * 64), dist[NV_SMALL];

@@ -179,6 +179,7 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
         goto fail;
     }
     e->isa = tk_cpu_isa();
+    e->exp_row = tk_exp_row_kernel(e->isa);
     const char *ref_env = getenv("TK_REFERENCE");
     bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
     /* TK_PANELS=0: the kernels read the file's row layout (to measure the panel layout) */
@@ -186,8 +187,8 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     if (!reference && !(panels_env && strcmp(panels_env, "0") == 0) &&
         tk_model_make_panels(&e->model, e->isa, e->pool, err))
         goto fail;
-    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, e->ctx_len, block, tk_threadpool_size(e->pool), reference,
-                           err))
+    if (tk_forward_ws_init(&e->ws, &e->model, max_batch, e->ctx_len, block, tk_threadpool_size(e->pool), e->isa,
+                           reference, err))
         goto fail;
     const char *fuse = cfg->fusions ? cfg->fusions : getenv("TK_FUSE");
     if (fuse && parse_fusions(fuse, &e->ws.fuse, err)) goto fail;

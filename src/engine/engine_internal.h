@@ -114,7 +114,8 @@ struct tk_engine {
     const char *chat_preset; /* the detected chat preset's name when the file has no template; NULL: none */
     tk_kv_pool kv;
     tk_threadpool *pool;
-    tk_isa isa;           /* the kernels' level (tk_cpu_isa at open: cpuid is slow in a VM) */
+    tk_isa isa;            /* the kernels' level (tk_cpu_isa at open: cpuid is slow in a VM) */
+    tk_exp_row_fn exp_row; /* the samplers' softmax exp, resolved once at open for isa */
     tk_forward_ws ws;
     int ctx_len;
     int max_seqs;

@@ -154,7 +154,7 @@ static int validate(tk_engine *e, const tk_request_params *p, tk_err *err) {
         return tk_err_set(err, "draft lengths: need 0 <= draft_min <= draft_max <= %d (got %d, %d)",
                           TK_SPEC_MAX_DRAFT, p->draft_min, p->draft_max);
     tk_sampler probe;
-    if (tk_sampler_init(&probe, &p->sampling, 1, TK_ISA_SCALAR, err)) return -1;
+    if (tk_sampler_init(&probe, &p->sampling, 1, tk_exp_row_scalar, err)) return -1;
     tk_sampler_free(&probe);
     return 0;
 }
@@ -219,11 +219,11 @@ static tk_request *request_new(tk_engine *e, const tk_request_params *p, tk_even
         ss->seq.pending_fork = i > 0;
         tk_sampling sp = p->sampling;
         sp.seed += (uint64_t)i;
-        if (tk_sampler_init(&ss->sampler, &sp, e->model.hp.n_vocab, e->isa, err)) goto fail;
+        if (tk_sampler_init(&ss->sampler, &sp, e->model.hp.n_vocab, e->exp_row, err)) goto fail;
         if (mode == TK_SPEC_DRAFT) {
             tk_sampling dp = sp;
             dp.seed ^= 0x64726166742d7271ULL; /* the draft's own stream */
-            if (tk_sampler_init(&ss->draft_sampler, &dp, e->model.hp.n_vocab, e->isa, err)) goto fail;
+            if (tk_sampler_init(&ss->draft_sampler, &dp, e->model.hp.n_vocab, e->exp_row, err)) goto fail;
             if (sp.temperature > 0) {
                 ss->q = malloc(sizeof(float) * (size_t)k_max * (size_t)e->model.hp.n_vocab);
                 if (!ss->q) goto oom;

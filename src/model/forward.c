@@ -34,7 +34,7 @@ static tk_isa attn_level(tk_isa isa) {
 }
 
 int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int ctx_len, int kv_block_size,
-                       int n_threads, bool reference, tk_err *err) {
+                       int n_threads, tk_isa isa, bool reference, tk_err *err) {
     memset(ws, 0, sizeof *ws);
     const tk_hparams *hp = &m->hp;
     if (max_tokens <= 0 || ctx_len <= 0 || kv_block_size <= 0)
@@ -75,7 +75,6 @@ int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int
         tk_forward_ws_free(ws);
         return tk_err_set(err, "out of memory for the expert workspace (%d tokens)", max_tokens);
     }
-    const tk_isa isa = tk_cpu_isa();
     const int moe_rows = tk_moe_max_rows(m, max_tokens), mm_rows = moe_rows > max_tokens ? moe_rows : max_tokens;
     if (tk_matmul_ws_init(&ws->mm, isa, reference, mm_rows, (int64_t)longest, n_threads, err)) {
         tk_forward_ws_free(ws);

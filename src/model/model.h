@@ -170,8 +170,9 @@ void tk_model_free(tk_model *m);
  * them.  Costs panel_bytes of memory beside the file's mapping. */
 int tk_model_make_panels(tk_model *m, tk_isa isa, tk_threadpool *pool, tk_err *err);
 
+/* isa: the kernel level (tk_cpu_isa(), read once by the caller). */
 int tk_forward_ws_init(tk_forward_ws *ws, const tk_model *m, int max_tokens, int ctx_len, int kv_block_size,
-                       int n_threads, bool reference, tk_err *err);
+                       int n_threads, tk_isa isa, bool reference, tk_err *err);
 void tk_forward_ws_free(tk_forward_ws *ws);
 
 /* Runs the batch.  Every token's sequence must already have KV blocks

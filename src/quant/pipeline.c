@@ -279,7 +279,8 @@ static int calib_init(qctx *q, calib *c, tk_err *err) {
         return -1;
     c->kv_ok = true;
     /* float32 weights run through float kernels (no activation quantization) */
-    if (tk_forward_ws_init(&c->ws, &c->model, c->ctx, c->ctx, bs, tk_threadpool_size(q->pool), false, err)) return -1;
+    if (tk_forward_ws_init(&c->ws, &c->model, c->ctx, c->ctx, bs, tk_threadpool_size(q->pool), tk_cpu_isa(), false,
+                          err)) return -1;
     c->ws_ok = true;
     c->pos = malloc(sizeof(int32_t) * (size_t)c->ctx);
     c->seqid = calloc((size_t)c->ctx, sizeof(int32_t));

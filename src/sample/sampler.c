@@ -20,7 +20,7 @@ void tk_sampling_defaults(tk_sampling *s) {
 
 double tk_sampler_uniform(tk_sampler *s) { return tk_rng_uniform(s->rng); }
 
-int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_isa isa, tk_err *err) {
+int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_exp_row_fn exp_row, tk_err *err) {
     memset(s, 0, sizeof *s);
     if (n_vocab <= 0) return tk_err_set(err, "invalid vocabulary size %d", n_vocab);
     const tk_sampling *p = params;
@@ -32,7 +32,7 @@ int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_is
                           p->temperature, p->top_p, p->min_p, p->repeat_penalty);
     s->params = *params;
     s->n_vocab = n_vocab;
-    s->exp_row = tk_exp_row_kernel(isa);
+    s->exp_row = exp_row;
     tk_rng_seed(s->rng, params->seed);
     s->ids = malloc((size_t)n_vocab * sizeof(int32_t));
     s->sort_tmp = malloc((size_t)n_vocab * sizeof(int32_t));

@@ -29,9 +29,10 @@ typedef struct tk_sampler {
     tk_exp_row_fn exp_row; /* the softmax's exp */
 } tk_sampler;
 
-/* isa: the kernel level for the softmax (the engine's; tk_cpu_isa()
- * reads cpuid, which a VM traps, so it is not asked per request). */
-int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_isa isa, tk_err *err);
+/* exp_row: the softmax's exp kernel, tk_exp_row_kernel(level) resolved once
+ * by the caller (the engine at open: finding it reads cpuid, which a VM
+ * traps, so it is not done per request). */
+int tk_sampler_init(tk_sampler *s, const tk_sampling *params, int n_vocab, tk_exp_row_fn exp_row, tk_err *err);
 void tk_sampler_free(tk_sampler *s);
 
 /* Picks the next token.  logits are modified in place (penalties,
