@@ -81,7 +81,9 @@ static bool bw_probe_init(bw_probe *b, int threads) {
     memset(b, 0, sizeof *b);
     b->bytes = (size_t)512 << 20;
     b->threads = threads > 64 ? 64 : threads < 1 ? 1 : threads;
-    if (posix_memalign((void **)&b->buf, (size_t)2 << 20, b->bytes)) return false;
+    void *p = NULL;
+    if (posix_memalign(&p, (size_t)2 << 20, b->bytes)) return false;
+    b->buf = p;
 #ifdef MADV_HUGEPAGE
     madvise(b->buf, b->bytes, MADV_HUGEPAGE);
 #endif
