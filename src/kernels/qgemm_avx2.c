@@ -1062,12 +1062,24 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 __m256 acc[NT_P];
                 /* the first pass prefetches the next panel (decode streams it from DRAM) */
                 const size_t pf = t == t0 ? PANEL * wrb : 0;
+                const bptr at = A + (size_t)t * arb;
+                const tokblk *tt = td + (t - t0);
+                const size_t ts = (size_t)(t1 - t0);
+                /* 1-4 tokens (decode, a few sequences, an expert's tokens, a draft's check) with
+                 * the count a constant: the token loop unrolls, its sums stay in registers
+                 * (bench_qgemm, 2-4 tokens: Q4_0 +4-11 %, Q4_K +4-7 %; docs/kernels.md).  An
+                 * if-chain: the same calls as a switch ran Q4_0 up to 10 % slower (code layout). */
                 if (T == PK_Q6 && nt == 1 && !PL) mk_kpanel(T, PL, 1, 1, wp, ap, nb, pf, acc);
-                else if (kq && nt == 1) mk_kpanel(T, PL, 0, 1, wp, ap, nb, pf, acc); /* decode: unrolled for one token */
+                else if (kq && nt == 1) mk_kpanel(T, PL, 0, 1, wp, ap, nb, pf, acc);
+                else if (kq && nt == 2) mk_kpanel(T, PL, 0, 2, wp, ap, nb, pf, acc);
+                else if (kq && nt == 3) mk_kpanel(T, PL, 0, 3, wp, ap, nb, pf, acc);
+                else if (kq && nt == 4) mk_kpanel(T, PL, 0, 4, wp, ap, nb, pf, acc);
                 else if (kq) mk_kpanel(T, PL, 0, nt, wp, ap, nb, pf, acc);
-                else if (nt == 1) /* decode: the accumulator in a register */
-                    mk_panel(T, PL, 1, wp, A + (size_t)t * arb, arb, td + (t - t0), (size_t)(t1 - t0), nb, pf, acc);
-                else mk_panel(T, PL, nt, wp, A + (size_t)t * arb, arb, td + (t - t0), (size_t)(t1 - t0), nb, pf, acc);
+                else if (nt == 1) mk_panel(T, PL, 1, wp, at, arb, tt, ts, nb, pf, acc);
+                else if (nt == 2) mk_panel(T, PL, 2, wp, at, arb, tt, ts, nb, pf, acc);
+                else if (nt == 3) mk_panel(T, PL, 3, wp, at, arb, tt, ts, nb, pf, acc);
+                else if (nt == 4) mk_panel(T, PL, 4, wp, at, arb, tt, ts, nb, pf, acc);
+                else mk_panel(T, PL, nt, wp, at, arb, tt, ts, nb, pf, acc);
                 for (int j = 0; j < nt; j++) {
                     float *yt = y + (t + j) * ldy + r;
                     if (r + PANEL <= r1) {
