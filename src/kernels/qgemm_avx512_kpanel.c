@@ -134,7 +134,11 @@ static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, i
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 __m512 acc[KP_NT];
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
+                /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm */
                 if (nt == 1) q4k_panel(1, wp, ap, nb, next, acc);
+                else if (nt == 2) q4k_panel(2, wp, ap, nb, next, acc);
+                else if (nt == 3) q4k_panel(3, wp, ap, nb, next, acc);
+                else if (nt == 4) q4k_panel(4, wp, ap, nb, next, acc);
                 else q4k_panel(nt, wp, ap, nb, next, acc);
                 kp_store(nt, acc, y, ldy, t, r, keep);
                 t += nt;

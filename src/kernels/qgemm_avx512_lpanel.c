@@ -129,8 +129,13 @@ AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
                 const bptr a = A + (size_t)t * arb;
                 const tokblk *tb = td + (t - t0);
-                if (nt == 1) lpanel(T, 1, wp, a, arb, tb, (size_t)(t1 - t0), nb, next, acc);
-                else lpanel(T, nt, wp, a, arb, tb, (size_t)(t1 - t0), nb, next, acc);
+                const size_t ts = (size_t)(t1 - t0);
+                /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm */
+                if (nt == 1) lpanel(T, 1, wp, a, arb, tb, ts, nb, next, acc);
+                else if (nt == 2) lpanel(T, 2, wp, a, arb, tb, ts, nb, next, acc);
+                else if (nt == 3) lpanel(T, 3, wp, a, arb, tb, ts, nb, next, acc);
+                else if (nt == 4) lpanel(T, 4, wp, a, arb, tb, ts, nb, next, acc);
+                else lpanel(T, nt, wp, a, arb, tb, ts, nb, next, acc);
                 kp_store(nt, acc, y, ldy, t, r, keep);
                 t += nt;
             }
