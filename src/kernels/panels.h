@@ -1,6 +1,7 @@
 /* Weights in the panel layout: a quantized matrix's rows interleaved eight
  * at a time, made once at load for the kernels that read eight rows
- * together (the AVX2 panel kernels).  Those kernels otherwise transpose
+ * together (the AVX2 panel kernels; the AVX-512 Q4_0, Q8_0 and IQ4_NL ones
+ * read two adjacent panels as their 16 rows).  Those kernels otherwise transpose
  * 16 bytes of 8 rows for every block they read, which is most of the
  * shuffle work of a one-token (decode) matmul.
  *

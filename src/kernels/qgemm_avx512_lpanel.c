@@ -1,7 +1,8 @@
 /* AVX-512 + VNNI Q4_0, Q8_0 and IQ4_NL in 16-row panels (docs/kernels.md, "AVX-512
  * panels"): the rows in the 16 dword lanes of a zmm, each block's quants of
  * 16 rows transposed in registers from the original layout
- * (qgemm_avx512_panel.h), unpacked once and used for up to KP_NT tokens;
+ * (qgemm_avx512_panel.h) or loaded from two 8-row panels of the panel layout
+ * (kernels/panels.h, made at load: no transposes), unpacked once and used for up to KP_NT tokens;
  * each 4 activation bytes of a token are broadcast, so one vpdpbusd does 4
  * elements of 16 rows.  vpdpbusd takes unsigned weights: Q4_0's codes
  * 0..15 as they are, Q8_0's quants + 128 (the sign bit flipped), IQ4_NL's
@@ -42,12 +43,33 @@ AI float lp_ldh(const void *p) {
     return _cvtsh_ss(h);
 }
 
-/* Rows wp[0..16) of type T, tokens j = 0..nt at a + j * arb, their data of
+/* PL (below): wp[0] and wp[1] are the two 8-row panels of the panel layout
+ * (kernels/panels.h) holding the 16 rows, else wp[i] is row i.  16 bytes at
+ * byte offset o of the 16 rows -> v[k], dword lane i = dword k of row i: in
+ * the panel layout two 32-byte loads per vector instead of a transpose. */
+AI void lp_transpose(const int PL, const bptr *wp, size_t o, __m512i v[4]) {
+    if (!PL) {
+        kp_transpose(wp, o, v);
+        return;
+    }
+    UNROLL for (int k = 0; k < 4; k++)
+        v[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wp[0] + 8 * o + 32 * k))),
+                                  _mm256_loadu_si256((const __m256i *)(wp[1] + 8 * o + 32 * k)), 1);
+}
+
+/* The f16 at byte offset o of each of the 16 rows -> 16 floats, lane i = row i. */
+AI __m512 lp_scales(const int PL, const bptr *wp, size_t o) {
+    if (!PL) return kp_halves(wp, o);
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(kp_ldx(wp[0] + 8 * o)), kp_ldx(wp[1] + 8 * o), 1));
+}
+
+/* Rows wp (PL above) of type T, tokens j = 0..nt at a + j * arb, their data of
  * block b at tb[b * tbs + j]; acc[j] lane i = row i.  next: the next panel
  * or NULL, prefetched linearly (one block's worth of its 16 rows per block
- * step, as the k-quant panels do). */
-AI void lpanel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs, int64_t nb,
-               bptr next, __m512 *acc) {
+ * step, as the k-quant panels do); in the panel layout next and next_b are
+ * its two 8-row panels. */
+AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs,
+               int64_t nb, bptr next, bptr next_b, __m512 *acc) {
     const size_t wb = T == LP_Q8_0 ? 34 : 18;
     const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
     const __m512i book = _mm512_xor_si512(_mm512_broadcast_i32x4(kp_ldx(tk_kvalues_iq4nl)), flip); /* values + 128 */
@@ -56,13 +78,18 @@ AI void lpanel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const to
         const size_t o = wb * (size_t)b;
         const bptr ablk = a + QA_BYTES * (size_t)b + 2;
         const tokblk *tk = tb + tbs * (size_t)b;
-        if (next)
+        if (next && PL)
+            for (size_t k = 0; k < wb * 8; k += 64) {
+                tk_prefetch_weights(next + 8 * o + k);
+                if (next_b) tk_prefetch_weights(next_b + 8 * o + k);
+            }
+        else if (next)
             for (size_t k = 0; k < wb * KP_ROWS; k += 64) tk_prefetch_weights(next + KP_ROWS * o + k);
         /* q[k]: elements 4k..4k+3 of each row (4-bit codes: low nibbles = 0..15, high = 16..31) */
         __m512i q[8];
         if (T != LP_Q8_0) {
             __m512i v[4];
-            kp_transpose(wp, o + 2, v);
+            lp_transpose(PL, wp, o + 2, v);
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm512_and_si512(v[k], m4);
                 q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), m4);
@@ -72,11 +99,11 @@ AI void lpanel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const to
                 }
             }
         } else {
-            kp_transpose(wp, o + 2, q);
-            kp_transpose(wp, o + 18, q + 4);
+            lp_transpose(PL, wp, o + 2, q);
+            lp_transpose(PL, wp, o + 18, q + 4);
             UNROLL for (int k = 0; k < 8; k++) q[k] = _mm512_xor_si512(q[k], flip);
         }
-        const __m512 dw = kp_halves(wp, o);
+        const __m512 dw = lp_scales(PL, wp, o);
         for (int j = 0; j < nt; j++) {
             const bptr aj = ablk + arb * (size_t)j;
             __m512i isum = _mm512_setzero_si512();
@@ -92,7 +119,7 @@ AI void lpanel(const int T, int nt, const bptr *wp, bptr a, size_t arb, const to
  * 16-row panels (the last repeats row r1 - 1, never stored), passes of up
  * to KP_NT tokens; one token takes the instantiation with its accumulators
  * in registers. */
-AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
                     size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
     if (nb == 0 || nb > TOKDATA_MAX) {
@@ -123,19 +150,23 @@ AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
         for (int64_t r = r0; r < r1; r += KP_ROWS) {
             bptr wp[KP_ROWS];
             const __mmask16 keep = kp_panel_rows(W, wrb, r, r1, wp);
+            /* the panel layout: the 8-row panels at rows r and r + 8 (past r1: the first again, its
+             * lanes not stored), and the next two for the prefetch */
+            if (PL) wp[1] = r + 8 < r1 ? W + (size_t)(r + 8) * wrb : wp[0];
             for (int64_t t = t0; t < t1;) {
                 const int nt = t1 - t >= KP_NT ? KP_NT : (int)(t1 - t);
                 __m512 acc[KP_NT];
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
+                const bptr next_b = PL && next && r + KP_ROWS + 8 < r1 ? next + 8 * wrb : NULL;
                 const bptr a = A + (size_t)t * arb;
                 const tokblk *tb = td + (t - t0);
                 const size_t ts = (size_t)(t1 - t0);
                 /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm */
-                if (nt == 1) lpanel(T, 1, wp, a, arb, tb, ts, nb, next, acc);
-                else if (nt == 2) lpanel(T, 2, wp, a, arb, tb, ts, nb, next, acc);
-                else if (nt == 3) lpanel(T, 3, wp, a, arb, tb, ts, nb, next, acc);
-                else if (nt == 4) lpanel(T, 4, wp, a, arb, tb, ts, nb, next, acc);
-                else lpanel(T, nt, wp, a, arb, tb, ts, nb, next, acc);
+                if (nt == 1) lpanel(T, PL, 1, wp, a, arb, tb, ts, nb, next, next_b, acc);
+                else if (nt == 2) lpanel(T, PL, 2, wp, a, arb, tb, ts, nb, next, next_b, acc);
+                else if (nt == 3) lpanel(T, PL, 3, wp, a, arb, tb, ts, nb, next, next_b, acc);
+                else if (nt == 4) lpanel(T, PL, 4, wp, a, arb, tb, ts, nb, next, next_b, acc);
+                else lpanel(T, PL, nt, wp, a, arb, tb, ts, nb, next, next_b, acc);
                 kp_store(nt, acc, y, ldy, t, r, keep);
                 t += nt;
             }
@@ -143,17 +174,22 @@ AI void lpanel_gemm(const int T, const void *w, size_t wrb, int64_t n, int64_t r
     }
 }
 
+/* NAME reads the row layout, NAME##_pl the panel layout. */
 #define LPANEL_GEMM(NAME, T)                                                                                     \
     static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
                      int n_tok, float *y, int64_t ldy) {                                                         \
-        lpanel_gemm(T, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                              \
+        lpanel_gemm(T, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                           \
+    }                                                                                                            \
+    static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,        \
+                          size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
+        lpanel_gemm(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                           \
     }
 LPANEL_GEMM(q4_0_lpanel_gemm, LP_Q4_0)
 LPANEL_GEMM(q8_0_lpanel_gemm, LP_Q8_0)
 LPANEL_GEMM(iq4_nl_lpanel_gemm, LP_IQ4_NL)
 
 #define LP_KERNEL(WT, NAME, GEMM) \
-    [WT] = {WT, TK_Q8_0, TK_ISA_AVX512, NAME "/avx512", TK_QKERNEL_SIMD_PACK_Q8_0, GEMM, NULL}
+    [WT] = {WT, TK_Q8_0, TK_ISA_AVX512, NAME "/avx512", TK_QKERNEL_SIMD_PACK_Q8_0, GEMM, GEMM##_pl}
 static const tk_qkernel lpanel_kernels[TK_DTYPE_LIMIT] = {
     LP_KERNEL(TK_Q4_0, "Q4_0", q4_0_lpanel_gemm),
     LP_KERNEL(TK_Q8_0, "Q8_0", q8_0_lpanel_gemm),
