@@ -39,13 +39,23 @@ AI __m512i kp_twice(__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 
 
 /* Q4_K super-block at offset o of the 16 rows, tokens ap[0..nt) at block
  * offset ao: isum[j], msum[j]; dw, dm: the rows' d and dmin. */
-AI void q4k_block(int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m512i *isum, __m512i *msum,
+AI void q4k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m512i *isum, __m512i *msum,
                   __m512 *dw, __m512 *dm) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    __m512i v[4];
-    kp_transpose(wp, o, v); /* d|dmin, then the 12 scale bytes as dwords u0 u1 u2: tk_qkernel_k4_scales64 lane-wise */
-    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v[0]));
-    *dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v[0], 16)));
+    __m512i v[4]; /* d|dmin, then the 12 scale bytes as dwords u0 u1 u2: tk_qkernel_k4_scales64 lane-wise */
+    if (PL) { /* d and dmin are 2-byte units of the panel layout, the scale bytes 4-byte ones */
+        __m512i u[4];
+        kp_rows16(1, wp, o + 4, u);
+        v[1] = u[0];
+        v[2] = u[1];
+        v[3] = u[2];
+        *dw = kp_scales16(1, wp, o);
+        *dm = kp_scales16(1, wp, o + 2);
+    } else {
+        kp_transpose(wp, o, v);
+        *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v[0]));
+        *dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(v[0], 16)));
+    }
     const __m512i lo6 = _mm512_set1_epi8(0x3F), lo2 = _mm512_set1_epi8(3);
     const __m512i s03 = _mm512_and_si512(v[1], lo6), m03 = _mm512_and_si512(v[2], lo6);
     const __m512i s47 = _mm512_or_si512(_mm512_and_si512(v[3], m4),
@@ -59,7 +69,7 @@ AI void q4k_block(int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, _
         __m512i lo[8], hi[8];
         UNROLL for (int p = 0; p < 2; p++) {
             __m512i q[4];
-            kp_transpose(wp, o + 16 + 32 * (size_t)c + 16 * (size_t)p, q);
+            kp_rows16(PL, wp, o + 16 + 32 * (size_t)c + 16 * (size_t)p, q);
             UNROLL for (int k = 0; k < 4; k++) {
                 lo[4 * p + k] = _mm512_and_si512(q[k], m4);
                 hi[4 * p + k] = _mm512_and_si512(_mm512_srli_epi16(q[k], 4), m4);
@@ -97,15 +107,20 @@ AI void q4k_block(int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, _
  * not padded), so it arrives in order as the hardware prefetchers expect
  * (per-row prefetches, 16 streams at once, read 15-25 % slower from DRAM in
  * bench_qgemm decode). */
-AI void q4k_panel(int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, __m512 *acc) {
+AI void q4k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, bptr next_b, __m512 *acc) {
     __m512i isum[KP_NT], msum[KP_NT];
     for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = 144 * (size_t)b, ao = QKA * (size_t)b;
-        if (next)
+        if (next && PL) /* the panel layout: the next two 8-row panels */
+            for (size_t k = 0; k < 144 * 8; k += 64) {
+                tk_prefetch_weights(next + 8 * o + k);
+                if (next_b) tk_prefetch_weights(next_b + 8 * o + k);
+            }
+        else if (next)
             for (size_t k = 0; k < 144 * KP_ROWS; k += 64) tk_prefetch_weights(next + KP_ROWS * o + k);
         __m512 dw, dm;
-        q4k_block(nt, wp, o, ap, ao, isum, msum, &dw, &dm);
+        q4k_block(PL, nt, wp, o, ap, ao, isum, msum, &dw, &dm);
         for (int j = 0; j < nt; j++) {
             const __m512 da = _mm512_set1_ps(kp_ldf(ap[j] + ao));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, da), acc[j]);
@@ -117,8 +132,8 @@ AI void q4k_panel(int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next,
 /* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),
  * passes of up to KP_NT tokens; one token takes the instantiation with its
  * accumulators in registers. */
-static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb,
-                             int n_tok, float *y, int64_t ldy) {
+AI void kpanel_gemm(const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+                    size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 256;
     const uint8_t *W = w, *A = act;
     int64_t chunk = (int64_t)KP_CHUNK_BYTES / (int64_t)(arb ? arb : 1);
@@ -128,18 +143,20 @@ static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, i
         for (int64_t r = r0; r < r1; r += KP_ROWS) {
             bptr wp[KP_ROWS];
             const __mmask16 keep = kp_panel_rows(W, wrb, r, r1, wp);
+            if (PL) kp_panel_pair(W, wrb, r, r1, wp);
             for (int64_t t = t0; t < t1;) {
                 const int nt = t1 - t >= KP_NT ? KP_NT : (int)(t1 - t);
                 bptr ap[KP_NT];
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 __m512 acc[KP_NT];
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
+                const bptr next_b = PL && next && r + KP_ROWS + 8 < r1 ? next + 8 * wrb : NULL;
                 /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm */
-                if (nt == 1) q4k_panel(1, wp, ap, nb, next, acc);
-                else if (nt == 2) q4k_panel(2, wp, ap, nb, next, acc);
-                else if (nt == 3) q4k_panel(3, wp, ap, nb, next, acc);
-                else if (nt == 4) q4k_panel(4, wp, ap, nb, next, acc);
-                else q4k_panel(nt, wp, ap, nb, next, acc);
+                if (nt == 1) q4k_panel(PL, 1, wp, ap, nb, next, next_b, acc);
+                else if (nt == 2) q4k_panel(PL, 2, wp, ap, nb, next, next_b, acc);
+                else if (nt == 3) q4k_panel(PL, 3, wp, ap, nb, next, next_b, acc);
+                else if (nt == 4) q4k_panel(PL, 4, wp, ap, nb, next, next_b, acc);
+                else q4k_panel(PL, nt, wp, ap, nb, next, next_b, acc);
                 kp_store(nt, acc, y, ldy, t, r, keep);
                 t += nt;
             }
@@ -147,8 +164,19 @@ static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, i
     }
 }
 
+/* the row layout, and the panel layout (kernels/panels.h) */
+static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb,
+                             int n_tok, float *y, int64_t ldy) {
+    kpanel_gemm(0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+}
+static void q4_K_kpanel_gemm_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+                                size_t arb, int n_tok, float *y, int64_t ldy) {
+    kpanel_gemm(1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+}
+
 #define KP_KERNEL(WT, NAME, GEMM) \
-    [WT] = {WT, TK_Q8_K, TK_ISA_AVX512, NAME "/avx512", tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K, GEMM, NULL}
+    [WT] = {WT, TK_Q8_K, TK_ISA_AVX512, NAME "/avx512", tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K, GEMM, \
+            GEMM##_pl}
 static const tk_qkernel kpanel_kernels[TK_DTYPE_LIMIT] = {
     KP_KERNEL(TK_Q4_K, "Q4_K", q4_K_kpanel_gemm),
 };

@@ -43,27 +43,7 @@ AI float lp_ldh(const void *p) {
     return _cvtsh_ss(h);
 }
 
-/* PL (below): wp[0] and wp[1] are the two 8-row panels of the panel layout
- * (kernels/panels.h) holding the 16 rows, else wp[i] is row i.  16 bytes at
- * byte offset o of the 16 rows -> v[k], dword lane i = dword k of row i: in
- * the panel layout two 32-byte loads per vector instead of a transpose. */
-AI void lp_transpose(const int PL, const bptr *wp, size_t o, __m512i v[4]) {
-    if (!PL) {
-        kp_transpose(wp, o, v);
-        return;
-    }
-    UNROLL for (int k = 0; k < 4; k++)
-        v[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wp[0] + 8 * o + 32 * k))),
-                                  _mm256_loadu_si256((const __m256i *)(wp[1] + 8 * o + 32 * k)), 1);
-}
-
-/* The f16 at byte offset o of each of the 16 rows -> 16 floats, lane i = row i. */
-AI __m512 lp_scales(const int PL, const bptr *wp, size_t o) {
-    if (!PL) return kp_halves(wp, o);
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(kp_ldx(wp[0] + 8 * o)), kp_ldx(wp[1] + 8 * o), 1));
-}
-
-/* Rows wp (PL above) of type T, tokens j = 0..nt at a + j * arb, their data of
+/* Rows wp (PL: kp_rows16) of type T, tokens j = 0..nt at a + j * arb, their data of
  * block b at tb[b * tbs + j]; acc[j] lane i = row i.  next: the next panel
  * or NULL, prefetched linearly (one block's worth of its 16 rows per block
  * step, as the k-quant panels do); in the panel layout next and next_b are
@@ -89,7 +69,7 @@ AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t
         __m512i q[8];
         if (T != LP_Q8_0) {
             __m512i v[4];
-            lp_transpose(PL, wp, o + 2, v);
+            kp_rows16(PL, wp, o + 2, v);
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm512_and_si512(v[k], m4);
                 q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), m4);
@@ -99,11 +79,11 @@ AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t
                 }
             }
         } else {
-            lp_transpose(PL, wp, o + 2, q);
-            lp_transpose(PL, wp, o + 18, q + 4);
+            kp_rows16(PL, wp, o + 2, q);
+            kp_rows16(PL, wp, o + 18, q + 4);
             UNROLL for (int k = 0; k < 8; k++) q[k] = _mm512_xor_si512(q[k], flip);
         }
-        const __m512 dw = lp_scales(PL, wp, o);
+        const __m512 dw = kp_scales16(PL, wp, o);
         for (int j = 0; j < nt; j++) {
             const bptr aj = ablk + arb * (size_t)j;
             __m512i isum = _mm512_setzero_si512();
@@ -150,9 +130,7 @@ AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
         for (int64_t r = r0; r < r1; r += KP_ROWS) {
             bptr wp[KP_ROWS];
             const __mmask16 keep = kp_panel_rows(W, wrb, r, r1, wp);
-            /* the panel layout: the 8-row panels at rows r and r + 8 (past r1: the first again, its
-             * lanes not stored), and the next two for the prefetch */
-            if (PL) wp[1] = r + 8 < r1 ? W + (size_t)(r + 8) * wrb : wp[0];
+            if (PL) kp_panel_pair(W, wrb, r, r1, wp);
             for (int64_t t = t0; t < t1;) {
                 const int nt = t1 - t >= KP_NT ? KP_NT : (int)(t1 - t);
                 __m512 acc[KP_NT];

@@ -60,6 +60,33 @@ AI __m512 kp_halves(const bptr *wp, size_t o) {
     return _mm512_cvtph_ps(v);
 }
 
+/* PL: wp[0] and wp[1] are the two adjacent 8-row panels of the panel layout
+ * (kernels/panels.h) holding the 16 rows, else wp[i] is row i.  16 bytes
+ * at byte offset o of the 16 rows -> v[k], dword lane i = dword k of row i:
+ * in the panel layout one 32-byte load from each panel per vector instead
+ * of a transpose. */
+AI void kp_rows16(const int PL, const bptr *wp, size_t o, __m512i v[4]) {
+    if (!PL) {
+        kp_transpose(wp, o, v);
+        return;
+    }
+    UNROLL for (int k = 0; k < 4; k++)
+        v[k] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(wp[0] + 8 * o + 32 * k))),
+                                  _mm256_loadu_si256((const __m256i *)(wp[1] + 8 * o + 32 * k)), 1);
+}
+
+/* The f16 at byte offset o of each of the 16 rows (PL as above) -> 16 floats, lane i = row i. */
+AI __m512 kp_scales16(const int PL, const bptr *wp, size_t o) {
+    if (!PL) return kp_halves(wp, o);
+    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(kp_ldx(wp[0] + 8 * o)), kp_ldx(wp[1] + 8 * o), 1));
+}
+
+/* The panel layout: the second 8-row panel of the 16 rows at r (past r1 the
+ * first again, its lanes never stored). */
+AI void kp_panel_pair(const uint8_t *W, size_t wrb, int64_t r, int64_t r1, bptr wp[KP_ROWS]) {
+    wp[1] = r + 8 < r1 ? W + (size_t)(r + 8) * wrb : wp[0];
+}
+
 /* The 16 rows of the panel at row r of [r, r1) (past r1 the last row
  * repeats; its results are never stored) and the mask of the rows to store. */
 AI __mmask16 kp_panel_rows(const uint8_t *W, size_t wrb, int64_t r, int64_t r1, bptr wp[KP_ROWS]) {
