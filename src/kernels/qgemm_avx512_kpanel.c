@@ -1,8 +1,8 @@
 /* AVX-512 + VNNI Q4_K in 16-row panels: the rows in the 16 dword lanes of
  * a zmm (docs/kernels.md, "AVX-512 k-quant panels").  Per 16-byte slice of
  * a super-block the quants of 16 rows are transposed in registers from the
- * original layout (lane i of vector k = bytes 4k..4k+3 of row i, no
- * repacking), unpacked once and used for up to NT_P tokens; each 4
+ * original layout (lane i of vector k = bytes 4k..4k+3 of row i), or loaded
+ * from two 8-row panels of the panel layout (kernels/panels.h), unpacked once and used for up to NT_P tokens; each 4
  * activation bytes of a token are broadcast (the {1to16} operand of
  * vpdpbusd), so one vpdpbusd does 4 elements of 16 rows.
  *
