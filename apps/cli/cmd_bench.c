@@ -48,9 +48,11 @@ static double acc_median(const stat_acc *a) {
 }
 
 /* ---- memory bandwidth: each thread sums its slice of a large buffer ----
- * The buffer is allocated once and probed right after each decode run: a
- * shared VM's bandwidth moves by minutes, so a probe minutes away from the
- * decode it is compared with said 119 % of the "roofline" (session 31).
+ * Probed right after each decode run: a shared VM's bandwidth moves by
+ * minutes, so a probe minutes away from the decode it is compared with said
+ * 119 % of the "roofline" (session 31).  The buffer is made at the first
+ * probe and kept for the next ones; with --context the probe waits until
+ * after the context tests, whose peak RSS it would otherwise inflate.
  * 2 MiB pages where the kernel gives them, as the weights' panel copy has;
  * eight independent integer sums, so that one thread's adds are never the
  * bound (a chain of double adds is about 40 GB/s at 4 GHz). */
@@ -70,19 +72,21 @@ static void *bw_worker(void *arg) {
 }
 
 typedef struct bw_probe {
-    uint64_t *buf;
+    uint64_t *buf; /* made at the first probe */
     size_t bytes;
     int threads;
+    bool failed;        /* no memory for the buffer: no probes */
     double best, worst; /* GB/s over the probes so far */
     int n;
 } bw_probe;
 
-static bool bw_probe_init(bw_probe *b, int threads) {
-    memset(b, 0, sizeof *b);
-    b->bytes = (size_t)512 << 20;
-    b->threads = threads > 64 ? 64 : threads < 1 ? 1 : threads;
+static bool bw_probe_alloc(bw_probe *b) {
     void *p = NULL;
-    if (posix_memalign(&p, (size_t)2 << 20, b->bytes)) return false;
+    if (posix_memalign(&p, (size_t)2 << 20, b->bytes)) {
+        fprintf(stderr, "tokamak bench: no memory for the bandwidth probe\n");
+        b->failed = true;
+        return false;
+    }
     b->buf = p;
 #ifdef MADV_HUGEPAGE
     madvise(b->buf, b->bytes, MADV_HUGEPAGE);
@@ -94,7 +98,7 @@ static bool bw_probe_init(bw_probe *b, int threads) {
 
 /* Two passes over the buffer; the faster one counts. */
 static void bw_probe_run(bw_probe *b) {
-    if (!b->buf) return;
+    if (b->failed || (!b->buf && !bw_probe_alloc(b))) return;
     size_t n = b->bytes / sizeof(uint64_t), per = n / (size_t)b->threads / 8 * 8;
     double fastest = 0;
     for (int rep = 0; rep < 2; rep++) {
@@ -110,7 +114,8 @@ static void bw_probe_run(bw_probe *b) {
         uint64_t sink = 0;
         for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
         for (int i = 0; i < b->threads; i++) sink += args[i].sum;
-        double gbs = (double)(per * (size_t)b->threads * sizeof(uint64_t)) / (tk_clock_seconds(TK_CLOCK_WALL) - t0) / 1e9;
+        double secs = tk_clock_seconds(TK_CLOCK_WALL) - t0;
+        double gbs = (double)(per * (size_t)b->threads * sizeof(uint64_t)) / secs / 1e9;
         if (sink != 12345 && gbs > fastest) fastest = gbs; /* sink keeps the sums alive */
     }
     if (b->n == 0 || fastest > b->best) b->best = fastest;
@@ -286,8 +291,8 @@ int tk_cmd_bench(int argc, char **argv) {
     feeder fd = {malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens), malloc(sizeof(int32_t) * (size_t)cfg.max_batch_tokens),
                  malloc((size_t)cfg.max_batch_tokens), cfg.max_batch_tokens};
     int rc = 0;
-    bw_probe probe = {0};
-    if (bandwidth && !bw_probe_init(&probe, ms.n_threads)) fprintf(stderr, "tokamak bench: no memory for the bandwidth probe\n");
+    const int probe_threads = ms.n_threads > 64 ? 64 : ms.n_threads < 1 ? 1 : ms.n_threads;
+    bw_probe probe = {.bytes = (size_t)512 << 20, .threads = probe_threads, .failed = !bandwidth};
     /* warm-up: touch the weights once */
     int seq = tk_engine_seq_new(e, &err);
     rc |= feed(e, &fd, seq, tokens, 4, 0, logits, &err);
@@ -307,7 +312,7 @@ int tk_cmd_bench(int argc, char **argv) {
             for (int i = 0; i < tg && rc == 0; i++) rc |= feed(e, &fd, seq, tokens + i, 1, i, logits, &err);
             acc_add(&tg_acc, tg / (tk_clock_seconds(TK_CLOCK_WALL) - t0));
             tk_engine_seq_free(e, seq);
-            bw_probe_run(&probe);
+            if (!n_ctx_list) bw_probe_run(&probe);
         }
         if (batch > 1 && tg > 0 && rc == 0) {
             int seqs[1024];
