@@ -2,8 +2,8 @@
  * a zmm (docs/kernels.md, "AVX-512 k-quant panels").  Per 16-byte slice of
  * a super-block the quants of 16 rows are transposed in registers from the
  * original layout (lane i of vector k = bytes 4k..4k+3 of row i), or loaded
- * from two 8-row panels of the panel layout (kernels/panels.h), unpacked once and used for up to NT_P tokens; each 4
- * activation bytes of a token are broadcast (the {1to16} operand of
+ * from two 8-row panels of the panel layout (kernels/panels.h), unpacked
+ * once and used for up to NT_P tokens; each 4 activation bytes of a token are broadcast (the {1to16} operand of
  * vpdpbusd), so one vpdpbusd does 4 elements of 16 rows.
  *
  * Per super-block and lane (one row, one token):
@@ -39,8 +39,8 @@ AI __m512i kp_twice(__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 
 
 /* Q4_K super-block at offset o of the 16 rows, tokens ap[0..nt) at block
  * offset ao: isum[j], msum[j]; dw, dm: the rows' d and dmin. */
-AI void q4k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m512i *isum, __m512i *msum,
-                  __m512 *dw, __m512 *dm) {
+AI void q4k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m512i *isum,
+                  __m512i *msum, __m512 *dw, __m512 *dm) {
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512i v[4]; /* d|dmin, then the 12 scale bytes as dwords u0 u1 u2: tk_qkernel_k4_scales64 lane-wise */
     if (PL) { /* d and dmin are 2-byte units of the panel layout, the scale bytes 4-byte ones */
@@ -101,24 +101,18 @@ AI void q4k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap
     }
 }
 
-/* Rows wp[0..16), tokens ap[0..nt), nb super-blocks; acc[j] lane i = row i.
- * next: the next panel or NULL, prefetched linearly, 16 x 144 bytes per
- * super-block step (its first 16 x 144 x nb bytes: all of it when rows are
- * not padded), so it arrives in order as the hardware prefetchers expect
- * (per-row prefetches, 16 streams at once, read 15-25 % slower from DRAM in
- * bench_qgemm decode). */
-AI void q4k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, bptr next_b, __m512 *acc) {
+/* Rows wp (PL: kp_rows16), tokens ap[0..nt), nb super-blocks; acc[j] lane
+ * i = row i.  next (and in the panel layout next_b): the next 16 rows or
+ * NULL, one super-block's worth prefetched per step (kp_prefetch_block), in
+ * order as the hardware prefetchers expect (per-row prefetches, 16 streams
+ * at once, read 15-25 % slower from DRAM in bench_qgemm decode). */
+AI void q4k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, bptr next_b,
+                  __m512 *acc) {
     __m512i isum[KP_NT], msum[KP_NT];
     for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = 144 * (size_t)b, ao = QKA * (size_t)b;
-        if (next && PL) /* the panel layout: the next two 8-row panels */
-            for (size_t k = 0; k < 144 * 8; k += 64) {
-                tk_prefetch_weights(next + 8 * o + k);
-                if (next_b) tk_prefetch_weights(next_b + 8 * o + k);
-            }
-        else if (next)
-            for (size_t k = 0; k < 144 * KP_ROWS; k += 64) tk_prefetch_weights(next + KP_ROWS * o + k);
+        kp_prefetch_block(PL, next, next_b, o, 144);
         __m512 dw, dm;
         q4k_block(PL, nt, wp, o, ap, ao, isum, msum, &dw, &dm);
         for (int j = 0; j < nt; j++) {
@@ -150,7 +144,7 @@ AI void kpanel_gemm(const int PL, const void *w, size_t wrb, int64_t n, int64_t 
                 for (int j = 0; j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 __m512 acc[KP_NT];
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
-                const bptr next_b = PL && next && r + KP_ROWS + 8 < r1 ? next + 8 * wrb : NULL;
+                const bptr next_b = kp_next_second(PL, next, wrb, r, r1);
                 /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm */
                 if (nt == 1) q4k_panel(PL, 1, wp, ap, nb, next, next_b, acc);
                 else if (nt == 2) q4k_panel(PL, 2, wp, ap, nb, next, next_b, acc);

@@ -1,8 +1,9 @@
 /* AVX-512 + VNNI Q4_0, Q8_0 and IQ4_NL in 16-row panels (docs/kernels.md, "AVX-512
  * panels"): the rows in the 16 dword lanes of a zmm, each block's quants of
  * 16 rows transposed in registers from the original layout
- * (qgemm_avx512_panel.h) or loaded from two 8-row panels of the panel layout
- * (kernels/panels.h, made at load: no transposes), unpacked once and used for up to KP_NT tokens;
+ * (qgemm_avx512_panel.h) or loaded from two 8-row panels of the panel
+ * layout (kernels/panels.h, made at load: no transposes), unpacked once and
+ * used for up to KP_NT tokens;
  * each 4 activation bytes of a token are broadcast, so one vpdpbusd does 4
  * elements of 16 rows.  vpdpbusd takes unsigned weights: Q4_0's codes
  * 0..15 as they are, Q8_0's quants + 128 (the sign bit flipped), IQ4_NL's
@@ -43,11 +44,10 @@ AI float lp_ldh(const void *p) {
     return _cvtsh_ss(h);
 }
 
-/* Rows wp (PL: kp_rows16) of type T, tokens j = 0..nt at a + j * arb, their data of
- * block b at tb[b * tbs + j]; acc[j] lane i = row i.  next: the next panel
- * or NULL, prefetched linearly (one block's worth of its 16 rows per block
- * step, as the k-quant panels do); in the panel layout next and next_b are
- * its two 8-row panels. */
+/* Rows wp (PL: kp_rows16) of type T, tokens j = 0..nt at a + j * arb, their
+ * data of block b at tb[b * tbs + j]; acc[j] lane i = row i.  next (and in
+ * the panel layout next_b): the next 16 rows or NULL, one block's worth
+ * prefetched per block step (kp_prefetch_block). */
 AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs,
                int64_t nb, bptr next, bptr next_b, __m512 *acc) {
     const size_t wb = T == LP_Q8_0 ? 34 : 18;
@@ -58,13 +58,7 @@ AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t
         const size_t o = wb * (size_t)b;
         const bptr ablk = a + QA_BYTES * (size_t)b + 2;
         const tokblk *tk = tb + tbs * (size_t)b;
-        if (next && PL)
-            for (size_t k = 0; k < wb * 8; k += 64) {
-                tk_prefetch_weights(next + 8 * o + k);
-                if (next_b) tk_prefetch_weights(next_b + 8 * o + k);
-            }
-        else if (next)
-            for (size_t k = 0; k < wb * KP_ROWS; k += 64) tk_prefetch_weights(next + KP_ROWS * o + k);
+        kp_prefetch_block(PL, next, next_b, o, wb);
         /* q[k]: elements 4k..4k+3 of each row (4-bit codes: low nibbles = 0..15, high = 16..31) */
         __m512i q[8];
         if (T != LP_Q8_0) {
@@ -99,8 +93,8 @@ AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t
  * 16-row panels (the last repeats row r1 - 1, never stored), passes of up
  * to KP_NT tokens; one token takes the instantiation with its accumulators
  * in registers. */
-AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
-                    size_t arb, int n_tok, float *y, int64_t ldy) {
+AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1,
+                    const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
     if (nb == 0 || nb > TOKDATA_MAX) {
         const tk_dtype wt = T == LP_Q4_0 ? TK_Q4_0 : T == LP_Q8_0 ? TK_Q8_0 : TK_IQ4_NL;
@@ -135,7 +129,7 @@ AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
                 const int nt = t1 - t >= KP_NT ? KP_NT : (int)(t1 - t);
                 __m512 acc[KP_NT];
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
-                const bptr next_b = PL && next && r + KP_ROWS + 8 < r1 ? next + 8 * wrb : NULL;
+                const bptr next_b = kp_next_second(PL, next, wrb, r, r1);
                 const bptr a = A + (size_t)t * arb;
                 const tokblk *tb = td + (t - t0);
                 const size_t ts = (size_t)(t1 - t0);

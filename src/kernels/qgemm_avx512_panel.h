@@ -78,7 +78,8 @@ AI void kp_rows16(const int PL, const bptr *wp, size_t o, __m512i v[4]) {
 /* The f16 at byte offset o of each of the 16 rows (PL as above) -> 16 floats, lane i = row i. */
 AI __m512 kp_scales16(const int PL, const bptr *wp, size_t o) {
     if (!PL) return kp_halves(wp, o);
-    return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(kp_ldx(wp[0] + 8 * o)), kp_ldx(wp[1] + 8 * o), 1));
+    const __m256i h = _mm256_inserti128_si256(_mm256_castsi128_si256(kp_ldx(wp[0] + 8 * o)), kp_ldx(wp[1] + 8 * o), 1);
+    return _mm512_cvtph_ps(h);
 }
 
 /* The panel layout: the second 8-row panel of the 16 rows at r (past r1 the
@@ -98,6 +99,28 @@ AI __mmask16 kp_panel_rows(const uint8_t *W, size_t wrb, int64_t r, int64_t r1, 
  * prefetch (decode streams it from DRAM), or NULL. */
 AI bptr kp_next_panel(const bptr *wp, size_t wrb, int64_t r, int64_t r1, int first_pass) {
     return first_pass && r + KP_ROWS < r1 ? wp[0] + KP_ROWS * wrb : NULL;
+}
+
+/* In the panel layout, the second 8-row panel of the next 16 rows
+ * (kp_next_panel) when it is inside [r, r1), else NULL. */
+AI bptr kp_next_second(const int PL, bptr next, size_t wrb, int64_t r, int64_t r1) {
+    return PL && next && r + KP_ROWS + 8 < r1 ? next + 8 * wrb : NULL;
+}
+
+/* Prefetches block o (wb bytes of each row) of the next 16 rows: in the row
+ * layout linearly, 16 x wb bytes from next + 16 o (its first 16 x wb x nb
+ * bytes: all of it when rows are not padded); in the panel layout that
+ * block of each of its two 8-row panels. */
+AI void kp_prefetch_block(const int PL, bptr next, bptr next_b, size_t o, size_t wb) {
+    if (!next) return;
+    if (!PL) {
+        for (size_t k = 0; k < wb * KP_ROWS; k += 64) tk_prefetch_weights(next + KP_ROWS * o + k);
+        return;
+    }
+    for (size_t k = 0; k < wb * 8; k += 64) {
+        tk_prefetch_weights(next + 8 * o + k);
+        if (next_b) tk_prefetch_weights(next_b + 8 * o + k);
+    }
 }
 
 /* A pass's nt accumulators into tokens t.. of y, the kept rows from row r. */
