@@ -1164,7 +1164,7 @@ PANEL_GEMM(q6_K_panel_gemm, PK_Q6)
 #define NT_F 3
 #endif
 
-GEMM_KERNELS(tiled_kernel)
+GEMM_KERNELS(tiled_kernel, GEMM_TYPES)
 
 /* The panel kernels replace the tiled ones of their types. */
 static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {

@@ -1,10 +1,11 @@
 /* AVX-512 (F/BW/VL/DQ) + AVX512-VNNI kernels (Ice Lake, Sapphire Rapids,
  * Zen 4 and later).  Compiled with those flags only, reached only through
- * tk_qkernel_get after a CPU check.  Covers every weight type.
+ * tk_qkernel_get after a CPU check.  Covers every weight type but Q4_1,
+ * Q5_0, Q5_1, Q5_K and Q6_K, whose AVX2 panel kernels are faster.
  *
  * Integer dots use vpdpbusd (u8 x s8 -> int32, no saturation) on the
- * weights' unsigned codes: a signed weight w is stored as w + off (off = 8,
- * 16 or 128), and off * (sum of the activation bytes of each 4-byte group)
+ * weights' unsigned codes: a signed weight w is stored as w + off (off = 8
+ * or 128), and off * (sum of the activation bytes of each 4-byte group)
  * is subtracted by starting the accumulation from its negation.  The
  * k-quants multiply int16 pair sums (vpmaddubsw) by their sub-block scales
  * with vpdpwssd.  The legacy types advance four 32-element blocks at a time
@@ -40,8 +41,7 @@ AI float hsum16(__m512 v) {
 
 /* ================= legacy 32-blocks, four per step ================= */
 
-AI int loff(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : T == L_Q8_0 || T == L_IQ4_NL ? 128 : 0; }
-/* All legacy types, four blocks per step: lo holds elements 0..15 of blocks
+/* Q4_0, Q8_0 and IQ4_NL, four blocks per step: lo holds elements 0..15 of blocks
  * b..b+3 (one 128-bit lane each), hi elements 16..31; both dot into the
  * same int32 lanes (4 per block), so one conversion and one fma serve four
  * blocks.  Missing blocks at the end of a row are zeros. */
@@ -70,27 +70,18 @@ AI __m512 sc4(bptr p, size_t stride, int cnt) {
 
 /* One step of four blocks (cnt of them present) at block b. */
 AI void nib4_step(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t b, const int cnt,
-                  size_t pf, __m512 acc[8][8], __m128 macc[8][8]) {
-    const size_t wb = lbytes(T), ab = lmin(T) ? 36 : 34, aq = lmin(T) ? 4 : 2;
-    const int qo = T == L_Q4_0 || T == L_IQ4_NL ? 2 : T == L_Q4_1 ? 4 : T == L_Q5_0 ? 6 : 8;
-    const int off = loff(T);
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+                  size_t pf, __m512 acc[8][8]) {
+    const size_t wb = lbytes(T), ab = 34;
+    const __m512i m4 = _mm512_set1_epi8(0x0F), o = _mm512_set1_epi8((char)(T == L_Q4_0 ? 8 : 128));
     __m512i alo[8], ahi[8], c[8];
     __m512 da[8];
-    __m128 sa[8];
     UNROLL for (int j = 0; j < NT; j++) {
         const bptr a = ap[j] + b * ab;
-        alo[j] = ins4(a + aq, ab, cnt);
-        ahi[j] = ins4(a + aq + 16, ab, cnt);
+        alo[j] = ins4(a + 2, ab, cnt);
+        ahi[j] = ins4(a + 18, ab, cnt);
         da[j] = sc4(a, ab, cnt);
-        if (off) {
-            const __m512i o = _mm512_set1_epi8((char)off);
-            c[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                    _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), o, alo[j]), o, ahi[j]));
-        } else {
-            c[j] = _mm512_setzero_si512();
-        }
-        if (lmin(T)) sa[j] = h4(a + 2, ab, cnt); /* the blocks' d * sum(q) */
+        c[j] = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), o, alo[j]), o, ahi[j]));
     }
     pfetch(MR, wp, b * wb, 4 * wb, pf);
     UNROLL for (int i = 0; i < MR; i++) {
@@ -101,22 +92,9 @@ AI void nib4_step(const int T, const int MR, const int NT, const bptr *wp, const
             lo = _mm512_xor_si512(ins4(x + 2, wb, cnt), s80);
             hi = _mm512_xor_si512(ins4(x + 18, wb, cnt), s80);
         } else {
-            const __m512i y = ins4(x + qo, wb, cnt);
+            const __m512i y = ins4(x + 2, wb, cnt);
             lo = _mm512_and_si512(y, m4);
             hi = _mm512_and_si512(_mm512_srli_epi16(y, 4), m4);
-        }
-        if (T == L_Q5_0 || T == L_Q5_1) {
-            const int ho = T == L_Q5_0 ? 2 : 4;
-            uint64_t ml = 0, mh = 0;
-            UNROLL for (int k = 0; k < 4; k++)
-                if (k < cnt) {
-                    const uint64_t h = ld32(x + k * wb + ho);
-                    ml |= (h & 0xFFFF) << (16 * k);
-                    mh |= (h >> 16) << (16 * k);
-                }
-            const __m512i b4 = _mm512_set1_epi8(0x10);
-            lo = _mm512_or_si512(lo, _mm512_maskz_mov_epi8(ml, b4));
-            hi = _mm512_or_si512(hi, _mm512_maskz_mov_epi8(mh, b4));
         }
         if (T == L_IQ4_NL) { /* code book + 128 */
             const __m512i kv = _mm512_broadcast_i32x4(_mm_xor_si128(ldx(tk_kvalues_iq4nl), _mm_set1_epi8((char)0x80)));
@@ -124,11 +102,9 @@ AI void nib4_step(const int T, const int MR, const int NT, const bptr *wp, const
             hi = _mm512_shuffle_epi8(kv, hi);
         }
         const __m512 dw = sc4(x, wb, cnt);
-        const __m128 m = lmin(T) ? h4(x + 2, wb, cnt) : _mm_setzero_ps();
         UNROLL for (int j = 0; j < NT; j++) {
             const __m512i d32 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(c[j], lo, alo[j]), hi, ahi[j]);
             acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d32), _mm512_mul_ps(dw, da[j]), acc[i][j]);
-            if (lmin(T)) macc[i][j] = _mm_fmadd_ps(m, sa[j], macc[i][j]);
         }
     }
 }
@@ -137,21 +113,16 @@ AI void mk_nib4(const int T, const int MR, const int NT, const bptr *wp, const b
                 float *out) {
     const int64_t nb = n / 32;
     __m512 acc[8][8];
-    __m128 macc[8][8]; /* min terms m * s of the _1 types */
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) {
-            acc[i][j] = _mm512_setzero_ps();
-            macc[i][j] = _mm_setzero_ps();
-        }
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
     int64_t b = 0;
-    for (; b + 4 <= nb; b += 4) nib4_step(T, MR, NT, wp, ap, b, 4, pf, acc, macc);
+    for (; b + 4 <= nb; b += 4) nib4_step(T, MR, NT, wp, ap, b, 4, pf, acc);
     switch (nb - b) {
-    case 1: nib4_step(T, MR, NT, wp, ap, b, 1, pf, acc, macc); break;
-    case 2: nib4_step(T, MR, NT, wp, ap, b, 2, pf, acc, macc); break;
-    case 3: nib4_step(T, MR, NT, wp, ap, b, 3, pf, acc, macc); break;
+    case 1: nib4_step(T, MR, NT, wp, ap, b, 1, pf, acc); break;
+    case 2: nib4_step(T, MR, NT, wp, ap, b, 2, pf, acc); break;
+    case 3: nib4_step(T, MR, NT, wp, ap, b, 3, pf, acc); break;
     default: break;
     }
-    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] =
-        lmin(T) ? hsum16(acc[i][j]) + hsum4(macc[i][j]) : hsum16(acc[i][j]);
+    UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum16(acc[i][j]);
 }
 
 /* ================= k-quants ================= */
@@ -162,12 +133,11 @@ AI __m512i pick2(int k, int k2) {
     return _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b);
 }
 
-/* Q4_K (Q5 = 0) and Q5_K.  Each zmm of weights holds elements 64k..64k+63
- * (sub-blocks 2k and 2k+1, natural order). */
-AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
-                float *out) {
+/* Q4_K.  Each zmm of weights holds elements 64k..64k+63 (sub-blocks 2k and
+ * 2k+1, natural order). */
+AI void mk_q4k(const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf, float *out) {
     const int64_t nb = n / 256;
-    const size_t wb = Q5 ? 176 : 144, qoff = Q5 ? 48 : 16;
+    const size_t wb = 144, qoff = 16;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[8][8];
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
@@ -190,15 +160,6 @@ AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const 
                 q[2 * h] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(1, 0, 1, 0));
                 q[2 * h + 1] = _mm512_shuffle_i64x2(lo, hi, _MM_SHUFFLE(3, 2, 3, 2));
             }
-            if (Q5) {
-                const __m256i qh = ldy(x + 16);
-                const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 1), 1);
-                const __m512i b4 = _mm512_set1_epi8(0x10);
-                q[0] = _mm512_or_si512(q[0], _mm512_and_si512(_mm512_slli_epi16(z, 4), b4));
-                q[1] = _mm512_or_si512(q[1], _mm512_and_si512(_mm512_slli_epi16(z, 2), b4));
-                q[2] = _mm512_or_si512(q[2], _mm512_and_si512(z, b4));
-                q[3] = _mm512_or_si512(q[3], _mm512_and_si512(_mm512_srli_epi16(z, 2), b4));
-            }
             __m512i sv[4];
             UNROLL for (int k = 0; k < 4; k++) sv[k] = _mm512_shuffle_epi8(sc, pick2(2 * k, 2 * k + 1));
             UNROLL for (int j = 0; j < NT; j++) {
@@ -216,19 +177,18 @@ AI void mk_q45k(const int Q5, const int MR, const int NT, const bptr *wp, const 
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) out[i * NT_MAX + j] = hsum16(acc[i][j]);
 }
 
-/* The 16-element sub-block family.  Each zmm of weight codes holds elements
- * 64k..64k+63 (sub-blocks 4k..4k+3, natural order); codes are unsigned:
+/* Q2_K and Q3_K, 16-element sub-blocks.  Each zmm of weight codes holds
+ * elements 64k..64k+63 (sub-blocks 4k..4k+3, natural order); codes are
+ * unsigned:
  *   Q2_K  q in [0, 3], minus the sub-block min term (dmin)
- *   Q3_K  q + 4 in [0, 7], offset 4 removed with the activation sums
- *   Q6_K  q + 32 in [0, 63], offset 32 likewise */
-enum { K_Q2, K_Q3, K_Q6 };
+ *   Q3_K  q + 4 in [0, 7], offset 4 removed with the activation sums */
+enum { K_Q2, K_Q3 };
 
 AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bptr *ap, int64_t n, size_t pf,
                float *out) {
     const int64_t nb = n / 256;
-    const size_t wb = T == K_Q2 ? 84 : T == K_Q3 ? 110 : 210;
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30), m3 = _mm512_set1_epi8(3),
-                  b2 = _mm512_set1_epi8(4);
+    const size_t wb = T == K_Q2 ? 84 : 110;
+    const __m512i m3 = _mm512_set1_epi8(3), b2 = _mm512_set1_epi8(4);
     __m512 acc[8][8];
     UNROLL for (int i = 0; i < MR; i++) UNROLL for (int j = 0; j < NT; j++) acc[i][j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -252,7 +212,7 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
                     q[2 * h] = _mm512_and_si512(z, m3);
                     q[2 * h + 1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m3);
                 }
-            } else if (T == K_Q3) {
+            } else {
                 uint64_t lo8, hi8;
                 tk_qkernel_k3_scales64(x + 96, &lo8, &hi8);
                 sc16 = _mm256_cvtepi8_epi16(_mm_sub_epi8(_mm_set_epi64x((long long)hi8, (long long)lo8), _mm_set1_epi8(32)));
@@ -267,16 +227,6 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
                     const __m512i h23 = h ? _mm512_srli_epi16(hz, 4) : hz;
                     q[2 * h] = _mm512_or_si512(_mm512_and_si512(z, m3), _mm512_and_si512(h01, b2));
                     q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(z, 4), m3), _mm512_and_si512(h23, b2));
-                }
-            } else {
-                sc16 = _mm256_cvtepi8_epi16(ldx(x + 192));
-                d = ldh(x + 208);
-                UNROLL for (int h = 0; h < 2; h++) {
-                    const __m512i v = ldz(x + 64 * h);
-                    const __m256i qh = ldy(x + 128 + 32 * h);
-                    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-                    q[2 * h] = _mm512_or_si512(_mm512_and_si512(v, m4), _mm512_and_si512(_mm512_slli_epi16(z, 4), m30));
-                    q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_and_si512(z, m30));
                 }
             }
             const __m512i scz = _mm512_castsi256_si512(sc16);
@@ -297,8 +247,8 @@ AI void mk_k16(const int T, const int MR, const int NT, const bptr *wp, const bp
                 UNROLL for (int k = 0; k < 4; k++)
                     is = _mm512_dpwssd_epi32(is, _mm512_maddubs_epi16(q[k], ldz(a + 4 + 64 * k)), sv[k]);
                 const __m256i bsums = ldy(a + 260);
-                if (T != K_Q2) { /* remove the offset: (32 or 4) * sum(scale * bsum) */
-                    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums), T == K_Q6 ? 5 : 2);
+                if (T == K_Q3) { /* remove the offset: 4 * sum(scale * bsum) */
+                    const __m256i corr = _mm256_slli_epi32(_mm256_madd_epi16(sc16, bsums), 2);
                     is = _mm512_sub_epi32(is, _mm512_zextsi256_si512(corr));
                 }
                 acc[i][j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_set1_ps(d * da[j]), acc[i][j]);
@@ -486,16 +436,11 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 /* ================= instantiation ================= */
 
 #define C_Q4_0(MR, NT, ...) mk_nib4(L_Q4_0, MR, NT, __VA_ARGS__)
-#define C_Q4_1(MR, NT, ...) mk_nib4(L_Q4_1, MR, NT, __VA_ARGS__)
-#define C_Q5_0(MR, NT, ...) mk_nib4(L_Q5_0, MR, NT, __VA_ARGS__)
-#define C_Q5_1(MR, NT, ...) mk_nib4(L_Q5_1, MR, NT, __VA_ARGS__)
 #define C_Q8_0(MR, NT, ...) mk_nib4(L_Q8_0, MR, NT, __VA_ARGS__)
 #define C_IQ4_NL(MR, NT, ...) mk_nib4(L_IQ4_NL, MR, NT, __VA_ARGS__)
-#define C_Q4_K(MR, NT, ...) mk_q45k(0, MR, NT, __VA_ARGS__)
-#define C_Q5_K(MR, NT, ...) mk_q45k(1, MR, NT, __VA_ARGS__)
+#define C_Q4_K(MR, NT, ...) mk_q4k(MR, NT, __VA_ARGS__)
 #define C_Q2_K(MR, NT, ...) mk_k16(K_Q2, MR, NT, __VA_ARGS__)
 #define C_Q3_K(MR, NT, ...) mk_k16(K_Q3, MR, NT, __VA_ARGS__)
-#define C_Q6_K(MR, NT, ...) mk_k16(K_Q6, MR, NT, __VA_ARGS__)
 #define C_IQ4_XS(MR, NT, ...) mk_iq4xs(MR, NT, __VA_ARGS__)
 #define C_F32(MR, NT, ...) mk_float(F_F32, MR, NT, __VA_ARGS__)
 #define C_F16(MR, NT, ...) mk_float(F_F16, MR, NT, __VA_ARGS__)
@@ -529,8 +474,17 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 #define NT_F 4
 #endif
 
+/* GEMM_TYPES less Q4_1, Q5_0, Q5_1, Q5_K and Q6_K: at this level those
+ * take the AVX2 panel kernels, which bench_qgemm measured faster than
+ * these tiles at every batch size (docs/kernels.md, session 32). */
+#define AVX512_TYPES(X)                                                                                \
+    X(Q4_0, Q8_0, q4_0, L) X(Q8_0, Q8_0, q8_0, L) X(IQ4_NL, Q8_0, iq4_nl, L)                           \
+    X(Q4_K, Q8_K, q4_K, K) X(Q2_K, Q8_K, q2_K, K) X(Q3_K, Q8_K, q3_K, K) X(IQ4_XS, Q8_K, iq4_xs, K)    \
+    X(F32, F32, f32, F) X(F16, F32, f16, F) X(BF16, F32, bf16, F)                                      \
+    X(NF4, Q8_0, nf4, N) X(NF4_DQ, Q8_0, nf4dq, N)
+
 static const tk_qkernel *tiled_kernel(tk_dtype wtype);
-GEMM_KERNELS(tiled_kernel)
+GEMM_KERNELS(tiled_kernel, AVX512_TYPES)
 
 const tk_qkernel *tk_qkernel_avx512_tiled(tk_dtype wtype) { return tiled_kernel(wtype); }
 

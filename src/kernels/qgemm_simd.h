@@ -171,10 +171,11 @@ static void gemm_tiles(const mk_fn *mk, int mr, int nt_max, const void *w, size_
     }
 #define GEMM_ROW(T, AT, NAME, FAM) TK_QKERNEL_SIMD_KERNEL(GEMM_ISA, GEMM_SUFFIX, TK_##T, AT, #T, NAME##_gemm),
 
-/* Every type's kernels, the table and its lookup function FN. */
-#define GEMM_KERNELS(FN)                                                                                 \
-    GEMM_TYPES(GEMM_DEF)                                                                                 \
-    static const tk_qkernel gemm_kernels[TK_DTYPE_LIMIT] = {GEMM_TYPES(GEMM_ROW)};                       \
+/* The kernels of the types in TYPES (a list like GEMM_TYPES), their table
+ * and its lookup function FN. */
+#define GEMM_KERNELS(FN, TYPES)                                                                          \
+    TYPES(GEMM_DEF)                                                                                      \
+    static const tk_qkernel gemm_kernels[TK_DTYPE_LIMIT] = {TYPES(GEMM_ROW)};                            \
     const tk_qkernel *FN(tk_dtype wtype) { return tk_qkernel_pick(gemm_kernels, wtype); }
 
 #endif
