@@ -123,6 +123,57 @@ AI void q4k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t 
     }
 }
 
+/* One token over the 8-row panel p of the panel layout, nb super-blocks, in
+ * ymm lanes: per lane q4k_block's and q4k_panel's instructions (the same
+ * integers, the same float roundings), so a row gets the same bits from
+ * either.  One token reads the panels one after the other (as
+ * qgemm_avx512_lpanel.c's lpanel8).  next: the next panel or NULL. */
+AI __m256 q4k_panel8(bptr p, bptr a, int64_t nb, bptr next) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), lo6 = _mm256_set1_epi8(0x3F), lo2 = _mm256_set1_epi8(3),
+                  ff = _mm256_set1_epi32(0xFF);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = 144 * (size_t)b, ao = QKA * (size_t)b;
+        if (next)
+            for (size_t k = 0; k < 144 * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
+        const bptr x = p + 8 * o;
+        const __m256 dw = _mm256_cvtph_ps(kp_ldx(x)), dm = _mm256_cvtph_ps(kp_ldx(x + 16));
+        __m256i v[3];
+        UNROLL for (int k = 0; k < 3; k++) v[k] = _mm256_loadu_si256((const __m256i *)(x + 32 + 32 * k));
+        const __m256i s03 = _mm256_and_si256(v[0], lo6), m03 = _mm256_and_si256(v[1], lo6);
+        const __m256i s47 = _mm256_or_si256(_mm256_and_si256(v[2], m4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[0], 6), lo2), 4));
+        const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v[2], 4), m4),
+                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[1], 6), lo2), 4));
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL for (int c = 0; c < 4; c++) {
+            const bptr ac = a + ao + 4 + 64 * (size_t)c;
+            __m256i d0 = _mm256_setzero_si256(), d1 = _mm256_setzero_si256();
+            UNROLL for (int k = 0; k < 8; k++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 8 * (16 + 32 * (size_t)c) + 32 * (size_t)k));
+                const size_t e = 16 * (size_t)(k / 4) + 4 * (size_t)(k % 4);
+                d0 = _mm256_dpbusd_epi32(d0, _mm256_and_si256(q, m4), _mm256_set1_epi32((int)kp_ld32(ac + e)));
+                d1 = _mm256_dpbusd_epi32(d1, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+                                         _mm256_set1_epi32((int)kp_ld32(ac + 32 + e)));
+            }
+            const __m256i sv = c < 2 ? s03 : s47;
+            const __m256i sc0 = _mm256_and_si256(_mm256_srli_epi32(sv, 8 * (2 * c % 4)), ff),
+                          sc1 = _mm256_and_si256(_mm256_srli_epi32(sv, 8 * (2 * c % 4 + 1)), ff);
+            isum = _mm256_add_epi32(isum, _mm256_add_epi32(_mm256_mullo_epi32(d0, sc0), _mm256_mullo_epi32(d1, sc1)));
+        }
+        __m256i msum = _mm256_setzero_si256();
+        UNROLL for (int s = 0; s < 8; s++) {
+            const __m256i mv = _mm256_and_si256(_mm256_srli_epi32(s < 4 ? m03 : m47, 8 * (s % 4)), ff);
+            msum = _mm256_dpwssd_epi32(msum, _mm256_or_si256(mv, _mm256_slli_epi32(mv, 16)),
+                                       _mm256_set1_epi32((int)kp_ld32(a + ao + 260 + 4 * (size_t)s)));
+        }
+        const __m256 da = _mm256_set1_ps(kp_ldf(a + ao));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, da), acc);
+        acc = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dm, da), acc);
+    }
+    return acc;
+}
+
 /* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),
  * passes of up to KP_NT tokens; one token takes the instantiation with its
  * accumulators in registers. */
@@ -145,8 +196,14 @@ AI void kpanel_gemm(const int PL, const void *w, size_t wrb, int64_t n, int64_t 
                 __m512 acc[KP_NT];
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
                 const bptr next_b = kp_next_second(PL, next, wrb, r, r1);
-                /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm */
-                if (nt == 1) q4k_panel(PL, 1, wp, ap, nb, next, next_b, acc);
+                /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm; one
+                 * token in the panel layout one 8-row panel at a time (q4k_panel8) */
+                if (nt == 1 && PL) {
+                    const bptr next_a = wp[1] != wp[0] ? wp[1] : next;
+                    const __m256 lo = q4k_panel8(wp[0], ap[0], nb, t == t0 ? next_a : NULL);
+                    const __m256 hi = wp[1] != wp[0] ? q4k_panel8(wp[1], ap[0], nb, next) : lo;
+                    acc[0] = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+                } else if (nt == 1) q4k_panel(PL, 1, wp, ap, nb, next, next_b, acc);
                 else if (nt == 2) q4k_panel(PL, 2, wp, ap, nb, next, next_b, acc);
                 else if (nt == 3) q4k_panel(PL, 3, wp, ap, nb, next, next_b, acc);
                 else if (nt == 4) q4k_panel(PL, 4, wp, ap, nb, next, next_b, acc);

@@ -88,6 +88,47 @@ AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t
     }
 }
 
+/* One token over the 8-row panel p of the panel layout, in ymm lanes: per
+ * lane lpanel's instructions (the same integers, the same float roundings),
+ * so a row gets the same bits from either.  One token reads the panels one
+ * after the other, a single sequential stream: two adjacent panels at a time
+ * read slower from DRAM (docs/kernels.md).  tk: the token's data of block b
+ * at tk[b * tbs]; next: the next panel or NULL, one block's worth prefetched
+ * per block step. */
+AI __m256 lpanel8(const int T, bptr p, bptr a, const tokblk *tk, size_t tbs, int64_t nb, bptr next) {
+    const size_t wb = T == LP_Q8_0 ? 34 : 18;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
+    const __m256i book = _mm256_xor_si256(_mm256_broadcastsi128_si256(kp_ldx(tk_kvalues_iq4nl)), flip);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = wb * (size_t)b;
+        const bptr ablk = a + QA_BYTES * (size_t)b + 2, x = p + 8 * (o + 2);
+        if (next)
+            for (size_t k = 0; k < wb * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
+        __m256i q[8];
+        if (T != LP_Q8_0) {
+            UNROLL for (int k = 0; k < 4; k++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * k));
+                q[k] = _mm256_and_si256(v, m4);
+                q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (T == LP_IQ4_NL) {
+                    q[k] = _mm256_shuffle_epi8(book, q[k]);
+                    q[k + 4] = _mm256_shuffle_epi8(book, q[k + 4]);
+                }
+            }
+        } else { /* bytes 2..17 then 18..33 of the rows: 256 consecutive bytes */
+            UNROLL for (int k = 0; k < 8; k++) q[k] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x + 32 * k)), flip);
+        }
+        const __m256 dw = _mm256_cvtph_ps(kp_ldx(p + 8 * o));
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL for (int k = 0; k < 8; k++) isum = _mm256_dpbusd_epi32(isum, q[k], _mm256_set1_epi32((int)kp_ld32(ablk + 4 * k)));
+        const tokblk *t = tk + tbs * (size_t)b;
+        isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(t->off));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(t->d)), acc);
+    }
+    return acc;
+}
+
 /* Token chunks of at most TOKDATA_MAX token-blocks (their scale and offset
  * in a stack buffer, block-major: a pass reads one run of it per block),
  * 16-row panels (the last repeats row r1 - 1, never stored), passes of up
@@ -133,8 +174,14 @@ AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
                 const bptr a = A + (size_t)t * arb;
                 const tokblk *tb = td + (t - t0);
                 const size_t ts = (size_t)(t1 - t0);
-                /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm */
-                if (nt == 1) lpanel(T, PL, 1, wp, a, arb, tb, ts, nb, next, next_b, acc);
+                /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm; one
+                 * token in the panel layout one 8-row panel at a time (lpanel8) */
+                if (nt == 1 && PL) {
+                    const bptr next_a = wp[1] != wp[0] ? wp[1] : next;
+                    const __m256 lo = lpanel8(T, wp[0], a, tb, ts, nb, t == t0 ? next_a : NULL);
+                    const __m256 hi = wp[1] != wp[0] ? lpanel8(T, wp[1], a, tb, ts, nb, next) : lo;
+                    acc[0] = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+                } else if (nt == 1) lpanel(T, PL, 1, wp, a, arb, tb, ts, nb, next, next_b, acc);
                 else if (nt == 2) lpanel(T, PL, 2, wp, a, arb, tb, ts, nb, next, next_b, acc);
                 else if (nt == 3) lpanel(T, PL, 3, wp, a, arb, tb, ts, nb, next, next_b, acc);
                 else if (nt == 4) lpanel(T, PL, 4, wp, a, arb, tb, ts, nb, next, next_b, acc);
