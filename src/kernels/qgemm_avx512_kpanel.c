@@ -1,5 +1,5 @@
-/* AVX-512 + VNNI Q4_K in 16-row panels: the rows in the 16 dword lanes of
- * a zmm (docs/kernels.md, "AVX-512 k-quant panels").  Per 16-byte slice of
+/* AVX-512 + VNNI Q4_K and Q5_K in 16-row panels: the rows in the 16 dword
+ * lanes of a zmm (docs/kernels.md, "AVX-512 k-quant panels").  Per 16-byte slice of
  * a super-block the quants of 16 rows are transposed in registers from the
  * original layout (lane i of vector k = bytes 4k..4k+3 of row i), or loaded
  * from two 8-row panels of the panel layout (kernels/panels.h), unpacked
@@ -7,7 +7,9 @@
  * vpdpbusd), so one vpdpbusd does 4 elements of 16 rows.
  *
  * Per super-block and lane (one row, one token):
- *   dot_s = sum over sub-block s (32 elements) of code * a   (vpdpbusd)
+ *   dot_s = sum over sub-block s (32 elements) of code * a   (vpdpbusd;
+ *           Q5_K's fifth bits are added to the codes first, vptestmb and a
+ *           masked vpaddb of 16)
  *   isum  = sum_s sc_s * dot_s                                (vpmulld)
  *   msum  = sum_s min_s * (bsum_2s + bsum_2s+1)               (vpdpwssd)
  *   acc   = fma(float(isum), d * da, acc); acc = fnmadd(float(msum), dmin * da, acc)
@@ -16,9 +18,9 @@
  * result depends on nothing but its row and its token: not the batch, the
  * token pass, the panel a row falls in or the row split.
  *
- * Bounds (codes 0..15, Q8_K quants |a| <= 128, 6-bit sc and min <= 63):
- *   vpdpbusd sums exactly in int32 (no saturation): |dot_s| <= 32 * 15 * 128
- *   = 61440; |sc_s * dot_s| <= 3870720; |isum| <= 8 * that < 2^25.
+ * Bounds (codes 0..31, Q8_K quants |a| <= 128, 6-bit sc and min <= 63):
+ *   vpdpbusd sums exactly in int32 (no saturation): |dot_s| <= 32 * 31 * 128
+ *   = 126976; |sc_s * dot_s| <= 7999488; |isum| <= 8 * that < 2^26.
  *   vpdpwssd: bsums are 16-element sums, |bsum| <= 2048; each pair product
  *   <= 63 * 2048 * 2, |msum| <= 8 * 63 * 4096 < 2^21.  All exact. */
 #include "qgemm_impl.h"
@@ -37,11 +39,18 @@ AI __m512i kp_byte(__m512i v, int b) { return _mm512_and_si512(_mm512_srli_epi32
 /* A value below 2^16 in both int16 halves of its dword. */
 AI __m512i kp_twice(__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 16)); }
 
-/* Q4_K super-block at offset o of the 16 rows, tokens ap[0..nt) at block
- * offset ao: isum[j], msum[j]; dw, dm: the rows' d and dmin. */
-AI void q4k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m512i *isum,
-                  __m512i *msum, __m512 *dw, __m512 *dm) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F);
+/* Q4_K (Q5 = 0) or Q5_K super-block at offset o of the 16 rows, tokens
+ * ap[0..nt) at block offset ao: isum[j], msum[j]; dw, dm: the rows' d and
+ * dmin.  Q5_K: qh (32 bytes) at 16, qs at 48; Q4_K: qs at 16. */
+AI void q45k_block(const int Q5, const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao,
+                   __m512i *isum, __m512i *msum, __m512 *dw, __m512 *dm) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(0x10);
+    const size_t qs = Q5 ? 48 : 16;
+    __m512i qh[8]; /* Q5_K: bytes l = 16p + 4k.. of qh in qh[4p + k], as the quant slices */
+    if (Q5) {
+        kp_rows16(PL, wp, o + 16, qh);
+        kp_rows16(PL, wp, o + 32, qh + 4);
+    }
     __m512i v[4]; /* d|dmin, then the 12 scale bytes as dwords u0 u1 u2: tk_qkernel_k4_scales64 lane-wise */
     if (PL) { /* d and dmin are 2-byte units of the panel layout, the scale bytes 4-byte ones */
         __m512i u[4];
@@ -64,15 +73,23 @@ AI void q4k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap
                                         _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(v[2], 6), lo2), 4));
     for (int j = 0; j < nt; j++) isum[j] = _mm512_setzero_si512();
     /* sub-blocks 2c and 2c+1: qs bytes 32c..32c+31, two 16-byte slices p:
-     * low nibbles = elements 64c + 16p.. (2c), high = 64c + 32 + 16p.. (2c+1) */
+     * low nibbles = elements 64c + 16p.. (2c), high = 64c + 32 + 16p.. (2c+1);
+     * Q5_K: their fifth bits are bits 2c and 2c + 1 of qh byte 16p + .. */
     UNROLL for (int c = 0; c < 4; c++) {
         __m512i lo[8], hi[8];
         UNROLL for (int p = 0; p < 2; p++) {
             __m512i q[4];
-            kp_rows16(PL, wp, o + 16 + 32 * (size_t)c + 16 * (size_t)p, q);
+            kp_rows16(PL, wp, o + qs + 32 * (size_t)c + 16 * (size_t)p, q);
             UNROLL for (int k = 0; k < 4; k++) {
                 lo[4 * p + k] = _mm512_and_si512(q[k], m4);
                 hi[4 * p + k] = _mm512_and_si512(_mm512_srli_epi16(q[k], 4), m4);
+                if (Q5) {
+                    const __m512i h = qh[4 * p + k];
+                    lo[4 * p + k] = _mm512_mask_add_epi8(lo[4 * p + k], _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << (2 * c)))),
+                                                         lo[4 * p + k], b16);
+                    hi[4 * p + k] = _mm512_mask_add_epi8(hi[4 * p + k], _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(2 << (2 * c)))),
+                                                         hi[4 * p + k], b16);
+                }
             }
         }
         const __m512i sc0 = kp_byte(c < 2 ? s03 : s47, 2 * c % 4), sc1 = kp_byte(c < 2 ? s03 : s47, 2 * c % 4 + 1);
@@ -106,15 +123,16 @@ AI void q4k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap
  * NULL, one super-block's worth prefetched per step (kp_prefetch_block), in
  * order as the hardware prefetchers expect (per-row prefetches, 16 streams
  * at once, read 15-25 % slower from DRAM in bench_qgemm decode). */
-AI void q4k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, bptr next_b,
-                  __m512 *acc) {
+AI void q45k_panel(const int Q5, const int PL, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next,
+                   bptr next_b, __m512 *acc) {
+    const size_t wb = Q5 ? 176 : 144;
     __m512i isum[KP_NT], msum[KP_NT];
     for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const size_t o = 144 * (size_t)b, ao = QKA * (size_t)b;
-        kp_prefetch_block(PL, next, next_b, o, 144);
+        const size_t o = wb * (size_t)b, ao = QKA * (size_t)b;
+        kp_prefetch_block(PL, next, next_b, o, wb);
         __m512 dw, dm;
-        q4k_block(PL, nt, wp, o, ap, ao, isum, msum, &dw, &dm);
+        q45k_block(Q5, PL, nt, wp, o, ap, ao, isum, msum, &dw, &dm);
         for (int j = 0; j < nt; j++) {
             const __m512 da = _mm512_set1_ps(kp_ldf(ap[j] + ao));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, da), acc[j]);
@@ -124,18 +142,19 @@ AI void q4k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t 
 }
 
 /* One token over the 8-row panel p of the panel layout, nb super-blocks, in
- * ymm lanes: per lane q4k_block's and q4k_panel's instructions (the same
+ * ymm lanes: per lane q45k_block's and q45k_panel's instructions (the same
  * integers, the same float roundings), so a row gets the same bits from
  * either.  One token reads the panels one after the other (as
  * qgemm_avx512_lpanel.c's lpanel8).  next: the next panel or NULL. */
-AI __m256 q4k_panel8(bptr p, bptr a, int64_t nb, bptr next) {
+AI __m256 q45k_panel8(const int Q5, bptr p, bptr a, int64_t nb, bptr next) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), lo6 = _mm256_set1_epi8(0x3F), lo2 = _mm256_set1_epi8(3),
-                  ff = _mm256_set1_epi32(0xFF);
+                  ff = _mm256_set1_epi32(0xFF), b16 = _mm256_set1_epi8(0x10);
+    const size_t wb = Q5 ? 176 : 144, qs = Q5 ? 48 : 16;
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const size_t o = 144 * (size_t)b, ao = QKA * (size_t)b;
+        const size_t o = wb * (size_t)b, ao = QKA * (size_t)b;
         if (next)
-            for (size_t k = 0; k < 144 * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
+            for (size_t k = 0; k < wb * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
         const bptr x = p + 8 * o;
         const __m256 dw = _mm256_cvtph_ps(kp_ldx(x)), dm = _mm256_cvtph_ps(kp_ldx(x + 16));
         __m256i v[3];
@@ -150,11 +169,16 @@ AI __m256 q4k_panel8(bptr p, bptr a, int64_t nb, bptr next) {
             const bptr ac = a + ao + 4 + 64 * (size_t)c;
             __m256i d0 = _mm256_setzero_si256(), d1 = _mm256_setzero_si256();
             UNROLL for (int k = 0; k < 8; k++) {
-                const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 8 * (16 + 32 * (size_t)c) + 32 * (size_t)k));
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(x + 8 * (qs + 32 * (size_t)c) + 32 * (size_t)k));
                 const size_t e = 16 * (size_t)(k / 4) + 4 * (size_t)(k % 4);
-                d0 = _mm256_dpbusd_epi32(d0, _mm256_and_si256(q, m4), _mm256_set1_epi32((int)kp_ld32(ac + e)));
-                d1 = _mm256_dpbusd_epi32(d1, _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
-                                         _mm256_set1_epi32((int)kp_ld32(ac + 32 + e)));
+                __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                if (Q5) {
+                    const __m256i h = _mm256_loadu_si256((const __m256i *)(x + 8 * 16 + 32 * (size_t)k));
+                    lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(1 << (2 * c)))), lo, b16);
+                    hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(2 << (2 * c)))), hi, b16);
+                }
+                d0 = _mm256_dpbusd_epi32(d0, lo, _mm256_set1_epi32((int)kp_ld32(ac + e)));
+                d1 = _mm256_dpbusd_epi32(d1, hi, _mm256_set1_epi32((int)kp_ld32(ac + 32 + e)));
             }
             const __m256i sv = c < 2 ? s03 : s47;
             const __m256i sc0 = _mm256_and_si256(_mm256_srli_epi32(sv, 8 * (2 * c % 4)), ff),
@@ -177,7 +201,7 @@ AI __m256 q4k_panel8(bptr p, bptr a, int64_t nb, bptr next) {
 /* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),
  * passes of up to KP_NT tokens; one token takes the instantiation with its
  * accumulators in registers. */
-AI void kpanel_gemm(const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+AI void kpanel_gemm(const int Q5, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
                     size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 256;
     const uint8_t *W = w, *A = act;
@@ -197,17 +221,17 @@ AI void kpanel_gemm(const int PL, const void *w, size_t wrb, int64_t n, int64_t 
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
                 const bptr next_b = kp_next_second(PL, next, wrb, r, r1);
                 /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm; one
-                 * token in the panel layout one 8-row panel at a time (q4k_panel8) */
+                 * token in the panel layout one 8-row panel at a time (q45k_panel8) */
                 if (nt == 1 && PL) {
                     const bptr next_a = wp[1] != wp[0] ? wp[1] : next;
-                    const __m256 lo = q4k_panel8(wp[0], ap[0], nb, t == t0 ? next_a : NULL);
-                    const __m256 hi = wp[1] != wp[0] ? q4k_panel8(wp[1], ap[0], nb, next) : lo;
+                    const __m256 lo = q45k_panel8(Q5, wp[0], ap[0], nb, t == t0 ? next_a : NULL);
+                    const __m256 hi = wp[1] != wp[0] ? q45k_panel8(Q5, wp[1], ap[0], nb, next) : lo;
                     acc[0] = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-                } else if (nt == 1) q4k_panel(PL, 1, wp, ap, nb, next, next_b, acc);
-                else if (nt == 2) q4k_panel(PL, 2, wp, ap, nb, next, next_b, acc);
-                else if (nt == 3) q4k_panel(PL, 3, wp, ap, nb, next, next_b, acc);
-                else if (nt == 4) q4k_panel(PL, 4, wp, ap, nb, next, next_b, acc);
-                else q4k_panel(PL, nt, wp, ap, nb, next, next_b, acc);
+                } else if (nt == 1) q45k_panel(Q5, PL, 1, wp, ap, nb, next, next_b, acc);
+                else if (nt == 2) q45k_panel(Q5, PL, 2, wp, ap, nb, next, next_b, acc);
+                else if (nt == 3) q45k_panel(Q5, PL, 3, wp, ap, nb, next, next_b, acc);
+                else if (nt == 4) q45k_panel(Q5, PL, 4, wp, ap, nb, next, next_b, acc);
+                else q45k_panel(Q5, PL, nt, wp, ap, nb, next, next_b, acc);
                 kp_store(nt, acc, y, ldy, t, r, keep);
                 t += nt;
             }
@@ -215,21 +239,25 @@ AI void kpanel_gemm(const int PL, const void *w, size_t wrb, int64_t n, int64_t 
     }
 }
 
-/* the row layout, and the panel layout (kernels/panels.h) */
-static void q4_K_kpanel_gemm(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb,
-                             int n_tok, float *y, int64_t ldy) {
-    kpanel_gemm(0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
-}
-static void q4_K_kpanel_gemm_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
-                                size_t arb, int n_tok, float *y, int64_t ldy) {
-    kpanel_gemm(1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
-}
+/* NAME reads the row layout, NAME##_pl the panel layout (kernels/panels.h). */
+#define KPANEL_GEMM(NAME, Q5)                                                                                    \
+    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
+                     int n_tok, float *y, int64_t ldy) {                                                         \
+        kpanel_gemm(Q5, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                          \
+    }                                                                                                            \
+    static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,        \
+                          size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
+        kpanel_gemm(Q5, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                          \
+    }
+KPANEL_GEMM(q4_K_kpanel_gemm, 0)
+KPANEL_GEMM(q5_K_kpanel_gemm, 1)
 
 #define KP_KERNEL(WT, NAME, GEMM) \
     [WT] = {WT, TK_Q8_K, TK_ISA_AVX512, NAME "/avx512", tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K, GEMM, \
             GEMM##_pl}
 static const tk_qkernel kpanel_kernels[TK_DTYPE_LIMIT] = {
     KP_KERNEL(TK_Q4_K, "Q4_K", q4_K_kpanel_gemm),
+    KP_KERNEL(TK_Q5_K, "Q5_K", q5_K_kpanel_gemm),
 };
 
 const tk_qkernel *tk_qkernel_avx512_kpanel(tk_dtype wtype) { return tk_qkernel_pick(kpanel_kernels, wtype); }
