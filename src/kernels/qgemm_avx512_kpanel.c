@@ -198,10 +198,135 @@ AI __m256 q45k_panel8(const int Q5, bptr p, bptr a, int64_t nb, bptr next) {
     return acc;
 }
 
+/* Q6_K: ql[128] qh[64] scales[16] (int8) d; 16 sub-blocks of 16.  Per
+ * super-block and lane (one row, one token), code = q + 32 in [0, 63]:
+ *   dot_s = sum over sub-block s of code * a - 32 * bsum_s   (vpdpbusd from
+ *           the broadcast -32 * bsum_s: the offset leaves exactly)
+ *   isum  = sum_s sc_s * dot_s                                (vpmulld)
+ *   acc   = fma(float(isum), d * da, acc)
+ * Bounds: |dot_s| <= 16 * 63 * 128 + 32 * 2048 < 2^18, |sc_s| <= 128,
+ * |isum| <= 16 * 2^25 = 2^29: exact. */
+AI void q6k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m512i *isum) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
+    __m512i scv[4]; /* lane i dword k: scales 4k..4k+3 of row i */
+    kp_rows16(PL, wp, o + 192, scv);
+    for (int j = 0; j < nt; j++) isum[j] = _mm512_setzero_si512();
+    /* half h (elements 128h..), slice p: l = 16p + 4k + byte of ql[64h + l],
+     * ql[64h + 32 + l], qh[32h + l] give elements 128h + l (+32, +64, +96),
+     * sub-blocks 8h + p (+2, +4, +6) */
+    UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) {
+            __m512i qa[4], qb[4], qh[4], c[16]; /* c[4g + k]: sub-block 8h + p + 2g */
+            kp_rows16(PL, wp, o + 64 * (size_t)h + 16 * (size_t)p, qa);
+            kp_rows16(PL, wp, o + 64 * (size_t)h + 32 + 16 * (size_t)p, qb);
+            kp_rows16(PL, wp, o + 128 + 32 * (size_t)h + 16 * (size_t)p, qh);
+            UNROLL for (int k = 0; k < 4; k++) {
+                c[k] = _mm512_or_si512(_mm512_and_si512(qa[k], m4), _mm512_and_si512(_mm512_slli_epi16(qh[k], 4), m30));
+                c[4 + k] = _mm512_or_si512(_mm512_and_si512(qb[k], m4), _mm512_and_si512(_mm512_slli_epi16(qh[k], 2), m30));
+                c[8 + k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qa[k], 4), m4), _mm512_and_si512(qh[k], m30));
+                c[12 + k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qb[k], 4), m4),
+                                            _mm512_and_si512(_mm512_srli_epi16(qh[k], 2), m30));
+            }
+            __m512i sc[4]; /* the 4 sub-blocks' scales, sign-extended */
+            UNROLL for (int g = 0; g < 4; g++) {
+                const int sb = 8 * h + p + 2 * g;
+                sc[g] = _mm512_srai_epi32(_mm512_slli_epi32(scv[sb / 4], 24 - 8 * (sb % 4)), 24);
+            }
+            for (int j = 0; j < nt; j++) {
+                const bptr a = ap[j] + ao + 4 + 128 * (size_t)h + 16 * (size_t)p;
+                const bptr bs = ap[j] + ao + 260;
+                __m512i t = isum[j];
+                UNROLL for (int g = 0; g < 4; g++) {
+                    int16_t bsum;
+                    memcpy(&bsum, bs + 2 * (8 * h + p + 2 * g), 2);
+                    __m512i d = _mm512_set1_epi32(-32 * (int32_t)bsum);
+                    UNROLL for (int k = 0; k < 4; k++) d = _mm512_dpbusd_epi32(d, c[4 * g + k], kp_bcast(a + 32 * g + 4 * k));
+                    t = _mm512_add_epi32(t, _mm512_mullo_epi32(d, sc[g]));
+                }
+                isum[j] = t;
+            }
+        }
+}
+
+/* Q6_K rows wp (PL: kp_rows16), tokens ap[0..nt), nb super-blocks, next
+ * and next_b as in q45k_panel. */
+AI void q6k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, bptr next_b,
+                  __m512 *acc) {
+    __m512i isum[KP_NT];
+    for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = 210 * (size_t)b, ao = QKA * (size_t)b;
+        kp_prefetch_block(PL, next, next_b, o, 210);
+        q6k_block(PL, nt, wp, o, ap, ao, isum);
+        const __m512 dw = kp_scales16(PL, wp, o + 208);
+        for (int j = 0; j < nt; j++)
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(kp_ldf(ap[j] + ao))),
+                                     acc[j]);
+    }
+}
+
+/* One token over the 8-row panel p of the panel layout in ymm lanes, as
+ * q45k_panel8: per lane q6k_block's and q6k_panel's instructions. */
+AI __m256 q6k_panel8(bptr p, bptr a, int64_t nb, bptr next) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = 210 * (size_t)b, ao = QKA * (size_t)b;
+        if (next)
+            for (size_t k = 0; k < 210 * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
+        const bptr x = p + 8 * o;
+        __m256i isum = _mm256_setzero_si256();
+        UNROLL for (int h = 0; h < 2; h++) UNROLL for (int q = 0; q < 2; q++) {
+                const bptr ab = a + ao + 4 + 128 * (size_t)h + 16 * (size_t)q;
+                __m256i d[4];
+                UNROLL for (int g = 0; g < 4; g++) {
+                    int16_t bsum;
+                    memcpy(&bsum, a + ao + 260 + 2 * (8 * h + q + 2 * g), 2);
+                    d[g] = _mm256_set1_epi32(-32 * (int32_t)bsum);
+                }
+                UNROLL for (int k = 0; k < 4; k++) {
+                    const __m256i qa = _mm256_loadu_si256((const __m256i *)(x + 8 * (64 * (size_t)h + 16 * (size_t)q) + 32 * (size_t)k));
+                    const __m256i qb = _mm256_loadu_si256((const __m256i *)(x + 8 * (64 * (size_t)h + 32 + 16 * (size_t)q) + 32 * (size_t)k));
+                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x + 8 * (128 + 32 * (size_t)h + 16 * (size_t)q) + 32 * (size_t)k));
+                    const __m256i c0 = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
+                    const __m256i c1 = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
+                    const __m256i c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
+                    const __m256i c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
+                                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
+                    d[0] = _mm256_dpbusd_epi32(d[0], c0, _mm256_set1_epi32((int)kp_ld32(ab + 4 * k)));
+                    d[1] = _mm256_dpbusd_epi32(d[1], c1, _mm256_set1_epi32((int)kp_ld32(ab + 32 + 4 * k)));
+                    d[2] = _mm256_dpbusd_epi32(d[2], c2, _mm256_set1_epi32((int)kp_ld32(ab + 64 + 4 * k)));
+                    d[3] = _mm256_dpbusd_epi32(d[3], c3, _mm256_set1_epi32((int)kp_ld32(ab + 96 + 4 * k)));
+                }
+                UNROLL for (int g = 0; g < 4; g++) {
+                    const int sb = 8 * h + q + 2 * g;
+                    const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 8 * (192 + 4 * (size_t)(sb / 4))));
+                    const __m256i sc = _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * (sb % 4)), 24);
+                    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(d[g], sc));
+                }
+            }
+        const __m256 dw = _mm256_cvtph_ps(kp_ldx(x + 8 * 208));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(kp_ldf(a + ao))), acc);
+    }
+    return acc;
+}
+
+/* A pass of nt tokens over the 16 rows wp of type T (Q4_K, Q5_K or Q6_K). */
+enum { KQ_Q4, KQ_Q5, KQ_Q6 };
+AI void kpanel_pass(const int T, const int PL, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next,
+                    bptr next_b, __m512 *acc) {
+    if (T == KQ_Q6) q6k_panel(PL, nt, wp, ap, nb, next, next_b, acc);
+    else q45k_panel(T == KQ_Q5, PL, nt, wp, ap, nb, next, next_b, acc);
+}
+
+/* One token over the 8-row panel p of type T. */
+AI __m256 kpanel_pass8(const int T, bptr p, bptr a, int64_t nb, bptr next) {
+    return T == KQ_Q6 ? q6k_panel8(p, a, nb, next) : q45k_panel8(T == KQ_Q5, p, a, nb, next);
+}
+
 /* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),
  * passes of up to KP_NT tokens; one token takes the instantiation with its
  * accumulators in registers. */
-AI void kpanel_gemm(const int Q5, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
+AI void kpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
                     size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 256;
     const uint8_t *W = w, *A = act;
@@ -224,14 +349,14 @@ AI void kpanel_gemm(const int Q5, const int PL, const void *w, size_t wrb, int64
                  * token in the panel layout one 8-row panel at a time (q45k_panel8) */
                 if (nt == 1 && PL) {
                     const bptr next_a = wp[1] != wp[0] ? wp[1] : next;
-                    const __m256 lo = q45k_panel8(Q5, wp[0], ap[0], nb, t == t0 ? next_a : NULL);
-                    const __m256 hi = wp[1] != wp[0] ? q45k_panel8(Q5, wp[1], ap[0], nb, next) : lo;
+                    const __m256 lo = kpanel_pass8(T, wp[0], ap[0], nb, t == t0 ? next_a : NULL);
+                    const __m256 hi = wp[1] != wp[0] ? kpanel_pass8(T, wp[1], ap[0], nb, next) : lo;
                     acc[0] = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-                } else if (nt == 1) q45k_panel(Q5, PL, 1, wp, ap, nb, next, next_b, acc);
-                else if (nt == 2) q45k_panel(Q5, PL, 2, wp, ap, nb, next, next_b, acc);
-                else if (nt == 3) q45k_panel(Q5, PL, 3, wp, ap, nb, next, next_b, acc);
-                else if (nt == 4) q45k_panel(Q5, PL, 4, wp, ap, nb, next, next_b, acc);
-                else q45k_panel(Q5, PL, nt, wp, ap, nb, next, next_b, acc);
+                } else if (nt == 1) kpanel_pass(T, PL, 1, wp, ap, nb, next, next_b, acc);
+                else if (nt == 2) kpanel_pass(T, PL, 2, wp, ap, nb, next, next_b, acc);
+                else if (nt == 3) kpanel_pass(T, PL, 3, wp, ap, nb, next, next_b, acc);
+                else if (nt == 4) kpanel_pass(T, PL, 4, wp, ap, nb, next, next_b, acc);
+                else kpanel_pass(T, PL, nt, wp, ap, nb, next, next_b, acc);
                 kp_store(nt, acc, y, ldy, t, r, keep);
                 t += nt;
             }
@@ -240,17 +365,18 @@ AI void kpanel_gemm(const int Q5, const int PL, const void *w, size_t wrb, int64
 }
 
 /* NAME reads the row layout, NAME##_pl the panel layout (kernels/panels.h). */
-#define KPANEL_GEMM(NAME, Q5)                                                                                    \
+#define KPANEL_GEMM(NAME, T)                                                                                    \
     static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
                      int n_tok, float *y, int64_t ldy) {                                                         \
-        kpanel_gemm(Q5, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                          \
+        kpanel_gemm(T, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                          \
     }                                                                                                            \
     static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,        \
                           size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
-        kpanel_gemm(Q5, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                          \
+        kpanel_gemm(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                          \
     }
-KPANEL_GEMM(q4_K_kpanel_gemm, 0)
-KPANEL_GEMM(q5_K_kpanel_gemm, 1)
+KPANEL_GEMM(q4_K_kpanel_gemm, KQ_Q4)
+KPANEL_GEMM(q5_K_kpanel_gemm, KQ_Q5)
+KPANEL_GEMM(q6_K_kpanel_gemm, KQ_Q6)
 
 #define KP_KERNEL(WT, NAME, GEMM) \
     [WT] = {WT, TK_Q8_K, TK_ISA_AVX512, NAME "/avx512", tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K, GEMM, \
@@ -258,6 +384,7 @@ KPANEL_GEMM(q5_K_kpanel_gemm, 1)
 static const tk_qkernel kpanel_kernels[TK_DTYPE_LIMIT] = {
     KP_KERNEL(TK_Q4_K, "Q4_K", q4_K_kpanel_gemm),
     KP_KERNEL(TK_Q5_K, "Q5_K", q5_K_kpanel_gemm),
+    KP_KERNEL(TK_Q6_K, "Q6_K", q6_K_kpanel_gemm),
 };
 
 const tk_qkernel *tk_qkernel_avx512_kpanel(tk_dtype wtype) { return tk_qkernel_pick(kpanel_kernels, wtype); }
