@@ -1,9 +1,9 @@
 /* Weights in the panel layout: a quantized matrix's rows interleaved eight
  * at a time, made once at load for the kernels that read eight rows
- * together (the AVX2 panel kernels; the AVX-512 Q4_0, Q8_0 and IQ4_NL ones
- * read two adjacent panels as their 16 rows).  Those kernels otherwise transpose
- * 16 bytes of 8 rows for every block they read, which is most of the
- * shuffle work of a one-token (decode) matmul.
+ * together (the AVX2 panel kernels; the AVX-512 16-row ones read two
+ * adjacent panels as their 16 rows, and one token one panel at a time).
+ * Those kernels otherwise transpose 16 bytes of 8 rows for every block they
+ * read, which is most of the shuffle work of a one-token (decode) matmul.
  *
  * A row of a block type is a sequence of units: the block's 2-byte fields
  * (f16 scales and mins) and, for the rest of the block, 4 bytes at a time.
