@@ -39,10 +39,11 @@ static size_t matmul_weights(tk_model *m, tk_tensor **out) {
     return n;
 }
 
-/* Bytes of t's panel layout if its kernel reads one, else 0. */
-static size_t panel_size(const tk_tensor *t, tk_isa isa) {
-    const tk_qkernel *k = tk_qkernel_get(t->type, isa);
-    if (!k || !k->gemm_panels || !tk_panels_layout(t->type) || t->ne[2] != 1 || t->ne[3] != 1 ||
+/* Bytes of t's panel layout if its kernel reads one, else 0.  reads[type]:
+ * whether the type's kernel reads the layout (looked up once per type:
+ * tk_qkernel_get checks the CPU, and cpuid is slow in a VM). */
+static size_t panel_size(const tk_tensor *t, const bool reads[TK_DTYPE_LIMIT]) {
+    if ((unsigned)t->type >= TK_DTYPE_LIMIT || !reads[t->type] || !tk_panels_layout(t->type) || t->ne[2] != 1 || t->ne[3] != 1 ||
         t->ne[0] > TK_PANELS_MAX_N)
         return 0;
     const size_t rb = tk_dtype_row_bytes(t->type, t->ne[0]);
@@ -104,11 +105,16 @@ int tk_model_make_panels(tk_model *m, tk_isa isa, tk_threadpool *pool, tk_err *e
     matmul_weights(m, w);
     /* a matrix listed twice is packed once: its panels field marks it
      * (pointing at `off`) until the packing sets it */
+    bool reads[TK_DTYPE_LIMIT];
+    for (int t = 0; t < TK_DTYPE_LIMIT; t++) {
+        const tk_qkernel *k = tk_dtype_get(t) ? tk_qkernel_get((tk_dtype)t, isa) : NULL;
+        reads[t] = k && k->gemm_panels;
+    }
     size_t total = 0;
     bool too_large = false;
     for (size_t i = 0; i < n; i++) {
         off[i] = SIZE_MAX;
-        const size_t bytes = panel_size(w[i], isa);
+        const size_t bytes = panel_size(w[i], reads);
         if (!bytes || w[i]->panels) continue;
         if (total > SIZE_MAX - bytes) too_large = true;
         w[i]->panels = off;
