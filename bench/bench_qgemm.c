@@ -7,6 +7,9 @@
  *   TK_BENCH_SHAPES=0,3         only these shapes (indices into the list)
  *   TK_BENCH_MODE=decode        only decode (or prefill)
  *   TK_BENCH_NTOK=16            tokens of the "prefill" column (default 128)
+ *   TK_BENCH_DECODE_NTOK=2      tokens of the "decode" column (default 1: a
+ *                               few sequences or an expert's tokens, still
+ *                               streaming the weights from DRAM)
  *   TK_BENCH_HOT=1              decode re-reads one copy (cache-resident
  *                               when small: compute speed, not DRAM)
  *   TK_BENCH_CPUTIME=1          time with this thread's CPU time instead of
@@ -114,6 +117,8 @@ int main(void) {
     if (pool_bytes < ((size_t)140 << 20)) pool_bytes = (size_t)140 << 20; /* the largest matrix */
     const int hot = getenv("TK_BENCH_HOT") && atoi(getenv("TK_BENCH_HOT"));
     const int prefill_tok = getenv("TK_BENCH_NTOK") && atoi(getenv("TK_BENCH_NTOK")) > 0 ? atoi(getenv("TK_BENCH_NTOK")) : 128;
+    const int dec_env = getenv("TK_BENCH_DECODE_NTOK") ? atoi(getenv("TK_BENCH_DECODE_NTOK")) : 1;
+    const int decode_tok = dec_env < 1 ? 1 : dec_env > prefill_tok ? prefill_tok : dec_env;
     use_cputime = getenv("TK_BENCH_CPUTIME") && atoi(getenv("TK_BENCH_CPUTIME"));
     const int64_t split = getenv("TK_BENCH_SPLIT") && atoi(getenv("TK_BENCH_SPLIT")) > 0 ? atoi(getenv("TK_BENCH_SPLIT")) : 0;
     const int panels = getenv("TK_BENCH_PANELS") && atoi(getenv("TK_BENCH_PANELS"));
@@ -126,8 +131,8 @@ int main(void) {
     int n_isa = 0;
     for (int i = 0; i < TK_ISA_COUNT; i++)
         if (tk_isa_supported((tk_isa)i) && listed(ilist, tk_isa_name((tk_isa)i))) isas[n_isa++] = (tk_isa)i;
-    printf("best isa: %s; pool %zu MiB; decode = n_tok 1 (GB/s of weights), prefill = n_tok %d (GFLOP/s)\n",
-           tk_isa_name(tk_cpu_best_isa()), pool_bytes >> 20, prefill_tok);
+    printf("best isa: %s; pool %zu MiB; decode = n_tok %d (GB/s of weights), prefill = n_tok %d (GFLOP/s)\n",
+           tk_isa_name(tk_cpu_best_isa()), pool_bytes >> 20, decode_tok, prefill_tok);
 
     uint8_t *pool = malloc(pool_bytes), *panel_pool = panels ? malloc(pool_bytes) : NULL;
     if (panels && !panel_pool) return 1;
@@ -178,10 +183,11 @@ int main(void) {
                 const double tend = now() + (k->isa == TK_ISA_SCALAR ? 0.6 : 0.4);
                 while (do_dec && reps < MAXR && (reps < 3 || now() < tend)) {
                     const double t0 = now();
-                    if (!split) gemm(wpool + c * mbytes, wrb, in, 0, out, act, arb, 1, y, out);
+                    if (!split) gemm(wpool + c * mbytes, wrb, in, 0, out, act, arb, decode_tok, y, out);
                     else
                         for (int64_t r = 0; r < out; r += split)
-                            gemm(wpool + c * mbytes, wrb, in, r, r + split < out ? r + split : out, act, arb, 1, y, out);
+                            gemm(wpool + c * mbytes, wrb, in, r, r + split < out ? r + split : out, act, arb, decode_tok, y,
+                                 out);
                     times[reps++] = now() - t0;
                     c = (c + 1) % copies;
                 }

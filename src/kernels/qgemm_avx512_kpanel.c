@@ -215,34 +215,30 @@ AI void q6k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap
      * ql[64h + 32 + l], qh[32h + l] give elements 128h + l (+32, +64, +96),
      * sub-blocks 8h + p (+2, +4, +6) */
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) {
-            __m512i qa[4], qb[4], qh[4], c[16]; /* c[4g + k]: sub-block 8h + p + 2g */
+            __m512i qa[4], qb[4], qh[4];
             kp_rows16(PL, wp, o + 64 * (size_t)h + 16 * (size_t)p, qa);
             kp_rows16(PL, wp, o + 64 * (size_t)h + 32 + 16 * (size_t)p, qb);
             kp_rows16(PL, wp, o + 128 + 32 * (size_t)h + 16 * (size_t)p, qh);
-            UNROLL for (int k = 0; k < 4; k++) {
-                c[k] = _mm512_or_si512(_mm512_and_si512(qa[k], m4), _mm512_and_si512(_mm512_slli_epi16(qh[k], 4), m30));
-                c[4 + k] = _mm512_or_si512(_mm512_and_si512(qb[k], m4), _mm512_and_si512(_mm512_slli_epi16(qh[k], 2), m30));
-                c[8 + k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qa[k], 4), m4), _mm512_and_si512(qh[k], m30));
-                c[12 + k] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(qb[k], 4), m4),
-                                            _mm512_and_si512(_mm512_srli_epi16(qh[k], 2), m30));
-            }
-            __m512i sc[4]; /* the 4 sub-blocks' scales, sign-extended */
+            /* code group g: sub-block 8h + p + 2g (elements 128h + 32g + l) */
             UNROLL for (int g = 0; g < 4; g++) {
-                const int sb = 8 * h + p + 2 * g;
-                sc[g] = _mm512_srai_epi32(_mm512_slli_epi32(scv[sb / 4], 24 - 8 * (sb % 4)), 24);
-            }
-            for (int j = 0; j < nt; j++) {
-                const bptr a = ap[j] + ao + 4 + 128 * (size_t)h + 16 * (size_t)p;
-                const bptr bs = ap[j] + ao + 260;
-                __m512i t = isum[j];
-                UNROLL for (int g = 0; g < 4; g++) {
-                    int16_t bsum;
-                    memcpy(&bsum, bs + 2 * (8 * h + p + 2 * g), 2);
-                    __m512i d = _mm512_set1_epi32(-32 * (int32_t)bsum);
-                    UNROLL for (int k = 0; k < 4; k++) d = _mm512_dpbusd_epi32(d, c[4 * g + k], kp_bcast(a + 32 * g + 4 * k));
-                    t = _mm512_add_epi32(t, _mm512_mullo_epi32(d, sc[g]));
+                __m512i c[4];
+                UNROLL for (int k = 0; k < 4; k++) {
+                    const __m512i lo = g & 1 ? qb[k] : qa[k];
+                    const __m512i nib = g < 2 ? lo : _mm512_srli_epi16(lo, 4);
+                    const __m512i hb = g == 0 ? _mm512_slli_epi16(qh[k], 4) : g == 1 ? _mm512_slli_epi16(qh[k], 2)
+                                     : g == 2 ? qh[k] : _mm512_srli_epi16(qh[k], 2);
+                    c[k] = _mm512_or_si512(_mm512_and_si512(nib, m4), _mm512_and_si512(hb, m30));
                 }
-                isum[j] = t;
+                const int sb = 8 * h + p + 2 * g;
+                const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(scv[sb / 4], 24 - 8 * (sb % 4)), 24);
+                for (int j = 0; j < nt; j++) {
+                    const bptr a = ap[j] + ao + 4 + 128 * (size_t)h + 32 * (size_t)g + 16 * (size_t)p;
+                    int16_t bsum;
+                    memcpy(&bsum, ap[j] + ao + 260 + 2 * (size_t)sb, 2);
+                    __m512i d = _mm512_set1_epi32(-32 * (int32_t)bsum);
+                    UNROLL for (int k = 0; k < 4; k++) d = _mm512_dpbusd_epi32(d, c[k], kp_bcast(a + 4 * k));
+                    isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(d, sc));
+                }
             }
         }
 }
@@ -264,50 +260,53 @@ AI void q6k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t 
     }
 }
 
-/* One token over the 8-row panel p of the panel layout in ymm lanes, as
- * q45k_panel8: per lane q6k_block's and q6k_panel's instructions. */
-AI __m256 q6k_panel8(bptr p, bptr a, int64_t nb, bptr next) {
+/* nt <= 2 tokens ap[0..nt) over the 8-row panel p of the panel layout in
+ * ymm lanes, as q45k_panel8: per lane q6k_block's and q6k_panel's
+ * instructions; acc[j] lane i = row i.  Q6_K's 16-row pass of 2 tokens
+ * reads slowly from DRAM (bench_qgemm, TK_BENCH_DECODE_NTOK=2: 10.4-11.2
+ * GB/s against 28.7 cache-hot; this: 15.5-18.1), so it takes 2 tokens too
+ * (at 3-4 tokens this one is no faster: compute-bound in ymm). */
+AI void q6k_panel8(int nt, bptr p, const bptr *ap, int64_t nb, bptr next, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc = _mm256_setzero_ps();
+    for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = 210 * (size_t)b, ao = QKA * (size_t)b;
         if (next)
             for (size_t k = 0; k < 210 * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
         const bptr x = p + 8 * o;
-        __m256i isum = _mm256_setzero_si256();
-        UNROLL for (int h = 0; h < 2; h++) UNROLL for (int q = 0; q < 2; q++) {
-                const bptr ab = a + ao + 4 + 128 * (size_t)h + 16 * (size_t)q;
-                __m256i d[4];
-                UNROLL for (int g = 0; g < 4; g++) {
-                    int16_t bsum;
-                    memcpy(&bsum, a + ao + 260 + 2 * (8 * h + q + 2 * g), 2);
-                    d[g] = _mm256_set1_epi32(-32 * (int32_t)bsum);
-                }
-                UNROLL for (int k = 0; k < 4; k++) {
-                    const __m256i qa = _mm256_loadu_si256((const __m256i *)(x + 8 * (64 * (size_t)h + 16 * (size_t)q) + 32 * (size_t)k));
-                    const __m256i qb = _mm256_loadu_si256((const __m256i *)(x + 8 * (64 * (size_t)h + 32 + 16 * (size_t)q) + 32 * (size_t)k));
-                    const __m256i qh = _mm256_loadu_si256((const __m256i *)(x + 8 * (128 + 32 * (size_t)h + 16 * (size_t)q) + 32 * (size_t)k));
-                    const __m256i c0 = _mm256_or_si256(_mm256_and_si256(qa, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 4), m30));
-                    const __m256i c1 = _mm256_or_si256(_mm256_and_si256(qb, m4), _mm256_and_si256(_mm256_slli_epi16(qh, 2), m30));
-                    const __m256i c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qa, 4), m4), _mm256_and_si256(qh, m30));
-                    const __m256i c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qb, 4), m4),
-                                                       _mm256_and_si256(_mm256_srli_epi16(qh, 2), m30));
-                    d[0] = _mm256_dpbusd_epi32(d[0], c0, _mm256_set1_epi32((int)kp_ld32(ab + 4 * k)));
-                    d[1] = _mm256_dpbusd_epi32(d[1], c1, _mm256_set1_epi32((int)kp_ld32(ab + 32 + 4 * k)));
-                    d[2] = _mm256_dpbusd_epi32(d[2], c2, _mm256_set1_epi32((int)kp_ld32(ab + 64 + 4 * k)));
-                    d[3] = _mm256_dpbusd_epi32(d[3], c3, _mm256_set1_epi32((int)kp_ld32(ab + 96 + 4 * k)));
-                }
-                UNROLL for (int g = 0; g < 4; g++) {
+        __m256i isum[2];
+        for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
+        UNROLL for (int h = 0; h < 2; h++) UNROLL for (int q = 0; q < 2; q++) UNROLL for (int g = 0; g < 4; g++) {
+                    /* code group g: sub-block 8h + q + 2g, elements 128h + 32g + 16q + .. */
                     const int sb = 8 * h + q + 2 * g;
+                    __m256i c[4];
+                    UNROLL for (int k = 0; k < 4; k++) {
+                        const __m256i lo = _mm256_loadu_si256(
+                            (const __m256i *)(x + 8 * (64 * (size_t)h + 32 * (size_t)(g & 1) + 16 * (size_t)q) + 32 * (size_t)k));
+                        const __m256i qh = _mm256_loadu_si256(
+                            (const __m256i *)(x + 8 * (128 + 32 * (size_t)h + 16 * (size_t)q) + 32 * (size_t)k));
+                        const __m256i nib = g < 2 ? lo : _mm256_srli_epi16(lo, 4);
+                        const __m256i hb = g == 0 ? _mm256_slli_epi16(qh, 4) : g == 1 ? _mm256_slli_epi16(qh, 2)
+                                         : g == 2 ? qh : _mm256_srli_epi16(qh, 2);
+                        c[k] = _mm256_or_si256(_mm256_and_si256(nib, m4), _mm256_and_si256(hb, m30));
+                    }
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 8 * (192 + 4 * (size_t)(sb / 4))));
                     const __m256i sc = _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * (sb % 4)), 24);
-                    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(d[g], sc));
+                    for (int j = 0; j < nt; j++) {
+                        const bptr a = ap[j] + ao + 4 + 128 * (size_t)h + 32 * (size_t)g + 16 * (size_t)q;
+                        int16_t bsum;
+                        memcpy(&bsum, ap[j] + ao + 260 + 2 * (size_t)sb, 2);
+                        __m256i d = _mm256_set1_epi32(-32 * (int32_t)bsum);
+                        UNROLL for (int k = 0; k < 4; k++)
+                            d = _mm256_dpbusd_epi32(d, c[k], _mm256_set1_epi32((int)kp_ld32(a + 4 * k)));
+                        isum[j] = _mm256_add_epi32(isum[j], _mm256_mullo_epi32(d, sc));
+                    }
                 }
-            }
         const __m256 dw = _mm256_cvtph_ps(kp_ldx(x + 8 * 208));
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(kp_ldf(a + ao))), acc);
+        for (int j = 0; j < nt; j++)
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(kp_ldf(ap[j] + ao))),
+                                     acc[j]);
     }
-    return acc;
 }
 
 /* A pass of nt tokens over the 16 rows wp of type T (Q4_K, Q5_K or Q6_K). */
@@ -318,9 +317,24 @@ AI void kpanel_pass(const int T, const int PL, int nt, const bptr *wp, const bpt
     else q45k_panel(T == KQ_Q5, PL, nt, wp, ap, nb, next, next_b, acc);
 }
 
-/* One token over the 8-row panel p of type T. */
-AI __m256 kpanel_pass8(const int T, bptr p, bptr a, int64_t nb, bptr next) {
-    return T == KQ_Q6 ? q6k_panel8(p, a, nb, next) : q45k_panel8(T == KQ_Q5, p, a, nb, next);
+/* nt tokens (Q4_K/Q5_K: one; Q6_K: up to 2) over the two 8-row panels wp[0]
+ * and wp[1] one after the other (wp[1] == wp[0]: the last 8 rows, one
+ * panel), into acc[j] (lanes 8.. from wp[1]).  next: the next 16 rows or
+ * NULL; on the rows' first pass (first) the second panel is prefetched
+ * while the first is read. */
+AI void kpanel_halves(const int T, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, int first,
+                      __m512 *acc) {
+    __m256 lo[2], hi[2];
+    const bptr next_a = !first ? NULL : wp[1] != wp[0] ? wp[1] : next;
+    for (int half = 0; half < 2; half++) {
+        if (half && wp[1] == wp[0]) break;
+        __m256 *out = half ? hi : lo;
+        const bptr pf = half ? next : next_a;
+        if (T == KQ_Q6) q6k_panel8(nt, wp[half], ap, nb, pf, out);
+        else out[0] = q45k_panel8(T == KQ_Q5, wp[half], ap[0], nb, pf);
+    }
+    for (int j = 0; j < nt; j++)
+        acc[j] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[j]), wp[1] != wp[0] ? hi[j] : lo[j], 1);
 }
 
 /* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),
@@ -345,14 +359,12 @@ AI void kpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
                 __m512 acc[KP_NT];
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
                 const bptr next_b = kp_next_second(PL, next, wrb, r, r1);
-                /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm; one
-                 * token in the panel layout one 8-row panel at a time (q45k_panel8) */
-                if (nt == 1 && PL) {
-                    const bptr next_a = wp[1] != wp[0] ? wp[1] : next;
-                    const __m256 lo = kpanel_pass8(T, wp[0], ap[0], nb, t == t0 ? next_a : NULL);
-                    const __m256 hi = wp[1] != wp[0] ? kpanel_pass8(T, wp[1], ap[0], nb, next) : lo;
-                    acc[0] = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
-                } else if (nt == 1) kpanel_pass(T, PL, 1, wp, ap, nb, next, next_b, acc);
+                /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm; in
+                 * the panel layout one token (Q6_K: two too) one 8-row panel at a time */
+                const int first = t == t0;
+                if (nt == 1 && PL) kpanel_halves(T, 1, wp, ap, nb, next, first, acc);
+                else if (T == KQ_Q6 && PL && nt == 2) kpanel_halves(T, 2, wp, ap, nb, next, first, acc);
+                else if (nt == 1) kpanel_pass(T, PL, 1, wp, ap, nb, next, next_b, acc);
                 else if (nt == 2) kpanel_pass(T, PL, 2, wp, ap, nb, next, next_b, acc);
                 else if (nt == 3) kpanel_pass(T, PL, 3, wp, ap, nb, next, next_b, acc);
                 else if (nt == 4) kpanel_pass(T, PL, 4, wp, ap, nb, next, next_b, acc);
