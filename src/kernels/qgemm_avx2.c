@@ -1096,16 +1096,7 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
     }
 }
 
-/* NAME reads the row layout, NAME##_pl the panel layout. */
-#define PANEL_GEMM(NAME, T)                                                                                      \
-    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
-                     int n_tok, float *y, int64_t ldy) {                                                         \
-        panel_gemm(T, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                            \
-    }                                                                                                            \
-    static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,         \
-                          size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
-        panel_gemm(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                            \
-    }
+#define PANEL_GEMM(NAME, T) TK_QKERNEL_PANEL_GEMMS(NAME, panel_gemm, T)
 PANEL_GEMM(q4_0_panel_gemm, L_Q4_0)
 PANEL_GEMM(q4_1_panel_gemm, L_Q4_1)
 PANEL_GEMM(q5_0_panel_gemm, L_Q5_0)

@@ -376,16 +376,7 @@ AI void kpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
     }
 }
 
-/* NAME reads the row layout, NAME##_pl the panel layout (kernels/panels.h). */
-#define KPANEL_GEMM(NAME, T)                                                                                    \
-    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
-                     int n_tok, float *y, int64_t ldy) {                                                         \
-        kpanel_gemm(T, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                          \
-    }                                                                                                            \
-    static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,        \
-                          size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
-        kpanel_gemm(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                          \
-    }
+#define KPANEL_GEMM(NAME, T) TK_QKERNEL_PANEL_GEMMS(NAME, kpanel_gemm, T)
 KPANEL_GEMM(q4_K_kpanel_gemm, KQ_Q4)
 KPANEL_GEMM(q5_K_kpanel_gemm, KQ_Q5)
 KPANEL_GEMM(q6_K_kpanel_gemm, KQ_Q6)

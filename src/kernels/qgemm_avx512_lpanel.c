@@ -193,16 +193,7 @@ AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
     }
 }
 
-/* NAME reads the row layout, NAME##_pl the panel layout. */
-#define LPANEL_GEMM(NAME, T)                                                                                     \
-    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
-                     int n_tok, float *y, int64_t ldy) {                                                         \
-        lpanel_gemm(T, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                           \
-    }                                                                                                            \
-    static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,        \
-                          size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
-        lpanel_gemm(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                           \
-    }
+#define LPANEL_GEMM(NAME, T) TK_QKERNEL_PANEL_GEMMS(NAME, lpanel_gemm, T)
 LPANEL_GEMM(q4_0_lpanel_gemm, LP_Q4_0)
 LPANEL_GEMM(q8_0_lpanel_gemm, LP_Q8_0)
 LPANEL_GEMM(iq4_nl_lpanel_gemm, LP_IQ4_NL)

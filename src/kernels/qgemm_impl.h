@@ -58,6 +58,17 @@ static inline const tk_qkernel *tk_qkernel_pick(const tk_qkernel table[TK_DTYPE_
 /* ... and its panel-layout form PGEMM (kernels/panels.h) */
 #define TK_QKERNEL_SIMD_PANELS(ISA, SUFFIX, WT, AT, NAME, GEMM, PGEMM) \
     [WT] = {WT, TK_##AT, ISA, NAME SUFFIX, TK_QKERNEL_SIMD_PACK_##AT, GEMM, PGEMM}
+/* A panel kernel's two entry points over DRIVER(T, PL, w, ...): NAME reads
+ * the row layout (PL = 0), NAME##_pl the panel layout (PL = 1). */
+#define TK_QKERNEL_PANEL_GEMMS(NAME, DRIVER, T)                                                                 \
+    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
+                     int n_tok, float *y, int64_t ldy) {                                                         \
+        DRIVER(T, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                                \
+    }                                                                                                            \
+    static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,        \
+                          size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
+        DRIVER(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                                \
+    }
 #define TK_QKERNEL_SIMD_PACK_Q8_0 tk_qkernel_act_bytes_q8_0, tk_qkernel_avx2_quant_q8_0
 #define TK_QKERNEL_SIMD_PACK_Q8_1 tk_qkernel_act_bytes_q8_1, tk_qkernel_avx2_quant_q8_1
 #define TK_QKERNEL_SIMD_PACK_Q8_K tk_qkernel_act_bytes_q8_K, tk_qkernel_avx2_quant_q8_K
