@@ -1,4 +1,4 @@
-/* AVX-512 + VNNI Q4_0, Q8_0 and IQ4_NL in 16-row panels (docs/kernels.md, "AVX-512
+/* AVX-512 + VNNI Q4_0, Q5_0, Q8_0 and IQ4_NL in 16-row panels (docs/kernels.md, "AVX-512
  * panels"): the rows in the 16 dword lanes of a zmm, each block's quants of
  * 16 rows transposed in registers from the original layout
  * (qgemm_avx512_panel.h) or loaded from two 8-row panels of the panel
@@ -6,10 +6,10 @@
  * used for up to KP_NT tokens;
  * each 4 activation bytes of a token are broadcast, so one vpdpbusd does 4
  * elements of 16 rows.  vpdpbusd takes unsigned weights: Q4_0's codes
- * 0..15 as they are, Q8_0's quants + 128 (the sign bit flipped), IQ4_NL's
- * code-book values + 128 (one vpshufb of the codes); the offset (8 or 128
- * times the sum of the token's block quants, computed once per token
- * chunk) is subtracted from the integer.
+ * 0..15 as they are, Q5_0's 0..31 (the fifth bits from qh), Q8_0's quants
+ * + 128 (the sign bit flipped), IQ4_NL's code-book values + 128 (one vpshufb
+ * of the codes); the offset (8, 16 or 128 times the sum of the token's block
+ * quants, computed once per token chunk) is subtracted from the integer.
  *
  * Per block and lane (one row, one token), with the Q8_0 activations:
  *   isum = sum of code * a - offset * sum(a)     (exact in int32)
@@ -17,8 +17,9 @@
  * blocks in order, every lane the same instructions: a (row, token) result
  * depends on nothing but its row and its token, not the batch, the token
  * pass, the panel a row falls in or the row split.  Rows of more than
- * TOKDATA_MAX blocks take the tiled kernel (a choice made by the row length
- * alone, so still the same bits for every batch and split).
+ * TOKDATA_MAX blocks take the tiled kernel (Q5_0: the AVX2 one; a choice
+ * made by the row length alone, so still the same bits for every batch and
+ * split).
  *
  * Bounds (|a| <= 127): vpdpbusd sums 4 products of at most 255 * 127 per
  * lane; a block's sum is at most 32 * 255 * 127 < 2^20 and the offset term
@@ -30,13 +31,26 @@
 
 #include "qgemm_avx512_panel.h"
 
-enum { LP_Q4_0, LP_Q8_0, LP_IQ4_NL };
+enum { LP_Q4_0, LP_Q8_0, LP_IQ4_NL, LP_Q5_0 };
 enum { QA_BYTES = 34, TOKDATA_MAX = 4096 }; /* sizeof(tk_block_q8_0); token-blocks of one chunk's data */
 
 typedef struct tokblk {
     float d;     /* the activation block's scale */
-    int32_t off; /* the weights' offset (8 or 128) times the sum of its quants */
+    int32_t off; /* the weights' offset (8, 16 or 128) times the sum of its quants */
 } tokblk;
+
+/* Q5_0: the fifth bits of the codes in a dword lane's 4 bytes, bit 4 of
+ * byte b = bit s + b of the lane's qh (the 4 bits spread by one multiply:
+ * the copies land 7 bits apart and never carry), as qgemm_avx2.c's
+ * q5_bits; 16 and 8 lanes. */
+AI __m512i lp_q5_bits(__m512i qh, int s) {
+    const __m512i x = _mm512_and_si512(_mm512_srli_epi32(qh, s), _mm512_set1_epi32(0xF));
+    return _mm512_and_si512(_mm512_mullo_epi32(x, _mm512_set1_epi32(0x02040810)), _mm512_set1_epi8(0x10));
+}
+AI __m256i lp_q5_bits8(__m256i qh, int s) {
+    const __m256i x = _mm256_and_si256(_mm256_srli_epi32(qh, s), _mm256_set1_epi32(0xF));
+    return _mm256_and_si256(_mm256_mullo_epi32(x, _mm256_set1_epi32(0x02040810)), _mm256_set1_epi8(0x10));
+}
 
 AI float lp_ldh(const void *p) {
     uint16_t h;
@@ -50,7 +64,7 @@ AI float lp_ldh(const void *p) {
  * prefetched per block step (kp_prefetch_block). */
 AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs,
                int64_t nb, bptr next, bptr next_b, __m512 *acc) {
-    const size_t wb = T == LP_Q8_0 ? 34 : 18;
+    const size_t wb = T == LP_Q8_0 ? 34 : T == LP_Q5_0 ? 22 : 18, qo = T == LP_Q5_0 ? 6 : 2;
     const __m512i m4 = _mm512_set1_epi8(0x0F), flip = _mm512_set1_epi8((char)0x80);
     const __m512i book = _mm512_xor_si512(_mm512_broadcast_i32x4(kp_ldx(tk_kvalues_iq4nl)), flip); /* values + 128 */
     for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
@@ -62,11 +76,16 @@ AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t
         /* q[k]: elements 4k..4k+3 of each row (4-bit codes: low nibbles = 0..15, high = 16..31) */
         __m512i q[8];
         if (T != LP_Q8_0) {
-            __m512i v[4];
-            kp_rows16(PL, wp, o + 2, v);
+            __m512i v[4], h[4]; /* Q5_0: h[0] lane i = qh of row i */
+            kp_rows16(PL, wp, o + qo, v);
+            if (T == LP_Q5_0) kp_rows16(PL, wp, o + 2, h);
             UNROLL for (int k = 0; k < 4; k++) {
                 q[k] = _mm512_and_si512(v[k], m4);
                 q[k + 4] = _mm512_and_si512(_mm512_srli_epi16(v[k], 4), m4);
+                if (T == LP_Q5_0) {
+                    q[k] = _mm512_or_si512(q[k], lp_q5_bits(h[0], 4 * k));
+                    q[k + 4] = _mm512_or_si512(q[k + 4], lp_q5_bits(h[0], 16 + 4 * k));
+                }
                 if (T == LP_IQ4_NL) {
                     q[k] = _mm512_shuffle_epi8(book, q[k]);
                     q[k + 4] = _mm512_shuffle_epi8(book, q[k + 4]);
@@ -96,21 +115,26 @@ AI void lpanel(const int T, const int PL, int nt, const bptr *wp, bptr a, size_t
  * at tk[b * tbs]; next: the next panel or NULL, one block's worth prefetched
  * per block step. */
 AI __m256 lpanel8(const int T, bptr p, bptr a, const tokblk *tk, size_t tbs, int64_t nb, bptr next) {
-    const size_t wb = T == LP_Q8_0 ? 34 : 18;
+    const size_t wb = T == LP_Q8_0 ? 34 : T == LP_Q5_0 ? 22 : 18, qo = T == LP_Q5_0 ? 6 : 2;
     const __m256i m4 = _mm256_set1_epi8(0x0F), flip = _mm256_set1_epi8((char)0x80);
     const __m256i book = _mm256_xor_si256(_mm256_broadcastsi128_si256(kp_ldx(tk_kvalues_iq4nl)), flip);
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b;
-        const bptr ablk = a + QA_BYTES * (size_t)b + 2, x = p + 8 * (o + 2);
+        const bptr ablk = a + QA_BYTES * (size_t)b + 2, x = p + 8 * (o + qo);
         if (next)
             for (size_t k = 0; k < wb * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
         __m256i q[8];
         if (T != LP_Q8_0) {
+            const __m256i h = T == LP_Q5_0 ? _mm256_loadu_si256((const __m256i *)(p + 8 * (o + 2))) : m4;
             UNROLL for (int k = 0; k < 4; k++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 32 * k));
                 q[k] = _mm256_and_si256(v, m4);
                 q[k + 4] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                if (T == LP_Q5_0) {
+                    q[k] = _mm256_or_si256(q[k], lp_q5_bits8(h, 4 * k));
+                    q[k + 4] = _mm256_or_si256(q[k + 4], lp_q5_bits8(h, 16 + 4 * k));
+                }
                 if (T == LP_IQ4_NL) {
                     q[k] = _mm256_shuffle_epi8(book, q[k]);
                     q[k + 4] = _mm256_shuffle_epi8(book, q[k + 4]);
@@ -137,14 +161,14 @@ AI __m256 lpanel8(const int T, bptr p, bptr a, const tokblk *tk, size_t tbs, int
 AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1,
                     const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
-    if (nb == 0 || nb > TOKDATA_MAX) {
-        const tk_dtype wt = T == LP_Q4_0 ? TK_Q4_0 : T == LP_Q8_0 ? TK_Q8_0 : TK_IQ4_NL;
-        tk_qkernel_avx512_tiled(wt)->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+    if (nb == 0 || nb > TOKDATA_MAX) { /* Q5_0 has no AVX-512 tiles: the AVX2 kernel */
+        const tk_dtype wt = T == LP_Q4_0 ? TK_Q4_0 : T == LP_Q8_0 ? TK_Q8_0 : T == LP_Q5_0 ? TK_Q5_0 : TK_IQ4_NL;
+        (T == LP_Q5_0 ? tk_qkernel_avx2(wt) : tk_qkernel_avx512_tiled(wt))->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
         return;
     }
     tokblk td[TOKDATA_MAX];
     const uint8_t *W = w, *A = act;
-    const int32_t offset = T == LP_Q4_0 ? 8 : 128;
+    const int32_t offset = T == LP_Q4_0 ? 8 : T == LP_Q5_0 ? 16 : 128;
     int64_t chunk = TOKDATA_MAX / nb;
     if (chunk > KP_NT) chunk = chunk / KP_NT * KP_NT;
     for (int64_t t0 = 0; t0 < n_tok; t0 += chunk) {
@@ -197,6 +221,7 @@ AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
 LPANEL_GEMM(q4_0_lpanel_gemm, LP_Q4_0)
 LPANEL_GEMM(q8_0_lpanel_gemm, LP_Q8_0)
 LPANEL_GEMM(iq4_nl_lpanel_gemm, LP_IQ4_NL)
+LPANEL_GEMM(q5_0_lpanel_gemm, LP_Q5_0)
 
 #define LP_KERNEL(WT, NAME, GEMM) \
     [WT] = {WT, TK_Q8_0, TK_ISA_AVX512, NAME "/avx512", TK_QKERNEL_SIMD_PACK_Q8_0, GEMM, GEMM##_pl}
@@ -204,6 +229,7 @@ static const tk_qkernel lpanel_kernels[TK_DTYPE_LIMIT] = {
     LP_KERNEL(TK_Q4_0, "Q4_0", q4_0_lpanel_gemm),
     LP_KERNEL(TK_Q8_0, "Q8_0", q8_0_lpanel_gemm),
     LP_KERNEL(TK_IQ4_NL, "IQ4_NL", iq4_nl_lpanel_gemm),
+    LP_KERNEL(TK_Q5_0, "Q5_0", q5_0_lpanel_gemm),
 };
 
 const tk_qkernel *tk_qkernel_avx512_lpanel(tk_dtype wtype) { return tk_qkernel_pick(lpanel_kernels, wtype); }
