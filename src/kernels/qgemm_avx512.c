@@ -476,10 +476,9 @@ AI void mk_nf4(const int DQ, const int MR, const int NT, const bptr *wp, const b
 #define NT_F 4
 #endif
 
-/* GEMM_TYPES less Q4_1, Q5_0, Q5_1, Q5_K and Q6_K: at this level Q5_0, Q5_K
- * and Q6_K take the 16-row panels (qgemm_avx512_lpanel.c,
- * qgemm_avx512_kpanel.c), Q4_1 and Q5_1 the AVX2 panel kernels, which
- * bench_qgemm measured faster than these tiles at every batch size
+/* GEMM_TYPES less Q4_1, Q5_0, Q5_1, Q5_K and Q6_K: at this level they take
+ * the 16-row panels (qgemm_avx512_lpanel.c, qgemm_avx512_kpanel.c); even
+ * the AVX2 panel kernels were faster than these tiles at every batch size
  * (docs/kernels.md, session 32). */
 #define AVX512_TYPES(X)                                                                                \
     X(Q4_0, Q8_0, q4_0, L) X(Q8_0, Q8_0, q8_0, L) X(IQ4_NL, Q8_0, iq4_nl, L)                           \
