@@ -185,9 +185,10 @@ int main(void) {
                     const double t0 = now();
                     if (!split) gemm(wpool + c * mbytes, wrb, in, 0, out, act, arb, decode_tok, y, out);
                     else
-                        for (int64_t r = 0; r < out; r += split)
-                            gemm(wpool + c * mbytes, wrb, in, r, r + split < out ? r + split : out, act, arb, decode_tok, y,
-                                 out);
+                        for (int64_t r = 0; r < out; r += split) {
+                            const int64_t r1 = r + split < out ? r + split : out;
+                            gemm(wpool + c * mbytes, wrb, in, r, r1, act, arb, decode_tok, y, out);
+                        }
                     times[reps++] = now() - t0;
                     c = (c + 1) % copies;
                 }

@@ -85,10 +85,10 @@ AI void q45k_block(const int Q5, const int PL, int nt, const bptr *wp, size_t o,
                 hi[4 * p + k] = _mm512_and_si512(_mm512_srli_epi16(q[k], 4), m4);
                 if (Q5) {
                     const __m512i h = qh[4 * p + k];
-                    lo[4 * p + k] = _mm512_mask_add_epi8(lo[4 * p + k], _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << (2 * c)))),
-                                                         lo[4 * p + k], b16);
-                    hi[4 * p + k] = _mm512_mask_add_epi8(hi[4 * p + k], _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(2 << (2 * c)))),
-                                                         hi[4 * p + k], b16);
+                    const __mmask64 bl = _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(1 << (2 * c))));
+                    const __mmask64 bh = _mm512_test_epi8_mask(h, _mm512_set1_epi8((char)(2 << (2 * c))));
+                    lo[4 * p + k] = _mm512_mask_add_epi8(lo[4 * p + k], bl, lo[4 * p + k], b16);
+                    hi[4 * p + k] = _mm512_mask_add_epi8(hi[4 * p + k], bh, hi[4 * p + k], b16);
                 }
             }
         }
@@ -174,8 +174,10 @@ AI __m256 q45k_panel8(const int Q5, bptr p, bptr a, int64_t nb, bptr next) {
                 __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                 if (Q5) {
                     const __m256i h = _mm256_loadu_si256((const __m256i *)(x + 8 * 16 + 32 * (size_t)k));
-                    lo = _mm256_mask_add_epi8(lo, _mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(1 << (2 * c)))), lo, b16);
-                    hi = _mm256_mask_add_epi8(hi, _mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(2 << (2 * c)))), hi, b16);
+                    const __mmask32 bl = _mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(1 << (2 * c))));
+                    const __mmask32 bh = _mm256_test_epi8_mask(h, _mm256_set1_epi8((char)(2 << (2 * c))));
+                    lo = _mm256_mask_add_epi8(lo, bl, lo, b16);
+                    hi = _mm256_mask_add_epi8(hi, bh, hi, b16);
                 }
                 d0 = _mm256_dpbusd_epi32(d0, lo, _mm256_set1_epi32((int)kp_ld32(ac + e)));
                 d1 = _mm256_dpbusd_epi32(d1, hi, _mm256_set1_epi32((int)kp_ld32(ac + 32 + e)));
@@ -281,8 +283,8 @@ AI void q6k_panel8(int nt, bptr p, const bptr *ap, int64_t nb, bptr next, __m256
                     const int sb = 8 * h + q + 2 * g;
                     __m256i c[4];
                     UNROLL for (int k = 0; k < 4; k++) {
-                        const __m256i lo = _mm256_loadu_si256(
-                            (const __m256i *)(x + 8 * (64 * (size_t)h + 32 * (size_t)(g & 1) + 16 * (size_t)q) + 32 * (size_t)k));
+                        const size_t ql = 64 * (size_t)h + 32 * (size_t)(g & 1) + 16 * (size_t)q;
+                        const __m256i lo = _mm256_loadu_si256((const __m256i *)(x + 8 * ql + 32 * (size_t)k));
                         const __m256i qh = _mm256_loadu_si256(
                             (const __m256i *)(x + 8 * (128 + 32 * (size_t)h + 16 * (size_t)q) + 32 * (size_t)k));
                         const __m256i nib = g < 2 ? lo : _mm256_srli_epi16(lo, 4);
@@ -340,8 +342,8 @@ AI void kpanel_halves(const int T, int nt, const bptr *wp, const bptr *ap, int64
 /* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),
  * passes of up to KP_NT tokens; one token takes the instantiation with its
  * accumulators in registers. */
-AI void kpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,
-                    size_t arb, int n_tok, float *y, int64_t ldy) {
+AI void kpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1,
+                    const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 256;
     const uint8_t *W = w, *A = act;
     int64_t chunk = (int64_t)KP_CHUNK_BYTES / (int64_t)(arb ? arb : 1);

@@ -155,11 +155,13 @@ AI __m256 lpanel8(const int T, bptr p, bptr a, const tokblk *tk, size_t tbs, int
                 }
             }
         } else { /* bytes 2..17 then 18..33 of the rows: 256 consecutive bytes */
-            UNROLL for (int k = 0; k < 8; k++) q[k] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x + 32 * k)), flip);
+            UNROLL for (int k = 0; k < 8; k++)
+                q[k] = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(x + 32 * k)), flip);
         }
         const __m256 dw = _mm256_cvtph_ps(kp_ldx(p + 8 * o));
         __m256i isum = _mm256_setzero_si256();
-        UNROLL for (int k = 0; k < 8; k++) isum = _mm256_dpbusd_epi32(isum, q[k], _mm256_set1_epi32((int)kp_ld32(ablk + 4 * k)));
+        UNROLL for (int k = 0; k < 8; k++)
+            isum = _mm256_dpbusd_epi32(isum, q[k], _mm256_set1_epi32((int)kp_ld32(ablk + 4 * k)));
         const tokblk *t = tk + tbs * (size_t)b;
         if (!lp_min(T)) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(t->off));
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(t->d)), acc);
@@ -177,8 +179,8 @@ AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
                     const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
     const int64_t nb = n / 32;
     if (nb == 0 || nb > TOKDATA_MAX) { /* Q5_0, Q4_1, Q5_1 have no AVX-512 tiles: the AVX2 kernels */
-        const tk_dtype wt = T == LP_Q4_0 ? TK_Q4_0 : T == LP_Q8_0 ? TK_Q8_0 : T == LP_Q5_0 ? TK_Q5_0 : T == LP_Q4_1 ? TK_Q4_1
-                          : T == LP_Q5_1 ? TK_Q5_1 : TK_IQ4_NL;
+        const tk_dtype wt = T == LP_Q4_0 ? TK_Q4_0 : T == LP_Q8_0 ? TK_Q8_0 : T == LP_Q5_0 ? TK_Q5_0
+                          : T == LP_Q4_1 ? TK_Q4_1 : T == LP_Q5_1 ? TK_Q5_1 : TK_IQ4_NL;
         const int tiles = T == LP_Q4_0 || T == LP_Q8_0 || T == LP_IQ4_NL;
         (tiles ? tk_qkernel_avx512_tiled(wt) : tk_qkernel_avx2(wt))->gemm(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
         return;

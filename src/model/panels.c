@@ -43,8 +43,8 @@ static size_t matmul_weights(tk_model *m, tk_tensor **out) {
  * whether the type's kernel reads the layout (looked up once per type:
  * tk_qkernel_get checks the CPU, and cpuid is slow in a VM). */
 static size_t panel_size(const tk_tensor *t, const bool reads[TK_DTYPE_LIMIT]) {
-    if ((unsigned)t->type >= TK_DTYPE_LIMIT || !reads[t->type] || !tk_panels_layout(t->type) || t->ne[2] != 1 || t->ne[3] != 1 ||
-        t->ne[0] > TK_PANELS_MAX_N)
+    if ((unsigned)t->type >= TK_DTYPE_LIMIT || !reads[t->type] || !tk_panels_layout(t->type) || t->ne[2] != 1 ||
+        t->ne[3] != 1 || t->ne[0] > TK_PANELS_MAX_N)
         return 0;
     const size_t rb = tk_dtype_row_bytes(t->type, t->ne[0]);
     if (!rb || t->ne[1] < 1 || (uint64_t)t->ne[1] > t->nbytes / rb) return 0;
