@@ -1,5 +1,6 @@
-/* AVX-512 + VNNI Q4_K and Q5_K in 16-row panels: the rows in the 16 dword
- * lanes of a zmm (docs/kernels.md, "AVX-512 k-quant panels").  Per 16-byte slice of
+/* AVX-512 + VNNI Q4_K, Q5_K and Q6_K (q6k_block, below) in 16-row panels:
+ * the rows in the 16 dword lanes of a zmm (docs/kernels.md, "AVX-512
+ * k-quant panels").  Per 16-byte slice of
  * a super-block the quants of 16 rows are transposed in registers from the
  * original layout (lane i of vector k = bytes 4k..4k+3 of row i), or loaded
  * from two 8-row panels of the panel layout (kernels/panels.h), unpacked
