@@ -321,23 +321,22 @@ AI void kpanel_pass(const int T, const int PL, int nt, const bptr *wp, const bpt
 }
 
 /* nt tokens (Q4_K/Q5_K: one; Q6_K: up to 2) over the two 8-row panels wp[0]
- * and wp[1] one after the other (wp[1] == wp[0]: the last 8 rows, one
- * panel), into acc[j] (lanes 8.. from wp[1]).  next: the next 16 rows or
- * NULL; on the rows' first pass (first) the second panel is prefetched
- * while the first is read. */
+ * and wp[1] one after the other (kp_half_prefetch), into acc[j] (lanes 8..
+ * from wp[1]).  next: the next 16 rows or NULL; first: the rows' first pass. */
 AI void kpanel_halves(const int T, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, int first,
                       __m512 *acc) {
     __m256 lo[2], hi[2];
-    const bptr next_a = !first ? NULL : wp[1] != wp[0] ? wp[1] : next;
     for (int half = 0; half < 2; half++) {
-        if (half && wp[1] == wp[0]) break;
         __m256 *out = half ? hi : lo;
-        const bptr pf = half ? next : next_a;
+        if (half && wp[1] == wp[0]) { /* a lone panel */
+            for (int j = 0; j < nt; j++) hi[j] = lo[j];
+            break;
+        }
+        const bptr pf = kp_half_prefetch(wp, next, first, half);
         if (T == KQ_Q6) q6k_panel8(nt, wp[half], ap, nb, pf, out);
         else out[0] = q45k_panel8(T == KQ_Q5, wp[half], ap[0], nb, pf);
     }
-    for (int j = 0; j < nt; j++)
-        acc[j] = _mm512_insertf32x8(_mm512_castps256_ps512(lo[j]), wp[1] != wp[0] ? hi[j] : lo[j], 1);
+    for (int j = 0; j < nt; j++) acc[j] = kp_join_halves(lo[j], hi[j]);
 }
 
 /* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),

@@ -226,10 +226,10 @@ AI void lpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
                 /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm; one
                  * token in the panel layout one 8-row panel at a time (lpanel8) */
                 if (nt == 1 && PL) {
-                    const bptr next_a = wp[1] != wp[0] ? wp[1] : next;
-                    const __m256 lo = lpanel8(T, wp[0], a, tb, ts, nb, t == t0 ? next_a : NULL);
-                    const __m256 hi = wp[1] != wp[0] ? lpanel8(T, wp[1], a, tb, ts, nb, next) : lo;
-                    acc[0] = _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+                    const __m256 lo = lpanel8(T, wp[0], a, tb, ts, nb, kp_half_prefetch(wp, next, t == t0, 0));
+                    const __m256 hi =
+                        wp[1] != wp[0] ? lpanel8(T, wp[1], a, tb, ts, nb, kp_half_prefetch(wp, next, t == t0, 1)) : lo;
+                    acc[0] = kp_join_halves(lo, hi);
                 } else if (nt == 1) lpanel(T, PL, 1, wp, a, arb, tb, ts, nb, next, next_b, acc);
                 else if (nt == 2) lpanel(T, PL, 2, wp, a, arb, tb, ts, nb, next, next_b, acc);
                 else if (nt == 3) lpanel(T, PL, 3, wp, a, arb, tb, ts, nb, next, next_b, acc);

@@ -123,6 +123,18 @@ AI void kp_prefetch_block(const int PL, bptr next, bptr next_b, size_t o, size_t
     }
 }
 
+/* Passes that read the 16 rows' two 8-row panels wp[0], wp[1] one after the
+ * other in ymm lanes (wp[1] == wp[0]: one panel, the last 8 rows): what the
+ * pass over panel `half` prefetches.  On the rows' first pass (first) the
+ * first panel's pass fetches the second panel, the second's the next 16
+ * rows (next; NULL on later passes); a lone panel fetches next. */
+AI bptr kp_half_prefetch(const bptr *wp, bptr next, int first, int half) {
+    return half || wp[1] == wp[0] ? next : first ? wp[1] : NULL;
+}
+
+/* The two halves' results as one 16-lane vector (a lone panel: hi = lo). */
+AI __m512 kp_join_halves(__m256 lo, __m256 hi) { return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1); }
+
 /* A pass's nt accumulators into tokens t.. of y, the kept rows from row r. */
 AI void kp_store(int nt, const __m512 *acc, float *y, int64_t ldy, int64_t t, int64_t r, __mmask16 keep) {
     for (int j = 0; j < nt; j++) _mm512_mask_storeu_ps(y + (t + j) * ldy + r, keep, acc[j]);
