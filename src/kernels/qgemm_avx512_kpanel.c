@@ -44,7 +44,7 @@ AI __m512i kp_twice(__m512i x) { return _mm512_or_si512(x, _mm512_slli_epi32(x, 
  * ap[0..nt) at block offset ao: isum[j], msum[j]; dw, dm: the rows' d and
  * dmin.  Q5_K: qh (32 bytes) at 16, qs at 48; Q4_K: qs at 16. */
 AI void q45k_block(const int Q5, const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao,
-                   __m512i *isum, __m512i *msum, __m512 *dw, __m512 *dm) {
+                   bptr next, bptr next_b, __m512i *isum, __m512i *msum, __m512 *dw, __m512 *dm) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), b16 = _mm512_set1_epi8(0x10);
     const size_t qs = Q5 ? 48 : 16;
     __m512i qh[8]; /* Q5_K: bytes l = 16p + 4k.. of qh in qh[4p + k], as the quant slices */
@@ -77,6 +77,7 @@ AI void q45k_block(const int Q5, const int PL, int nt, const bptr *wp, size_t o,
      * low nibbles = elements 64c + 16p.. (2c), high = 64c + 32 + 16p.. (2c+1);
      * Q5_K: their fifth bits are bits 2c and 2c + 1 of qh byte 16p + .. */
     UNROLL for (int c = 0; c < 4; c++) {
+        kp_prefetch_part(PL, next, next_b, o, Q5 ? 176 : 144, c, 4);
         __m512i lo[8], hi[8];
         UNROLL for (int p = 0; p < 2; p++) {
             __m512i q[4];
@@ -121,9 +122,10 @@ AI void q45k_block(const int Q5, const int PL, int nt, const bptr *wp, size_t o,
 
 /* Rows wp (PL: kp_rows16), tokens ap[0..nt), nb super-blocks; acc[j] lane
  * i = row i.  next (and in the panel layout next_b): the next 16 rows or
- * NULL, one super-block's worth prefetched per step (kp_prefetch_block), in
- * order as the hardware prefetchers expect (per-row prefetches, 16 streams
- * at once, read 15-25 % slower from DRAM in bench_qgemm decode). */
+ * NULL, one super-block's worth prefetched per step, spread over its four
+ * 64-element chunks (kp_prefetch_part), in order as the hardware
+ * prefetchers expect (per-row prefetches, 16 streams at once, read 15-25 %
+ * slower from DRAM in bench_qgemm decode). */
 AI void q45k_panel(const int Q5, const int PL, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next,
                    bptr next_b, __m512 *acc) {
     const size_t wb = Q5 ? 176 : 144;
@@ -131,9 +133,8 @@ AI void q45k_panel(const int Q5, const int PL, int nt, const bptr *wp, const bpt
     for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b, ao = QKA * (size_t)b;
-        kp_prefetch_block(PL, next, next_b, o, wb);
         __m512 dw, dm;
-        q45k_block(Q5, PL, nt, wp, o, ap, ao, isum, msum, &dw, &dm);
+        q45k_block(Q5, PL, nt, wp, o, ap, ao, next, next_b, isum, msum, &dw, &dm);
         for (int j = 0; j < nt; j++) {
             const __m512 da = _mm512_set1_ps(kp_ldf(ap[j] + ao));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, da), acc[j]);
@@ -209,7 +210,8 @@ AI __m256 q45k_panel8(const int Q5, bptr p, bptr a, int64_t nb, bptr next) {
  *   acc   = fma(float(isum), d * da, acc)
  * Bounds: |dot_s| <= 16 * 63 * 128 + 32 * 2048 < 2^18, |sc_s| <= 128,
  * |isum| <= 16 * 2^25 = 2^29: exact. */
-AI void q6k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, __m512i *isum) {
+AI void q6k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, bptr next, bptr next_b,
+                  __m512i *isum) {
     const __m512i m4 = _mm512_set1_epi8(0x0F), m30 = _mm512_set1_epi8(0x30);
     __m512i scv[4]; /* lane i dword k: scales 4k..4k+3 of row i */
     kp_rows16(PL, wp, o + 192, scv);
@@ -218,6 +220,7 @@ AI void q6k_block(const int PL, int nt, const bptr *wp, size_t o, const bptr *ap
      * ql[64h + 32 + l], qh[32h + l] give elements 128h + l (+32, +64, +96),
      * sub-blocks 8h + p (+2, +4, +6) */
     UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) {
+            kp_prefetch_part(PL, next, next_b, o, 210, 2 * h + p, 4);
             __m512i qa[4], qb[4], qh[4];
             kp_rows16(PL, wp, o + 64 * (size_t)h + 16 * (size_t)p, qa);
             kp_rows16(PL, wp, o + 64 * (size_t)h + 32 + 16 * (size_t)p, qb);
@@ -254,8 +257,7 @@ AI void q6k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t 
     for (int j = 0; j < nt; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = 210 * (size_t)b, ao = QKA * (size_t)b;
-        kp_prefetch_block(PL, next, next_b, o, 210);
-        q6k_block(PL, nt, wp, o, ap, ao, isum);
+        q6k_block(PL, nt, wp, o, ap, ao, next, next_b, isum);
         const __m512 dw = kp_scales16(PL, wp, o + 208);
         for (int j = 0; j < nt; j++)
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, _mm512_set1_ps(kp_ldf(ap[j] + ao))),
@@ -265,10 +267,10 @@ AI void q6k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t 
 
 /* nt <= 2 tokens ap[0..nt) over the 8-row panel p of the panel layout in
  * ymm lanes, as q45k_panel8: per lane q6k_block's and q6k_panel's
- * instructions; acc[j] lane i = row i.  Q6_K's 16-row pass of 2 tokens
- * reads slowly from DRAM (bench_qgemm, TK_BENCH_DECODE_NTOK=2: 10.4-11.2
- * GB/s against 28.7 cache-hot; this: 15.5-18.1), so it takes 2 tokens too
- * (at 3-4 tokens this one is no faster: compute-bound in ymm). */
+ * instructions; acc[j] lane i = row i.  It takes 2 tokens too: from DRAM
+ * (bench_qgemm, TK_BENCH_DECODE_NTOK=2) it reads 18 GB/s on every shape,
+ * the 16-row pass 23 on rows of 2048 elements but 15 on rows of 5632 (30
+ * cache-hot); at 3-4 tokens this one is no faster: compute-bound in ymm. */
 AI void q6k_panel8(int nt, bptr p, const bptr *ap, int64_t nb, bptr next, __m256 *acc) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();

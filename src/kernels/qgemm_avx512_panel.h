@@ -107,20 +107,26 @@ AI bptr kp_next_second(const int PL, bptr next, size_t wrb, int64_t r, int64_t r
     return PL && next && r + KP_ROWS + 8 < r1 ? next + 8 * wrb : NULL;
 }
 
-/* Prefetches block o (wb bytes of each row) of the next 16 rows: in the row
- * layout linearly, 16 x wb bytes from next + 16 o (its first 16 x wb x nb
- * bytes: all of it when rows are not padded); in the panel layout that
- * block of each of its two 8-row panels. */
-AI void kp_prefetch_block(const int PL, bptr next, bptr next_b, size_t o, size_t wb) {
+/* Prefetches part `part` of `parts` of block o (wb bytes of each row) of
+ * the next 16 rows: in the row layout linearly, 16 x wb bytes from next +
+ * 16 o (its first 16 x wb x nb bytes: all of it when rows are not padded);
+ * in the panel layout that block of each of its two 8-row panels.  The
+ * k-quant passes spread a super-block's 36-53 lines over its work in parts:
+ * issued at once, they held 3-4 token passes back from DRAM (bench_qgemm,
+ * TK_BENCH_DECODE_NTOK=4, Q6_K about 11.6 -> 14.8 GB/s). */
+AI void kp_prefetch_part(const int PL, bptr next, bptr next_b, size_t o, size_t wb, int part, int parts) {
     if (!next) return;
-    if (!PL) {
-        for (size_t k = 0; k < wb * KP_ROWS; k += 64) tk_prefetch_weights(next + KP_ROWS * o + k);
-        return;
+    const size_t span = (PL ? 8 : KP_ROWS) * wb, lines = (span + 63) / 64;
+    const bptr base = next + (PL ? 8 : KP_ROWS) * o;
+    for (size_t l = lines * (size_t)part / (size_t)parts; l < lines * (size_t)(part + 1) / (size_t)parts; l++) {
+        tk_prefetch_weights(base + 64 * l);
+        if (PL && next_b) tk_prefetch_weights(next_b + 8 * o + 64 * l);
     }
-    for (size_t k = 0; k < wb * 8; k += 64) {
-        tk_prefetch_weights(next + 8 * o + k);
-        if (next_b) tk_prefetch_weights(next_b + 8 * o + k);
-    }
+}
+
+/* The whole of block o (kp_prefetch_part in one part). */
+AI void kp_prefetch_block(const int PL, bptr next, bptr next_b, size_t o, size_t wb) {
+    kp_prefetch_part(PL, next, next_b, o, wb, 0, 1);
 }
 
 /* Passes that read the 16 rows' two 8-row panels wp[0], wp[1] one after the
