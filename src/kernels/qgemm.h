@@ -77,4 +77,14 @@ const tk_qkernel *tk_qkernel_get(tk_dtype wtype, tk_isa isa);
  * -> 11, Q8_0 12 -> 16-17; docs/kernels.md). */
 static inline void tk_prefetch_weights(const void *p) { __builtin_prefetch(p, 0, 2); }
 
+/* Lines [*l0, *l1) of the lines of `bytes`: part `part` of `parts`.  A
+ * kernel spreads the prefetch of a large block over the block's work in
+ * such parts, as a burst of more lines than the core has fill buffers for
+ * stalls it (the k-quant panels: docs/kernels.md, "Session 33"). */
+static inline void tk_prefetch_part_lines(size_t bytes, int part, int parts, size_t *l0, size_t *l1) {
+    const size_t lines = (bytes + 63) / 64;
+    *l0 = lines * (size_t)part / (size_t)parts;
+    *l1 = lines * (size_t)(part + 1) / (size_t)parts;
+}
+
 #endif

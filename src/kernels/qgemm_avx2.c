@@ -876,19 +876,18 @@ AI __m256i bsum_dot(const __m256i wq[8], bptr a) {
     return s;
 }
 
-/* Quarter `part` of the `bytes` at p (the next panel's super-block): the
- * panel-layout passes spread a super-block's 18-27 prefetches over its four
- * parts, as the AVX-512 ones do (kp_prefetch_part; here bench_qgemm gained
- * 2-5 %, Q6_K one token up to 10 %, and nothing lost). */
-AI void prefetch_quarter(bptr p, size_t bytes, int part) {
-    const size_t lines = (bytes + 63) / 64;
-    for (size_t l = lines * (size_t)part / 4; l < lines * (size_t)(part + 1) / 4; l++) tk_prefetch_weights(p + 64 * l);
+/* Part `part` of 4 of the next panel's super-block at p (kpanel_slices). */
+AI void prefetch_quarter(const int T, bptr p, int part) {
+    size_t l0, l1;
+    tk_prefetch_part_lines(PANEL * kbytes(T), part, 4, &l0, &l1);
+    for (size_t l = l0; l < l1; l++) tk_prefetch_weights(p + 64 * l);
 }
 
 /* In lanes: isum[j] (Q6_K: less its bsum term) and msum[j] (Q4_K,
  * Q5_K) of super-block o of the 8 rows for tokens ap[0..nt), ao the block's
- * offset in an activation row; pfb: the next panel's super-block to
- * prefetch (prefetch_quarter), or NULL. */
+ * offset in an activation row; pfb: the next panel's super-block, or NULL,
+ * prefetched in four parts over the slices (prefetch_quarter, as the
+ * AVX-512 passes do; bench_qgemm, 2-4 tokens: 2-5 %). */
 AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, bptr pfb,
                       __m256i *isum, __m256i *msum) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
@@ -922,7 +921,7 @@ AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t 
          * high = 64c + 32 + 16p.. (2c + 1); Q5_K's 5th bits at bits 2c, 2c+1 of qh bytes 16p.. */
         const size_t qo = T == PK_Q5 ? 48 : 16;
         UNROLL for (int c = 0; c < 4; c++) UNROLL for (int p = 0; p < 2; p++) {
-            if (pfb && p == 0) prefetch_quarter(pfb, PANEL * kbytes(T), c);
+            if (pfb && p == 0) prefetch_quarter(T, pfb, c);
             __m256i v[4], q[8];
             panel_transpose(PL, wp, o + qo + 32 * c + 16 * p, v);
             UNROLL for (int k = 0; k < 4; k++) {
@@ -951,7 +950,7 @@ AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t 
          * 2g of qh byte 128 + 32h + 16p + l; g = g2 and g2 + 2 */
         const __m256i m30 = _mm256_set1_epi8(0x30);
         UNROLL for (int h = 0; h < 2; h++) UNROLL for (int p = 0; p < 2; p++) {
-            if (pfb) prefetch_quarter(pfb, PANEL * kbytes(T), 2 * h + p);
+            if (pfb) prefetch_quarter(T, pfb, 2 * h + p);
             __m256i hq[4];
             panel_transpose(PL, wp, o + 128 + 32 * h + 16 * p, hq);
             UNROLL for (int g2 = 0; g2 < 2; g2++) {
@@ -1010,11 +1009,17 @@ AI void mk_kpanel(const int T, const int PL, const int ROWS, int nt, const bptr 
     for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b, ao = QK_A * (size_t)b;
-        if (pf && !PL)
+        /* the next panel's super-block spread over this one's slices, but
+         * at once for one token of Q4_K or Q5_K (bench_qgemm, from DRAM:
+         * spread, Q4_K 30 -> 21-29 GB/s; Q6_K 23-27 -> 25-29) */
+        const int spread = pf && PL && (nt > 1 || T == PK_Q6);
+        if (pf && PL && !spread)
+            for (size_t k = 0; k < PANEL * wb; k += 64) tk_prefetch_weights(wp[0] + pf + PANEL * o + k);
+        else if (pf && !PL)
             for (size_t k = 0; k < wb; k += 64)
                 UNROLL for (int i = 0; i < PANEL; i++) tk_prefetch_weights(wp[i] + o + pf + k);
         if (ROWS) isum[0] = q6k_rows(wp, o, ap[0] + ao);
-        else kpanel_slices(T, PL, nt, wp, o, ap, ao, pf && PL ? wp[0] + pf + PANEL * o : NULL, isum, msum);
+        else kpanel_slices(T, PL, nt, wp, o, ap, ao, spread ? wp[0] + pf + PANEL * o : NULL, isum, msum);
         const __m256 dw = panel_scales(PL, wp, T == PK_Q6 ? o + 208 : o);
         const __m256 dm = T == PK_Q6 ? _mm256_setzero_ps() : panel_scales(PL, wp, o + 2);
         for (int j = 0; j < nt; j++) {

@@ -116,9 +116,11 @@ AI bptr kp_next_second(const int PL, bptr next, size_t wrb, int64_t r, int64_t r
  * TK_BENCH_DECODE_NTOK=4, Q6_K about 11.6 -> 14.8 GB/s). */
 AI void kp_prefetch_part(const int PL, bptr next, bptr next_b, size_t o, size_t wb, int part, int parts) {
     if (!next) return;
-    const size_t span = (PL ? 8 : KP_ROWS) * wb, lines = (span + 63) / 64;
-    const bptr base = next + (PL ? 8 : KP_ROWS) * o;
-    for (size_t l = lines * (size_t)part / (size_t)parts; l < lines * (size_t)(part + 1) / (size_t)parts; l++) {
+    const size_t rows = PL ? 8 : KP_ROWS;
+    const bptr base = next + rows * o;
+    size_t l0, l1;
+    tk_prefetch_part_lines(rows * wb, part, parts, &l0, &l1);
+    for (size_t l = l0; l < l1; l++) {
         tk_prefetch_weights(base + 64 * l);
         if (PL && next_b) tk_prefetch_weights(next_b + 8 * o + 64 * l);
     }
