@@ -265,22 +265,21 @@ AI void q6k_panel(const int PL, int nt, const bptr *wp, const bptr *ap, int64_t 
     }
 }
 
-/* nt <= 2 tokens ap[0..nt) over the 8-row panel p of the panel layout in
- * ymm lanes, as q45k_panel8: per lane q6k_block's and q6k_panel's
- * instructions; acc[j] lane i = row i.  It takes 2 tokens too: from DRAM
- * (bench_qgemm, TK_BENCH_DECODE_NTOK=2) it reads 18 GB/s on every shape,
- * the 16-row pass 23 on rows of 2048 elements but 15 on rows of 5632 (30
- * cache-hot); at 3-4 tokens this one is no faster: compute-bound in ymm. */
-AI void q6k_panel8(int nt, bptr p, const bptr *ap, int64_t nb, bptr next, __m256 *acc) {
+/* One token a over the 8-row panel p of the panel layout in ymm lanes, as
+ * q45k_panel8: per lane q6k_block's and q6k_panel's instructions.  Two
+ * tokens once took this pass too (the 16-row pass read 10-11 GB/s from
+ * DRAM); with its prefetches spread (kp_prefetch_part) the 16-row pass of
+ * two tokens reads 22-26 GB/s against this one's 17-18 (bench_qgemm, every
+ * shape; 28 / 19 cache-hot), so only one token comes here. */
+AI __m256 q6k_panel8(bptr p, bptr a, int64_t nb, bptr next) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    for (int j = 0; j < nt; j++) acc[j] = _mm256_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = 210 * (size_t)b, ao = QKA * (size_t)b;
         if (next)
             for (size_t k = 0; k < 210 * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
         const bptr x = p + 8 * o;
-        __m256i isum[2];
-        for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
+        __m256i isum = _mm256_setzero_si256();
         UNROLL for (int h = 0; h < 2; h++) UNROLL for (int q = 0; q < 2; q++) UNROLL for (int g = 0; g < 4; g++) {
                     /* code group g: sub-block 8h + q + 2g, elements 128h + 32g + 16q + .. */
                     const int sb = 8 * h + q + 2 * g;
@@ -297,21 +296,18 @@ AI void q6k_panel8(int nt, bptr p, const bptr *ap, int64_t nb, bptr next, __m256
                     }
                     const __m256i v = _mm256_loadu_si256((const __m256i *)(x + 8 * (192 + 4 * (size_t)(sb / 4))));
                     const __m256i sc = _mm256_srai_epi32(_mm256_slli_epi32(v, 24 - 8 * (sb % 4)), 24);
-                    for (int j = 0; j < nt; j++) {
-                        const bptr a = ap[j] + ao + 4 + 128 * (size_t)h + 32 * (size_t)g + 16 * (size_t)q;
-                        int16_t bsum;
-                        memcpy(&bsum, ap[j] + ao + 260 + 2 * (size_t)sb, 2);
-                        __m256i d = _mm256_set1_epi32(-32 * (int32_t)bsum);
-                        UNROLL for (int k = 0; k < 4; k++)
-                            d = _mm256_dpbusd_epi32(d, c[k], _mm256_set1_epi32((int)kp_ld32(a + 4 * k)));
-                        isum[j] = _mm256_add_epi32(isum[j], _mm256_mullo_epi32(d, sc));
-                    }
+                    const bptr ag = a + ao + 4 + 128 * (size_t)h + 32 * (size_t)g + 16 * (size_t)q;
+                    int16_t bsum;
+                    memcpy(&bsum, a + ao + 260 + 2 * (size_t)sb, 2);
+                    __m256i d = _mm256_set1_epi32(-32 * (int32_t)bsum);
+                    UNROLL for (int k = 0; k < 4; k++)
+                        d = _mm256_dpbusd_epi32(d, c[k], _mm256_set1_epi32((int)kp_ld32(ag + 4 * k)));
+                    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(d, sc));
                 }
         const __m256 dw = _mm256_cvtph_ps(kp_ldx(x + 8 * 208));
-        for (int j = 0; j < nt; j++)
-            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, _mm256_set1_ps(kp_ldf(ap[j] + ao))),
-                                     acc[j]);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(kp_ldf(a + ao))), acc);
     }
+    return acc;
 }
 
 /* A pass of nt tokens over the 16 rows wp of type T (Q4_K, Q5_K or Q6_K). */
@@ -322,23 +318,20 @@ AI void kpanel_pass(const int T, const int PL, int nt, const bptr *wp, const bpt
     else q45k_panel(T == KQ_Q5, PL, nt, wp, ap, nb, next, next_b, acc);
 }
 
-/* nt tokens (Q4_K/Q5_K: one; Q6_K: up to 2) over the two 8-row panels wp[0]
- * and wp[1] one after the other (kp_half_prefetch), into acc[j] (lanes 8..
- * from wp[1]).  next: the next 16 rows or NULL; first: the rows' first pass. */
-AI void kpanel_halves(const int T, int nt, const bptr *wp, const bptr *ap, int64_t nb, bptr next, int first,
-                      __m512 *acc) {
-    __m256 lo[2], hi[2];
+/* One token over the two 8-row panels wp[0] and wp[1] one after the other
+ * (kp_half_prefetch), lanes 8.. from wp[1].  next: the next 16 rows or
+ * NULL; first: the rows' first pass. */
+AI __m512 kpanel_halves(const int T, const bptr *wp, bptr a, int64_t nb, bptr next, int first) {
+    __m256 half_acc[2];
     for (int half = 0; half < 2; half++) {
-        __m256 *out = half ? hi : lo;
         if (half && wp[1] == wp[0]) { /* a lone panel */
-            for (int j = 0; j < nt; j++) hi[j] = lo[j];
+            half_acc[1] = half_acc[0];
             break;
         }
         const bptr pf = kp_half_prefetch(wp, next, first, half);
-        if (T == KQ_Q6) q6k_panel8(nt, wp[half], ap, nb, pf, out);
-        else out[0] = q45k_panel8(T == KQ_Q5, wp[half], ap[0], nb, pf);
+        half_acc[half] = T == KQ_Q6 ? q6k_panel8(wp[half], a, nb, pf) : q45k_panel8(T == KQ_Q5, wp[half], a, nb, pf);
     }
-    for (int j = 0; j < nt; j++) acc[j] = kp_join_halves(lo[j], hi[j]);
+    return kp_join_halves(half_acc[0], half_acc[1]);
 }
 
 /* Token chunks, 16-row panels (the last repeats row r1 - 1, never stored),
@@ -364,10 +357,8 @@ AI void kpanel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_
                 const bptr next = kp_next_panel(wp, wrb, r, r1, t == t0);
                 const bptr next_b = kp_next_second(PL, next, wrb, r, r1);
                 /* 1-4 tokens with the count a constant, as in qgemm_avx2.c's panel_gemm; in
-                 * the panel layout one token (Q6_K: two too) one 8-row panel at a time */
-                const int first = t == t0;
-                if (nt == 1 && PL) kpanel_halves(T, 1, wp, ap, nb, next, first, acc);
-                else if (T == KQ_Q6 && PL && nt == 2) kpanel_halves(T, 2, wp, ap, nb, next, first, acc);
+                 * the panel layout one token one 8-row panel at a time */
+                if (nt == 1 && PL) acc[0] = kpanel_halves(T, wp, ap[0], nb, next, t == t0);
                 else if (nt == 1) kpanel_pass(T, PL, 1, wp, ap, nb, next, next_b, acc);
                 else if (nt == 2) kpanel_pass(T, PL, 2, wp, ap, nb, next, next_b, acc);
                 else if (nt == 3) kpanel_pass(T, PL, 3, wp, ap, nb, next, next_b, acc);
