@@ -155,8 +155,7 @@ AI __m256 q45k_panel8(const int Q5, bptr p, bptr a, int64_t nb, bptr next) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b, ao = QKA * (size_t)b;
-        if (next)
-            for (size_t k = 0; k < wb * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
+        kp_prefetch_block(1, next, NULL, o, wb);
         const bptr x = p + 8 * o;
         const __m256 dw = _mm256_cvtph_ps(kp_ldx(x)), dm = _mm256_cvtph_ps(kp_ldx(x + 16));
         __m256i v[3];
@@ -276,8 +275,7 @@ AI __m256 q6k_panel8(bptr p, bptr a, int64_t nb, bptr next) {
     __m256 acc = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = 210 * (size_t)b, ao = QKA * (size_t)b;
-        if (next)
-            for (size_t k = 0; k < 210 * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
+        kp_prefetch_block(1, next, NULL, o, 210);
         const bptr x = p + 8 * o;
         __m256i isum = _mm256_setzero_si256();
         UNROLL for (int h = 0; h < 2; h++) UNROLL for (int q = 0; q < 2; q++) UNROLL for (int g = 0; g < 4; g++) {

@@ -135,8 +135,7 @@ AI __m256 lpanel8(const int T, bptr p, bptr a, const tokblk *tk, size_t tbs, int
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b;
         const bptr ablk = a + ab * (size_t)b + ab - 32, x = p + 8 * (o + qo);
-        if (next)
-            for (size_t k = 0; k < wb * 8; k += 64) tk_prefetch_weights(next + 8 * o + k);
+        kp_prefetch_block(1, next, NULL, o, wb);
         __m256i q[8];
         if (T != LP_Q8_0) {
             const bool q5 = T == LP_Q5_0 || T == LP_Q5_1;

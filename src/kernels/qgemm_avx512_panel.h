@@ -112,8 +112,10 @@ AI bptr kp_next_second(const int PL, bptr next, size_t wrb, int64_t r, int64_t r
  * 16 o (its first 16 x wb x nb bytes: all of it when rows are not padded);
  * in the panel layout that block of each of its two 8-row panels.  The
  * k-quant passes spread a super-block's 36-53 lines over its work in parts:
- * issued at once, they held 3-4 token passes back from DRAM (bench_qgemm,
- * TK_BENCH_DECODE_NTOK=4, Q6_K about 11.6 -> 14.8 GB/s). */
+ * issued at once, they held the passes of several tokens back from DRAM
+ * (bench_qgemm, TK_BENCH_DECODE_NTOK=4, Q6_K 8.9-9.4 -> 18.8-20.2 GB/s).
+ * The one-token ymm passes read one 8-row panel at a time and prefetch a
+ * block at once (kp_prefetch_block; spread, they were slower). */
 AI void kp_prefetch_part(const int PL, bptr next, bptr next_b, size_t o, size_t wb, int part, int parts) {
     if (!next) return;
     const size_t rows = PL ? 8 : KP_ROWS;
