@@ -580,6 +580,60 @@ static void test_panels(tk_dtype wt, int64_t rows, int64_t n, const int *ntoks, 
     free(yp);
 }
 
+/* On a CPU with AVX-VNNI the AVX2 level takes the vpdpbusd forms of the
+ * 32-element types' panel kernels (kernels/qgemm_avxvnni.c): they must give
+ * the plain AVX2 kernels' bits, from the rows and from the panel layout, for
+ * every batch size in ntoks; TK_AVXVNNI=0 must select the plain ones. */
+static void test_avxvnni(tk_dtype wt, int64_t rows, int64_t n, const int *ntoks, int n_ntoks, int mode) {
+    if (!tk_isa_supported(TK_ISA_AVX2)) return;
+    setenv("TK_AVXVNNI", "0", 1);
+    const tk_qkernel *plain = tk_qkernel_get(wt, TK_ISA_AVX2);
+    unsetenv("TK_AVXVNNI");
+    const tk_qkernel *vnni = tk_qkernel_get(wt, TK_ISA_AVX2);
+    CHECK(!strstr(plain->name, "vnni"), "%s: TK_AVXVNNI=0 selects the plain AVX2 kernel", plain->name);
+    if (!tk_cpu_features_get().avxvnni) {
+        CHECK(vnni == plain, "%s: no AVX-VNNI, the plain AVX2 kernel", vnni->name);
+        return;
+    }
+    CHECK(vnni != plain && strstr(vnni->name, "vnni"), "%s: the AVX-VNNI form on this CPU", vnni->name);
+    if (vnni == plain) return;
+    int max_tok = 0;
+    for (int i = 0; i < n_ntoks; i++) max_tok = ntoks[i] > max_tok ? ntoks[i] : max_tok;
+    const size_t wrb = tk_dtype_row_bytes(wt, n), arb = plain->act_row_bytes(n);
+    uint8_t *w = malloc(wrb * (size_t)rows), *pw = malloc(tk_panels_bytes(rows, wrb));
+    uint8_t *act = malloc(arb * (size_t)max_tok);
+    float *x = malloc(sizeof(float) * (size_t)(max_tok * n));
+    float *yp = malloc(sizeof(float) * (size_t)(max_tok * rows)), *yv = malloc(sizeof(float) * (size_t)(max_tok * rows));
+    CHECK(w && pw && act && x && yp && yv, "buffers");
+    if (w && pw && act && x && yp && yv) {
+        make_weights(wt, w, rows, n, mode);
+        tk_panels_pack(wt, w, wrb, rows, pw);
+        make_acts(x, max_tok, n, mode);
+        for (int t = 0; t < max_tok; t++) plain->quantize_act(x + t * n, act + (size_t)t * arb, n);
+        int bad = 0;
+        for (int i = 0; i < n_ntoks && !bad; i++)
+            for (int layout = 0; layout < 2 && !bad; layout++) {
+                const int nt = ntoks[i];
+                if (layout) {
+                    plain->gemm_panels(pw, wrb, n, 0, rows, act, arb, nt, yp, rows);
+                    vnni->gemm_panels(pw, wrb, n, 0, rows, act, arb, nt, yv, rows);
+                } else {
+                    plain->gemm(w, wrb, n, 0, rows, act, arb, nt, yp, rows);
+                    vnni->gemm(w, wrb, n, 0, rows, act, arb, nt, yv, rows);
+                }
+                bad = memcmp(yp, yv, sizeof(float) * (size_t)(nt * rows)) != 0;
+                CHECK(!bad, "%s rows=%lld n=%lld mode=%d, %d tokens, %s layout: not the bits of %s", vnni->name,
+                      (long long)rows, (long long)n, mode, nt, layout ? "panel" : "row", plain->name);
+            }
+    }
+    free(w);
+    free(pw);
+    free(act);
+    free(x);
+    free(yp);
+    free(yv);
+}
+
 /* Rows packed a chunk at a time (chunks of a multiple of 8 rows, each at
  * its first row's byte) give the same bytes as the whole matrix packed at
  * once: how tk_model_make_panels packs. */
@@ -841,6 +895,10 @@ int main(void) {
             test_panels(wt, 21, 96, all, 40, 1);
             if (wt == TK_Q8_0) test_panels(wt, 21, 96, all, 40, 2);
             test_panels_chunked(wt, 2053, 64, 1024);
+            test_avxvnni(wt, 37, 544, all, 40, 0);
+            test_avxvnni(wt, 50, 5632, some, (int)(sizeof some / sizeof some[0]), 0);
+            test_avxvnni(wt, 21, 96, all, 40, 1);
+            if (wt == TK_Q8_0) test_avxvnni(wt, 21, 96, all, 40, 2);
             /* accuracy against the scalar reference / float64 for tile-sized batches */
             run_case(wt, 37, 5632, 20, 0);
             run_case(wt, 33, 2048, 40, 0);

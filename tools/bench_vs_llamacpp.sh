@@ -1,17 +1,19 @@
 #!/bin/bash
 # tokamak against llama.cpp side by side at one ISA level, same files, same threads (docs/benchmarks.md).
 # usage: tools/bench_vs_llamacpp.sh [LLAMA_CPP_SRC_DIR]   (or LLAMA_CPP_DIR=...)
-#   env: TOKAMAK_BIN (build/tokamak), ISA (avx2 or avx512), THREADS (2), ROUNDS (3), TYPES ("q4_0 q8_0 q4_k_m"),
+#   env: TOKAMAK_BIN (build/tokamak), ISA (avx2, avxvnni or avx512), THREADS (2), ROUNDS (3), TYPES ("q4_0 q8_0 q4_k_m"),
 #        LIKE (tinyllama-1.1b), WORK (/tmp/tk-vs-llamacpp), TESTS ("pp128 pp512 tg32"), BUILD_ONLY=1,
 #        GEMMA (the Gemma 3 270M Q4_K_M GGUF: .cache/models/gemma-3-270m-q4_k_m.gguf from tools/oracles.sh,
 #        else ../shared/models/), SERVE_REQUESTS (64), SERVE_CTX (256 tokens per sequence), PORT (18480, and
 #        PORT+1 for llama-server)
 # Builds llama-bench and llama-quantize (and, when TESTS needs them, llama-batched-bench and
 # llama-server, without its web UI) from the given llama.cpp source for the same ISA level (avx2:
-# AVX2+FMA+F16C, no AVX-512/AMX, into $WORK/llama-build; avx512: AVX-512 with VNNI, VBMI and BF16,
-# no AMX, into $WORK/llama-build-avx512), makes a model of the shape
+# AVX2+FMA+F16C, no AVX-VNNI/AVX-512/AMX, into $WORK/llama-build, tokamak with TK_AVXVNNI=0;
+# avxvnni: the same plus AVX-VNNI, into $WORK/llama-build-avxvnni, tokamak at TK_ISA=avx2 with its
+# AVX-VNNI kernels; avx512: AVX-512 with VNNI, VBMI and BF16, no AMX, into
+# $WORK/llama-build-avx512), makes a model of the shape
 # --like as F16 with `tokamak synth`, quantizes it with llama.cpp's own quantizer, then runs
-# `TK_ISA=$ISA tokamak` and llama.cpp alternately, ROUNDS times per file and test, and prints the
+# `TK_ISA=$ISA tokamak` (avxvnni: avx2) and llama.cpp alternately, ROUNDS times per file and test, and prints the
 # median of each and their ratio. Nothing of llama.cpp goes into this repo.
 #
 # TESTS (each optional; every test runs on every file of TYPES, except gemma):
@@ -79,7 +81,18 @@ case $ISA in
             -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
     grep -q avx512_vnni /proc/cpuinfo && grep -q avx512_bf16 /proc/cpuinfo && grep -q avx512vbmi /proc/cpuinfo ||
       { echo "ISA=avx512: this CPU lacks AVX-512 VNNI/BF16/VBMI" >&2; exit 2; } ;;
-  *) echo "ISA=$ISA: only avx2 and avx512 are wired in this script" >&2; exit 2 ;;
+  avxvnni) GG="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+            -DGGML_AVX_VNNI=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
+            -DGGML_AVX512_BF16=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF"
+    grep -q avx_vnni /proc/cpuinfo || { echo "ISA=avxvnni: this CPU lacks AVX-VNNI" >&2; exit 2; } ;;
+  *) echo "ISA=$ISA: only avx2, avxvnni and avx512 are wired in this script" >&2; exit 2 ;;
+esac
+# tokamak's level: AVX-VNNI is a form of its AVX2 kernels (same bits), on unless TK_AVXVNNI=0;
+# the avx2 rows leave it out, as the llama.cpp build beside them does
+TKISA=$ISA
+case $ISA in
+  avx2) export TK_AVXVNNI=0 ;;
+  avxvnni) TKISA=avx2; export TK_AVXVNNI=1 ;;
 esac
 
 targets="llama-bench llama-quantize"
@@ -116,7 +129,7 @@ model_of() { if [ "$1" = gemma ]; then echo "$GEMMA"; else echo "$WORK/$LIKE-$1.
 tk_run() { # label test (ppN or tgN); tgN also measures the bandwidth: its roofline percentage
   local p=0 n=0 bw=--no-bandwidth; case $2 in pp*) p=${2#pp} ;; tg*) n=${2#tg}; bw= ;; esac
   # shellcheck disable=SC2086
-  TK_ISA=$ISA "$TK" bench -m "$(model_of "$1")" -p "$p" -n "$n" -r 1 -t "$T" $bw --json 2>/dev/null |
+  TK_ISA=$TKISA "$TK" bench -m "$(model_of "$1")" -p "$p" -n "$n" -r 1 -t "$T" $bw --json 2>/dev/null |
     python3 -c "import json,sys; d=json.load(sys.stdin); k='$2'[:2]
 print('$1', '$2', 'tokamak', d[k]['median'])
 if 'roofline_pct' in d: print('$1', '$2', 'roofline%', d['roofline_pct'])"
@@ -129,7 +142,7 @@ ll_run() { # label test (ppN or tgN)
 # llama-batched-bench's JSONL lines (it prints them on stdout; the rest of its log is on stderr)
 llb_jsonl() { "$LB/bin/llama-batched-bench" -t "$T" --output-format jsonl "$@" 2>/dev/null | grep '^{' || true; }
 tk_b16() {
-  TK_ISA=$ISA "$TK" bench -m "$(model_of "$1")" -p 0 -n 32 -b 16 -r 1 -t "$T" --no-bandwidth --json 2>/dev/null |
+  TK_ISA=$TKISA "$TK" bench -m "$(model_of "$1")" -p 0 -n 32 -b 16 -r 1 -t "$T" --no-bandwidth --json 2>/dev/null |
     python3 -c "import json,sys; print('$1', 'b16', 'tokamak', json.load(sys.stdin)['batched']['median'])"
 }
 ll_b16() {
@@ -138,7 +151,7 @@ ll_b16() {
 }
 tk_ctx() {
   # shellcheck disable=SC2086
-  TK_ISA=$ISA "$TK" bench -m "$(model_of "$1")" -p 0 -n 16 -r 1 -t "$T" --kv-type f16 --no-bandwidth \
+  TK_ISA=$TKISA "$TK" bench -m "$(model_of "$1")" -p 0 -n 16 -r 1 -t "$T" --kv-type f16 --no-bandwidth \
     --context "$(echo $CTXS | tr ' ' ',')" --json 2>/dev/null |
     python3 -c "import json,sys; [print('$1', 'ctx%d' % c['context'], 'tokamak', 1e3 / c['decode_ms_per_token']) for c in json.load(sys.stdin)['contexts']]"
 }
@@ -155,7 +168,7 @@ serve_run() { # label tool: start the server, wait for /health, load it, stop it
   # each tool its own port: the other's last connections may still hold its port
   local log=$WORK/serve-$2.log port=$PORT
   if [ "$2" = tokamak ]; then
-    TK_ISA=$ISA "$TK" serve -m "$(model_of "$1")" -t "$T" --max-seqs 16 -c "$SERVE_CTX" --port "$port" >"$log" 2>&1 &
+    TK_ISA=$TKISA "$TK" serve -m "$(model_of "$1")" -t "$T" --max-seqs 16 -c "$SERVE_CTX" --port "$port" >"$log" 2>&1 &
   else
     port=$((PORT + 1))
     "$LB/bin/llama-server" -m "$(model_of "$1")" -t "$T" -np 16 -cb -c $((16 * SERVE_CTX)) --port "$port" \
@@ -202,7 +215,7 @@ for r in $(seq "$R"); do
   echo "round $r of $R done" >&2
 done
 
-echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); tokamak TK_ISA=$ISA, llama.cpp built for $ISA; $T threads; $R rounds; load: $(uptime | sed 's/.*load average: //')"
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); tokamak TK_ISA=$TKISA${TK_AVXVNNI:+ TK_AVXVNNI=$TK_AVXVNNI}, llama.cpp built for $ISA; $T threads; $R rounds; load: $(uptime | sed 's/.*load average: //')"
 tests="$PT"
 has_test b16 && tests="$tests b16"
 for c in $CTXS; do tests="$tests ctx$c"; done

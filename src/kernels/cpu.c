@@ -1,6 +1,7 @@
 #include "cpu.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -138,6 +139,11 @@ tk_isa tk_cpu_isa_env(const char *var, tk_isa best) {
 }
 
 tk_isa tk_cpu_isa(void) { return tk_cpu_isa_env("TK_ISA", tk_cpu_best_isa()); }
+
+bool tk_cpu_avxvnni(void) {
+    const char *env = getenv("TK_AVXVNNI");
+    return tk_cpu_features_get().avxvnni && !(env && !strcmp(env, "0"));
+}
 
 static const char *const isa_names[TK_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "amx"};
 

@@ -57,6 +57,12 @@ tk_isa tk_cpu_isa_env(const char *var, tk_isa best);
 /* The best level the CPU supports, ignoring TK_ISA. */
 tk_isa tk_cpu_best_isa(void);
 
+/* True if the AVX2 kernels may take their AVX-VNNI forms (the same bits,
+ * kernels/qgemm_avxvnni.c): the CPU and OS have AVX-VNNI and the environment
+ * does not say TK_AVXVNNI=0 (for side-by-side runs with builds that leave it
+ * out, as llama.cpp's AVX2 builds do unless asked). */
+bool tk_cpu_avxvnni(void);
+
 /* "scalar", "avx2", "avx512", "neon", "amx". */
 const char *tk_isa_name(tk_isa isa);
 /* Inverse of tk_isa_name (case-insensitive); -1 if unknown. */

@@ -13,7 +13,8 @@ const tk_qkernel *tk_qkernel_get(tk_dtype wtype, tk_isa isa) {
         if (k) return k;
         __attribute__((fallthrough)); /* AVX-512 CPUs run the AVX2 kernels */
     case TK_ISA_AVX2:
-        k = tk_qkernel_avx2(wtype);
+        if (tk_cpu_avxvnni()) k = tk_qkernel_avxvnni(wtype);
+        if (!k) k = tk_qkernel_avx2(wtype);
         if (k) return k;
         break;
     case TK_ISA_NEON:

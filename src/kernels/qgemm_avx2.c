@@ -1,5 +1,7 @@
 /* AVX2 + FMA + F16C kernels (compiled with those flags only; reached only
- * through tk_qkernel_get after a CPU check).
+ * through tk_qkernel_get after a CPU check).  qgemm_avxvnni.c compiles this
+ * file a second time with TK_AVXVNNI and AVX-VNNI: the 8-row panel kernels of
+ * the 32-element types then form their integer dots with vpdpbusd (see idotk).
  *
  * Integer products use _mm256_maddubs_epi16 (unsigned x signed bytes ->
  * int16 pairs).  Weights with a signed range go through the sign trick:
@@ -11,12 +13,17 @@
  * The tiling, shared with the AVX-512 kernels, is in qgemm_simd.h. */
 #include "qgemm_impl.h"
 
-#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && \
+    (!defined(TK_AVXVNNI) || defined(__AVXVNNI__))
 
 #define NT_MAX 4
 #define CHUNK_BYTES (256 * 1024)
 #define GEMM_ISA TK_ISA_AVX2
+#ifdef TK_AVXVNNI
+#define GEMM_SUFFIX "/avx2+vnni"
+#else
 #define GEMM_SUFFIX "/avx2"
+#endif
 #include "qgemm_simd.h"
 
 AI __m256i ldu(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
@@ -77,6 +84,16 @@ AI float hmax8(__m256 v) {
  * group_amax in qgemm_scalar.c. */
 AI float mult_of(float amax) { return amax != 0.0f ? 127.0f / amax : 0.0f; }
 
+AI int sum_i8x32(__m256i q) {
+    /* sum of 32 signed bytes: bias to unsigned, sum with sad, unbias */
+    const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
+    const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    return (int)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1)) - 32 * 128;
+}
+
+/* The activation packers exist once, in the plain AVX2 build; the AVX-VNNI
+ * build's tables use them from there. */
+#ifndef TK_AVXVNNI
 void tk_qkernel_avx2_quant_q8_0(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_0)) {
@@ -85,13 +102,6 @@ void tk_qkernel_avx2_quant_q8_0(const float *x, void *out, int64_t n) {
         memcpy(o, &dh, 2);
         _mm256_storeu_si256((__m256i *)(o + 2), quant32(x, _mm256_set1_ps(id)));
     }
-}
-
-AI int sum_i8x32(__m256i q) {
-    /* sum of 32 signed bytes: bias to unsigned, sum with sad, unbias */
-    const __m256i s = _mm256_sad_epu8(_mm256_xor_si256(q, _mm256_set1_epi8((char)0x80)), _mm256_setzero_si256());
-    const __m128i t = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-    return (int)(_mm_cvtsi128_si64(t) + _mm_extract_epi64(t, 1)) - 32 * 128;
 }
 
 void tk_qkernel_avx2_quant_q8_1(const float *x, void *out, int64_t n) {
@@ -129,6 +139,7 @@ void tk_qkernel_avx2_quant_q8_K(const float *x, void *out, int64_t n) {
         memcpy(o + 4 + 256, bs, sizeof bs);
     }
 }
+#endif
 
 /* ================= legacy 32-blocks: Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 IQ4_NL ================= */
 
@@ -700,11 +711,43 @@ AI __m256i dotk(const int K, const __m256i *q, bptr a) {
     return s;
 }
 
+#ifdef TK_AVXVNNI
+/* AVX-VNNI: vpdpbusd adds each lane's four byte products straight into
+ * int32, one multiply per 32 products where maddubs + madd take two, and
+ * without the int16 step; the sums are exact either way, so both builds
+ * give the same integers (test_qgemm compares them bit for bit).  Two
+ * chains (even and odd k) halve the dependency on vpdpbusd's latency. */
+AI __m256i vnni_chains(const int K, const __m256i *u, const __m256i *sgn, bptr a) {
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    UNROLL for (int k = 0; k < K; k++) {
+        const __m256i b = sgn ? _mm256_sign_epi8(bcast32(a + 4 * k), sgn[k]) : bcast32(a + 4 * k);
+        if (k & 1) s1 = _mm256_dpbusd_avx_epi32(s1, u[k], b);
+        else s0 = _mm256_dpbusd_avx_epi32(s0, u[k], b);
+    }
+    return _mm256_add_epi32(s0, s1);
+}
+#endif
+
+/* The int32 sum of K maddubs products of unsigned codes q[0..K) against the
+ * activation bytes a, a+4, ... (K <= 8 and codes <= 15, or K <= 4 and codes
+ * <= 31, keep the int16 sums exact). */
+AI __m256i idotk(const int K, const __m256i *q, bptr a) {
+#ifdef TK_AVXVNNI
+    return vnni_chains(K, q, NULL, a);
+#else
+    return madd1(dotk(K, q, a));
+#endif
+}
+
 /* The int32 sum of K sign-trick products: quants q[0..K) (u = |q|) against the activation bytes a, a+4, ... */
 AI __m256i sdotk(const int K, const __m256i *u, const __m256i *q, bptr a) {
+#ifdef TK_AVXVNNI
+    return vnni_chains(K, u, q, a);
+#else
     __m256i s = madd1(_mm256_maddubs_epi16(u[0], _mm256_sign_epi8(bcast32(a), q[0])));
     UNROLL for (int k = 1; k < K; k++) s = _mm256_add_epi32(s, madd1(_mm256_maddubs_epi16(u[k], _mm256_sign_epi8(bcast32(a + 4 * k), q[k]))));
     return s;
+#endif
 }
 
 /* Q5_0's 5th bits: byte b of lane i = 0x10 if bit s + b of qh lane i is set
@@ -805,10 +848,14 @@ AI void mk_panel(const int T, const int PL, int nt, const bptr *wp, bptr a, size
             const bptr aj = ablk + arb * (size_t)j;
             __m256i isum;
             if (T == L_Q4_0 || T == L_Q4_1) {
-                isum = madd1(dotk(8, q, aj));
+                isum = idotk(8, q, aj);
                 if (T == L_Q4_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(tk[j].off));
             } else if (T == L_Q5_0 || T == L_Q5_1) {
-                isum = _mm256_add_epi32(madd1(dotk(4, q, aj)), madd1(dotk(4, q + 4, aj + 16)));
+#ifdef TK_AVXVNNI
+                isum = idotk(8, q, aj); /* no int16 bound: one pass over the 8 vectors */
+#else
+                isum = _mm256_add_epi32(idotk(4, q, aj), idotk(4, q + 4, aj + 16));
+#endif
                 if (T == L_Q5_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(tk[j].off));
             } else {
                 isum = sdotk(8, u, q, aj);
@@ -1118,9 +1165,11 @@ PANEL_GEMM(q5_0_panel_gemm, L_Q5_0)
 PANEL_GEMM(q5_1_panel_gemm, L_Q5_1)
 PANEL_GEMM(q8_0_panel_gemm, L_Q8_0)
 PANEL_GEMM(iq4_nl_panel_gemm, L_IQ4_NL)
+#ifndef TK_AVXVNNI
 PANEL_GEMM(q4_K_panel_gemm, PK_Q4)
 PANEL_GEMM(q5_K_panel_gemm, PK_Q5)
 PANEL_GEMM(q6_K_panel_gemm, PK_Q6)
+#endif
 
 /* ================= instantiation ================= */
 
@@ -1170,7 +1219,28 @@ PANEL_GEMM(q6_K_panel_gemm, PK_Q6)
 #define NT_F 3
 #endif
 
+#ifdef TK_AVXVNNI
+/* The row-tiled kernels (no vpdpbusd) are the plain build's. */
+static const tk_qkernel *tiled_kernel(tk_dtype wtype) { return tk_qkernel_avx2_tiled(wtype); }
+
+/* The types whose panel kernels use vpdpbusd; the k-quants multiply the
+ * int16 pair sums by their sub-block scales in the madd itself, which a
+ * 32-bit product would only make dearer, so they stay the plain build's. */
+static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm, q4_0_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_1, Q8_1, "Q4_1", q4_1_panel_gemm, q4_1_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_0, Q8_0, "Q5_0", q5_0_panel_gemm, q5_0_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_1, Q8_1, "Q5_1", q5_1_panel_gemm, q5_1_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm, q8_0_panel_gemm_pl),
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm, iq4_nl_panel_gemm_pl),
+};
+
+const tk_qkernel *tk_qkernel_avxvnni(tk_dtype wtype) { return tk_qkernel_pick(panel_kernels, wtype); }
+
+#else
 GEMM_KERNELS(tiled_kernel, GEMM_TYPES)
+
+const tk_qkernel *tk_qkernel_avx2_tiled(tk_dtype wtype) { return tiled_kernel(wtype); }
 
 /* The panel kernels replace the tiled ones of their types. */
 static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {
@@ -1189,10 +1259,23 @@ const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype) {
     const tk_qkernel *p = tk_qkernel_pick(panel_kernels, wtype);
     return p ? p : tiled_kernel(wtype);
 }
+#endif
+
+#elif defined(TK_AVXVNNI) /* not built with AVX-VNNI */
+
+const tk_qkernel *tk_qkernel_avxvnni(tk_dtype wtype) {
+    (void)wtype;
+    return NULL;
+}
 
 #else /* not built with AVX2 */
 
 const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype) {
+    (void)wtype;
+    return NULL;
+}
+
+const tk_qkernel *tk_qkernel_avx2_tiled(tk_dtype wtype) {
     (void)wtype;
     return NULL;
 }

@@ -11,6 +11,11 @@
 /* Each returns the ISA's kernel for a weight type, or NULL if it has none. */
 const tk_qkernel *tk_qkernel_scalar(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype);
+const tk_qkernel *tk_qkernel_avx2_tiled(tk_dtype wtype); /* the row-tiled kernels alone */
+/* the 32-element types' AVX2 panel kernels with AVX-VNNI's vpdpbusd (the
+ * same bits as tk_qkernel_avx2's); NULL for the other types or in builds
+ * without AVX-VNNI */
+const tk_qkernel *tk_qkernel_avxvnni(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx512(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx512_kpanel(tk_dtype wtype); /* 16-row k-quant panels, used by tk_qkernel_avx512 */
 const tk_qkernel *tk_qkernel_avx512_lpanel(tk_dtype wtype); /* 16-row Q4_0 / Q8_0 panels, used by tk_qkernel_avx512 */
