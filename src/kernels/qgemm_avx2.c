@@ -145,6 +145,17 @@ void tk_qkernel_avx2_quant_q8_K(const float *x, void *out, int64_t n) {
 
 AI int loffset(int T) { return T == L_Q4_0 ? 8 : T == L_Q5_0 ? 16 : 0; }
 
+#ifdef TK_AVXVNNI
+enum { VNNI = 1 };
+#else
+enum { VNNI = 0 };
+#endif
+
+/* The offset the 8-row panel kernels remove per token block, times the sum of
+ * its activation quants: loffset's, and with AVX-VNNI 128 for the signed
+ * types, whose quants enter vpdpbusd's unsigned operand biased by 128. */
+AI int panel_offset(int T) { return VNNI && (T == L_Q8_0 || T == L_IQ4_NL) ? 128 : loffset(T); }
+
 /* Four half floats at p0..p3 (unaligned) -> 4 floats. */
 AI __m128 ld4h(bptr p0, bptr p1, bptr p2, bptr p3) {
     uint16_t h0, h1, h2, h3;
@@ -711,29 +722,23 @@ AI __m256i dotk(const int K, const __m256i *q, bptr a) {
     return s;
 }
 
-#ifdef TK_AVXVNNI
-/* AVX-VNNI: vpdpbusd adds each lane's four byte products straight into
- * int32, one multiply per 32 products where maddubs + madd take two, and
- * without the int16 step; the sums are exact either way, so both builds
- * give the same integers (test_qgemm compares them bit for bit).  Two
- * chains (even and odd k) halve the dependency on vpdpbusd's latency. */
-AI __m256i vnni_chains(const int K, const __m256i *u, const __m256i *sgn, bptr a) {
-    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
-    UNROLL for (int k = 0; k < K; k++) {
-        const __m256i b = sgn ? _mm256_sign_epi8(bcast32(a + 4 * k), sgn[k]) : bcast32(a + 4 * k);
-        if (k & 1) s1 = _mm256_dpbusd_avx_epi32(s1, u[k], b);
-        else s0 = _mm256_dpbusd_avx_epi32(s0, u[k], b);
-    }
-    return _mm256_add_epi32(s0, s1);
-}
-#endif
-
-/* The int32 sum of K maddubs products of unsigned codes q[0..K) against the
- * activation bytes a, a+4, ... (K <= 8 and codes <= 15, or K <= 4 and codes
- * <= 31, keep the int16 sums exact). */
+/* The int32 sum of the products of unsigned bytes q[0..K) with the
+ * activation bytes a, a+4, ...: maddubs into int16 (K <= 8 and codes <= 15,
+ * or K <= 4 and codes <= 31, keep those sums exact), one madd to int32.
+ * AVX-VNNI: vpdpbusd adds each lane's four products straight into int32,
+ * one multiply per 32 products where maddubs + madd take two, no int16 step
+ * (so any byte values, e.g. the signed types' quants + 128); the sums are
+ * exact either way, so both builds give the same integers (test_qgemm
+ * compares them bit for bit).  Two chains (even and odd k) halve the
+ * dependency on vpdpbusd's latency. */
 AI __m256i idotk(const int K, const __m256i *q, bptr a) {
 #ifdef TK_AVXVNNI
-    return vnni_chains(K, q, NULL, a);
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+    UNROLL for (int k = 0; k < K; k++) {
+        if (k & 1) s1 = _mm256_dpbusd_avx_epi32(s1, q[k], bcast32(a + 4 * k));
+        else s0 = _mm256_dpbusd_avx_epi32(s0, q[k], bcast32(a + 4 * k));
+    }
+    return _mm256_add_epi32(s0, s1);
 #else
     return madd1(dotk(K, q, a));
 #endif
@@ -741,13 +746,9 @@ AI __m256i idotk(const int K, const __m256i *q, bptr a) {
 
 /* The int32 sum of K sign-trick products: quants q[0..K) (u = |q|) against the activation bytes a, a+4, ... */
 AI __m256i sdotk(const int K, const __m256i *u, const __m256i *q, bptr a) {
-#ifdef TK_AVXVNNI
-    return vnni_chains(K, u, q, a);
-#else
     __m256i s = madd1(_mm256_maddubs_epi16(u[0], _mm256_sign_epi8(bcast32(a), q[0])));
     UNROLL for (int k = 1; k < K; k++) s = _mm256_add_epi32(s, madd1(_mm256_maddubs_epi16(u[k], _mm256_sign_epi8(bcast32(a + 4 * k), q[k]))));
     return s;
-#endif
 }
 
 /* Q5_0's 5th bits: byte b of lane i = 0x10 if bit s + b of qh lane i is set
@@ -804,12 +805,13 @@ AI void mk_panel(const int T, const int PL, int nt, const bptr *wp, bptr a, size
             for (size_t k = 0; k < PANEL * wb; k += 64) tk_prefetch_weights(wp[0] + pf + PANEL * o + k);
         else if (pf && (T == L_Q8_0 || !(b & 1))) /* every 36 bytes or less: each line of the next panel */
             UNROLL for (int i = 0; i < PANEL; i++) tk_prefetch_weights(wp[i] + o + pf);
-        if ((T == L_Q8_0 || T == L_IQ4_NL) && nt > 1) {
+        if ((T == L_Q8_0 || T == L_IQ4_NL) && nt > 1 && !VNNI) {
             signed_block(T, PL, nt, wp, o, ablk, arb, tk, acc);
             continue;
         }
         /* Q4_0 / Q5_0: q = codes, low nibbles then high; Q8_0 / IQ4_NL (one
-         * token: nothing to spill): q = quants, u = |q| */
+         * token: nothing to spill): q = quants, u = |q|; with AVX-VNNI q =
+         * quants + 128 (unsigned), the bias removed with the offset */
         __m256i q[8], u[8];
         if (T == L_Q4_0 || T == L_Q4_1) {
             __m256i v[4];
@@ -831,7 +833,8 @@ AI void mk_panel(const int T, const int PL, int nt, const bptr *wp, bptr a, size
                 q[k + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v[k], 4), m4), q5_bits(qh, 16 + 4 * k));
             }
         } else if (T == L_IQ4_NL) {
-            const __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
+            __m256i kv = _mm256_broadcastsi128_si256(ldu128(tk_kvalues_iq4nl));
+            if (VNNI) kv = _mm256_xor_si256(kv, _mm256_set1_epi8((char)0x80));
             __m256i v[4];
             panel_transpose(PL, wp, o + 2, v);
             UNROLL for (int k = 0; k < 4; k++) {
@@ -841,8 +844,9 @@ AI void mk_panel(const int T, const int PL, int nt, const bptr *wp, bptr a, size
         } else {
             panel_transpose(PL, wp, o + 2, q);
             panel_transpose(PL, wp, o + 18, q + 4);
+            if (VNNI) UNROLL for (int k = 0; k < 8; k++) q[k] = _mm256_xor_si256(q[k], _mm256_set1_epi8((char)0x80));
         }
-        if (T == L_Q8_0 || T == L_IQ4_NL) UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
+        if ((T == L_Q8_0 || T == L_IQ4_NL) && !VNNI) UNROLL for (int k = 0; k < 8; k++) u[k] = _mm256_sign_epi8(q[k], q[k]);
         const __m256 dw = panel_scales(PL, wp, o), mw = lmin(T) ? panel_scales(PL, wp, o + 2) : _mm256_setzero_ps();
         for (int j = 0; j < nt; j++) {
             const bptr aj = ablk + arb * (size_t)j;
@@ -857,6 +861,8 @@ AI void mk_panel(const int T, const int PL, int nt, const bptr *wp, bptr a, size
                 isum = _mm256_add_epi32(idotk(4, q, aj), idotk(4, q + 4, aj + 16));
 #endif
                 if (T == L_Q5_0) isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(tk[j].off));
+            } else if (VNNI) { /* sum (q + 128) a = sum q a + 128 sum a */
+                isum = _mm256_sub_epi32(idotk(8, q, aj), _mm256_set1_epi32(tk[j].off));
             } else {
                 isum = sdotk(8, u, q, aj);
             }
@@ -1112,7 +1118,7 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 tokblk *tb = &td[b * (t1 - t0) + (t - t0)];
                 tb->d = ldh(blk);
                 if (lmin(T)) tb->s = ldh(blk + 2);
-                else tb->off = loffset(T) * sum_i8x32(ldu(blk + 2));
+                else tb->off = panel_offset(T) * sum_i8x32(ldu(blk + 2));
             }
         for (int64_t r = r0; r < r1; r += PANEL) {
             bptr wp[PANEL];
