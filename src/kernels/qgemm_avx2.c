@@ -1225,21 +1225,24 @@ PANEL_GEMM(q6_K_panel_gemm, PK_Q6)
 #define NT_F 3
 #endif
 
+/* The 32-element types' panel kernels: the ones with vpdpbusd in the
+ * AVX-VNNI build.  The k-quants' stay the plain build's: their sub-block
+ * scales multiply the int16 pair sums in the madd itself (Q4_K's dot scaled
+ * by a madd after vpdpbusd measured no faster; Q5_K's and Q6_K's can pass
+ * int16 and would need a 32-bit multiply; docs/kernels.md). */
+#define LEGACY_PANEL_KERNELS \
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm, q4_0_panel_gemm_pl), \
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_1, Q8_1, "Q4_1", q4_1_panel_gemm, q4_1_panel_gemm_pl), \
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_0, Q8_0, "Q5_0", q5_0_panel_gemm, q5_0_panel_gemm_pl), \
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_1, Q8_1, "Q5_1", q5_1_panel_gemm, q5_1_panel_gemm_pl), \
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm, q8_0_panel_gemm_pl), \
+    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm, iq4_nl_panel_gemm_pl),
+
 #ifdef TK_AVXVNNI
 /* The row-tiled kernels (no vpdpbusd) are the plain build's. */
 static const tk_qkernel *tiled_kernel(tk_dtype wtype) { return tk_qkernel_avx2_tiled(wtype); }
 
-/* The types whose panel kernels use vpdpbusd; the k-quants multiply the
- * int16 pair sums by their sub-block scales in the madd itself, which a
- * 32-bit product would only make dearer, so they stay the plain build's. */
-static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm, q4_0_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_1, Q8_1, "Q4_1", q4_1_panel_gemm, q4_1_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_0, Q8_0, "Q5_0", q5_0_panel_gemm, q5_0_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_1, Q8_1, "Q5_1", q5_1_panel_gemm, q5_1_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm, q8_0_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm, iq4_nl_panel_gemm_pl),
-};
+static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {LEGACY_PANEL_KERNELS};
 
 const tk_qkernel *tk_qkernel_avxvnni(tk_dtype wtype) { return tk_qkernel_pick(panel_kernels, wtype); }
 
@@ -1250,12 +1253,7 @@ const tk_qkernel *tk_qkernel_avx2_tiled(tk_dtype wtype) { return tiled_kernel(wt
 
 /* The panel kernels replace the tiled ones of their types. */
 static const tk_qkernel panel_kernels[TK_DTYPE_LIMIT] = {
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_0, Q8_0, "Q4_0", q4_0_panel_gemm, q4_0_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_1, Q8_1, "Q4_1", q4_1_panel_gemm, q4_1_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_0, Q8_0, "Q5_0", q5_0_panel_gemm, q5_0_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_1, Q8_1, "Q5_1", q5_1_panel_gemm, q5_1_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q8_0, Q8_0, "Q8_0", q8_0_panel_gemm, q8_0_panel_gemm_pl),
-    TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_IQ4_NL, Q8_0, "IQ4_NL", iq4_nl_panel_gemm, iq4_nl_panel_gemm_pl),
+    LEGACY_PANEL_KERNELS
     TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q4_K, Q8_K, "Q4_K", q4_K_panel_gemm, q4_K_panel_gemm_pl),
     TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q5_K, Q8_K, "Q5_K", q5_K_panel_gemm, q5_K_panel_gemm_pl),
     TK_QKERNEL_SIMD_PANELS(GEMM_ISA, GEMM_SUFFIX, TK_Q6_K, Q8_K, "Q6_K", q6_K_panel_gemm, q6_K_panel_gemm_pl),
