@@ -129,6 +129,8 @@ typedef struct tk_model_summary {
     int64_t n_params;
     size_t weight_bytes;
     size_t panel_bytes;     /* copies of matrices in the kernels' panel layout (AVX2), beside weight_bytes */
+    const char *kernels;    /* the matrix kernels' level: "scalar", "avx2", "avx2+avx-vnni", "avx512", "amx",
+                               "neon", or "reference" (float32 dequantize-and-multiply) */
     size_t embedding_bytes; /* token_embd */
     size_t routed_expert_bytes; /* mixture of experts: the routed experts' matrices (0 for dense models) */
     int n_expert, n_expert_used; /* routed experts per layer and per token (0 for dense models) */

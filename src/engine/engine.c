@@ -182,6 +182,9 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     e->exp_row = tk_exp_row_kernel(e->isa);
     const char *ref_env = getenv("TK_REFERENCE");
     bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
+    e->kernels = reference                                    ? "reference"
+                 : e->isa == TK_ISA_AVX2 && tk_cpu_avxvnni() ? "avx2+avx-vnni"
+                                                              : tk_isa_name(e->isa);
     /* TK_PANELS=0: the kernels read the file's row layout (to measure the panel layout) */
     const char *panels_env = getenv("TK_PANELS");
     if (!reference && !(panels_env && strcmp(panels_env, "0") == 0) &&
@@ -365,6 +368,7 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     }
     o->weight_bytes = m->weight_bytes;
     o->panel_bytes = m->panel_bytes;
+    o->kernels = e->kernels;
     o->embedding_bytes = m->w.tok_embd->nbytes;
     if (m->arch->moe) {
         o->n_expert = m->hp.n_expert;

@@ -115,6 +115,7 @@ struct tk_engine {
     tk_kv_pool kv;
     tk_threadpool *pool;
     tk_isa isa;            /* the kernels' level (tk_cpu_isa at open: cpuid is slow in a VM) */
+    const char *kernels;   /* that level as the model stats name it (tk_model_stats.kernels) */
     tk_exp_row_fn exp_row; /* the samplers' softmax exp, resolved once at open for isa */
     tk_forward_ws ws;
     int ctx_len;
