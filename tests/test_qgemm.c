@@ -586,10 +586,15 @@ static void test_panels(tk_dtype wt, int64_t rows, int64_t n, const int *ntoks, 
  * every batch size in ntoks; TK_AVXVNNI=0 must select the plain ones. */
 static void test_avxvnni(tk_dtype wt, int64_t rows, int64_t n, const int *ntoks, int n_ntoks, int mode) {
     if (!tk_isa_supported(TK_ISA_AVX2)) return;
+    /* the caller's TK_AVXVNNI comes back afterwards: the other cases run as asked */
+    const char *env = getenv("TK_AVXVNNI");
+    char *saved = env ? strdup(env) : NULL;
     setenv("TK_AVXVNNI", "0", 1);
     const tk_qkernel *plain = tk_qkernel_get(wt, TK_ISA_AVX2);
     unsetenv("TK_AVXVNNI");
     const tk_qkernel *vnni = tk_qkernel_get(wt, TK_ISA_AVX2);
+    if (saved) setenv("TK_AVXVNNI", saved, 1);
+    free(saved);
     CHECK(!strstr(plain->name, "vnni"), "%s: TK_AVXVNNI=0 selects the plain AVX2 kernel", plain->name);
     if (!tk_cpu_features_get().avxvnni) {
         CHECK(vnni == plain, "%s: no AVX-VNNI, the plain AVX2 kernel", vnni->name);
