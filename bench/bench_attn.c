@@ -160,8 +160,16 @@ static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
 int main(int argc, char **argv) {
     int ctx = argc > 1 ? atoi(argv[1]) : 4096;
     int type = argc > 2 ? tk_kv_type_from_name(argv[2]) : TK_KV_F32;
-    const int n_kv = 4, group = 8, hd = 64, n_pre = ctx < 512 ? ctx : 512;
+    /* TK_BENCH_GROUP / TK_BENCH_HD: other shapes (query heads per KV head,
+     * head size), e.g. 1 / 128 for multi-head attention, 4 / 256 for Gemma 3 */
+    const int group = getenv("TK_BENCH_GROUP") ? atoi(getenv("TK_BENCH_GROUP")) : 8;
+    const int hd = getenv("TK_BENCH_HD") ? atoi(getenv("TK_BENCH_HD")) : 64;
+    const int n_kv = 4, n_pre = ctx < 512 ? ctx : 512;
     const int block = kv_block_size();
+    if (group < 1 || group > 64 || hd < 8 || hd > 512 || hd % 8) {
+        fprintf(stderr, "bad TK_BENCH_GROUP or TK_BENCH_HD\n");
+        return 1;
+    }
     const int tile_tok = getenv("TK_BENCH_TILE") ? atoi(getenv("TK_BENCH_TILE")) : 8;
     if (ctx < 1 || type < 0) {
         fprintf(stderr, "usage: bench_attn [context] [f32|f16|q8_0]\n");
@@ -177,7 +185,7 @@ int main(int argc, char **argv) {
     }
     tk_kv_seq seq = {0};
     tk_kv_seq_reserve(&kv, &seq, ctx, &err);
-    float row[64];
+    float row[512];
     uint64_t x = 1;
     for (int h = 0; h < n_kv; h++)
         for (int p = 0; p < ctx; p++) {
@@ -196,7 +204,8 @@ int main(int argc, char **argv) {
     int *lo = calloc((size_t)n_pre, sizeof(int)), *hi = malloc(sizeof(int) * n_pre);
     for (int t = 0; t < n_pre; t++) hi[t] = ctx - n_pre + t + 1;
     const tk_isa isas[4] = {TK_ISA_SCALAR, TK_ISA_AVX2, TK_ISA_AVX512, TK_ISA_AMX};
-    printf("context %d, %s KV\n", ctx, tk_kv_type_name((tk_kv_type)type));
+    printf("context %d, %s KV, %d KV heads of %d query heads, head size %d\n", ctx, tk_kv_type_name((tk_kv_type)type),
+           n_kv, group, hd);
     for (int ii = 0; ii < 4; ii++) {
         tk_isa isa = isas[ii];
         if (tk_attn_isa(isa, hd) != isa) continue;
