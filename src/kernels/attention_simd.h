@@ -42,6 +42,15 @@
 
 #include "attention_simd_common.h"
 
+/* FMA chains of a full score block / P·V pass, and the width (vectors) a
+ * block of r < MR rows gets so that about as many are in flight: a power
+ * of two (a Q8_0 P·V pass must tile the 32-element blocks) */
+#define POW2_FLOOR(x) ((x) >= 16 ? 16 : (x) >= 8 ? 8 : (x) >= 4 ? 4 : (x) >= 2 ? 2 : 1)
+#define QK_CHAINS (QK_MR * QK_NR)
+#define QK_WIDE(r) POW2_FLOOR(QK_CHAINS / (r) < CH / VL ? QK_CHAINS / (r) : CH / VL)
+#define PV_CHAINS (PV_MR * PV_NV)
+#define PV_WIDE(r) POW2_FLOOR(PV_CHAINS / (r))
+
 #ifndef ATTN_QUANT_Q8_0
 #define ATTN_QUANT_Q8_0 tk_qkernel_avx2_quant_q8_0
 #endif
@@ -165,35 +174,47 @@ static void qk8_rows(int nr, const int32_t *const *qw, const float *const *dq, c
  * head dimensions in order, then the scale. */
 AI void qk_block(const int MR, const int NR, const float *const *qr, const float *kt, int hd, int j,
                  float *const *srow, float scale) {
-    vf acc[QK_MR][QK_NR];
-    _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++)
-        _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) acc[m][n] = vzero();
-    for (int d = 0; d < hd; d++) {
-        vf k[QK_NR];
-        _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) k[n] = vkeep(vload(kt + (size_t)d * CH + (j + n) * VL));
+    vf acc[QK_CHAINS]; /* [m * NR + n]: MR * NR <= QK_CHAINS, flat so that it stays in registers */
+    _Pragma("GCC unroll 16") for (int i = 0; i < MR * NR; i++) acc[i] = vzero();
+    const float *kd = kt + (size_t)j * VL;
+    for (int d = 0; d < hd; d++, kd += CH) {
+        vf k[QK_CHAINS];
+        /* one row: each K vector serves one FMA, as its memory operand */
+        _Pragma("GCC unroll 16") for (int n = 0; n < NR; n++) k[n] = MR > 1 ? vkeep(vload(kd + n * VL)) : vload(kd + n * VL);
         _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
             vf qb = vset1(qr[m][d]);
-            _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) acc[m][n] = vfma(qb, k[n], acc[m][n]);
+            _Pragma("GCC unroll 16") for (int n = 0; n < NR; n++) acc[m * NR + n] = vfma(qb, k[n], acc[m * NR + n]);
         }
     }
     vf sc = vset1(scale);
     _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++)
-        _Pragma("GCC unroll 8") for (int n = 0; n < NR; n++) vstore(srow[m] + (j + n) * VL, vmul(acc[m][n], sc));
+        _Pragma("GCC unroll 16") for (int n = 0; n < NR; n++) vstore(srow[m] + (j + n) * VL, vmul(acc[m * NR + n], sc));
 }
 
+/* MR rows' scores over the vectors [va, vb): blocks of NR vectors, the
+ * rest in blocks of halving width. */
+AI void qk_span(const int MR, const int NR, const float *const *qr, const float *kt, int hd, int va, int vb,
+                float *const *srow, float scale) {
+    int j = va;
+    for (; j + NR <= vb; j += NR) qk_block(MR, NR, qr, kt, hd, j, srow, scale);
+    if (NR > 8 && j + 8 <= vb) qk_block(MR, 8, qr, kt, hd, j, srow, scale), j += 8;
+    if (NR > 4 && j + 4 <= vb) qk_block(MR, 4, qr, kt, hd, j, srow, scale), j += 4;
+    if (NR > 2 && j + 2 <= vb) qk_block(MR, 2, qr, kt, hd, j, srow, scale), j += 2;
+    for (; j < vb; j++) qk_block(MR, 1, qr, kt, hd, j, srow, scale);
+}
+
+/* Rows left after the blocks of QK_MR (a decode step of multi-head
+ * attention or of GQA groups of 2 or 3 has nothing else) go in blocks of
+ * QK_WIDE(rows) vectors: each score is one FMA chain, and a
+ * block of one row and QK_NR vectors had only QK_NR chains in flight
+ * (bound by the FMA latency, not its throughput). */
 static void qk_rows(int nr, const float *const *qr, const float *kt, int hd, int va, int vb, float *const *srow,
                     float scale) {
     int m = 0;
-    for (; m + QK_MR <= nr; m += QK_MR) {
-        int j = va;
-        for (; j + QK_NR <= vb; j += QK_NR) qk_block(QK_MR, QK_NR, qr + m, kt, hd, j, srow + m, scale);
-        for (; j < vb; j++) qk_block(QK_MR, 1, qr + m, kt, hd, j, srow + m, scale);
-    }
-    for (; m < nr; m++) {
-        int j = va;
-        for (; j + QK_NR <= vb; j += QK_NR) qk_block(1, QK_NR, qr + m, kt, hd, j, srow + m, scale);
-        for (; j < vb; j++) qk_block(1, 1, qr + m, kt, hd, j, srow + m, scale);
-    }
+    for (; m + QK_MR <= nr; m += QK_MR) qk_span(QK_MR, QK_NR, qr + m, kt, hd, va, vb, srow + m, scale);
+    for (; nr - m >= 3; m += 3) qk_span(3, QK_WIDE(3), qr + m, kt, hd, va, vb, srow + m, scale);
+    if (nr - m == 2) qk_span(2, QK_WIDE(2), qr + m, kt, hd, va, vb, srow + m, scale);
+    else if (nr - m == 1) qk_span(1, QK_WIDE(1), qr + m, kt, hd, va, vb, srow + m, scale);
 }
 
 /* acc rows (MR rows, NV vectors from head dim d0) = acc * alpha + sum over
@@ -205,57 +226,74 @@ static void qk_rows(int nr, const float *const *qr, const float *kt, int hd, int
 AI void pv_block(const int MR, const int NV, tk_kv_type type, rowp const *vrow, const float *dv,
                  const float *const *prow, const int ps, int ia, int ib, int d0, float *const *arow,
                  const float *alpha) {
-    vf acc[PV_MR][PV_NV];
+    vf acc[PV_CHAINS]; /* [m * NV + n], as in qk_block */
     _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
         vf a = vset1(alpha[m]);
-        _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) acc[m][n] = vmul(vload(arow[m] + d0 + n * VL), a);
+        _Pragma("GCC unroll 16") for (int n = 0; n < NV; n++) acc[m * NV + n] = vmul(vload(arow[m] + d0 + n * VL), a);
     }
     for (int i = ia; i < ib; i++) {
-        vf v[PV_NV];
+        vf v[PV_CHAINS];
         if (type == TK_KV_Q8_0) {
             const vf sc = vset1(dv[(size_t)(d0 / 32) * CH + i]);
-            _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = load_q8(vrow[i], d0 + n * VL, sc);
+            _Pragma("GCC unroll 16") for (int n = 0; n < NV; n++) v[n] = load_q8(vrow[i], d0 + n * VL, sc);
         } else {
-            _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) v[n] = vkeep(load_row(vrow[i], type, d0 + n * VL));
+            _Pragma("GCC unroll 16") for (int n = 0; n < NV; n++) v[n] = vkeep(load_row(vrow[i], type, d0 + n * VL));
         }
         _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++) {
             vf pb = vset1(prow[m][(size_t)i * ps]);
-            _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) acc[m][n] = vfma(pb, v[n], acc[m][n]);
+            _Pragma("GCC unroll 16") for (int n = 0; n < NV; n++) acc[m * NV + n] = vfma(pb, v[n], acc[m * NV + n]);
         }
     }
     _Pragma("GCC unroll 8") for (int m = 0; m < MR; m++)
-        _Pragma("GCC unroll 8") for (int n = 0; n < NV; n++) vstore(arow[m] + d0 + n * VL, acc[m][n]);
+        _Pragma("GCC unroll 16") for (int n = 0; n < NV; n++) vstore(arow[m] + d0 + n * VL, acc[m * NV + n]);
+}
+
+/* MR rows' P·V over all head dims: passes of NV vectors (at most a Q8_0
+ * block: a pass reads one scale per position), the rest in passes of
+ * halving width. */
+AI void pv_span(const int MR, const int WIDTH, tk_kv_type type, rowp const *vrow, const float *dv,
+                const float *const *prow, const int ps, int ia, int ib, int hd, float *const *arow, const float *alpha,
+                pf_cursor *pf) {
+    _Static_assert(32 % (PV_NV * VL) == 0, "a P·V pass stays inside one Q8_0 block");
+    const int NV = type == TK_KV_Q8_0 && WIDTH * VL > 32 ? 32 / VL : WIDTH;
+    int d0 = 0;
+    for (; d0 + NV * VL <= hd; d0 += NV * VL) {
+        pv_block(MR, NV, type, vrow, dv, prow, ps, ia, ib, d0, arow, alpha);
+        pf_step(pf, 12);
+    }
+    if (NV > 8 && d0 + 8 * VL <= hd) pv_block(MR, 8, type, vrow, dv, prow, ps, ia, ib, d0, arow, alpha), d0 += 8 * VL;
+    if (NV > 4 && d0 + 4 * VL <= hd) pv_block(MR, 4, type, vrow, dv, prow, ps, ia, ib, d0, arow, alpha), d0 += 4 * VL;
+    if (NV > 2 && d0 + 2 * VL <= hd) pv_block(MR, 2, type, vrow, dv, prow, ps, ia, ib, d0, arow, alpha), d0 += 2 * VL;
+    for (; d0 < hd; d0 += VL) pv_block(MR, 1, type, vrow, dv, prow, ps, ia, ib, d0, arow, alpha);
 }
 
 /* pf: the next chunk's prefetches, a few issued after each pass (spread
- * over P·V, the longest phase, instead of a burst after it) */
-AI void pv_rows_t(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow,
+ * over P·V, the longest phase, instead of a burst after it).  Rows left
+ * after the blocks of PV_MR go in passes of PV_WIDE(rows) vectors (one
+ * FMA chain per vector, down the positions), as in qk_rows; with NARROW
+ * one at a time in passes of PV_NV (the one-token kernel's groups of 5-8:
+ * the wide passes' code in that kernel made its score loop spill, GQA 8
+ * 3-9 % slower in bench_attn). */
+AI void pv_rows_t(tk_kv_type type, const int NARROW, int nr, rowp const *vrow, const float *dv, const float *const *prow,
                   const int ps, int ia, int ib, int hd, float *const *arow, const float *alpha, pf_cursor *pf) {
-    _Static_assert(32 % (PV_NV * VL) == 0, "a P·V pass stays inside one Q8_0 block");
     int m = 0;
-    for (; m + PV_MR <= nr; m += PV_MR) {
-        int d0 = 0;
-        for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL) {
-            pv_block(PV_MR, PV_NV, type, vrow, dv, prow + m, ps, ia, ib, d0, arow + m, alpha + m);
-            pf_step(pf, 12);
-        }
-        for (; d0 < hd; d0 += VL) pv_block(PV_MR, 1, type, vrow, dv, prow + m, ps, ia, ib, d0, arow + m, alpha + m);
+    for (; m + PV_MR <= nr; m += PV_MR) pv_span(PV_MR, PV_NV, type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
+    if (NARROW) {
+        for (; m < nr; m++) pv_span(1, PV_NV, type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
+        return;
     }
-    for (; m < nr; m++) {
-        int d0 = 0;
-        for (; d0 + PV_NV * VL <= hd; d0 += PV_NV * VL)
-            pv_block(1, PV_NV, type, vrow, dv, prow + m, ps, ia, ib, d0, arow + m, alpha + m);
-        for (; d0 < hd; d0 += VL) pv_block(1, 1, type, vrow, dv, prow + m, ps, ia, ib, d0, arow + m, alpha + m);
-    }
+    for (; nr - m >= 3; m += 3) pv_span(3, PV_WIDE(3), type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
+    if (nr - m == 2) pv_span(2, PV_WIDE(2), type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
+    else if (nr - m == 1) pv_span(1, PV_WIDE(1), type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
 }
 
 /* The tile kernel's P·V (probabilities in rows: ps 1). */
 static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow, int ia,
                     int ib, int hd, float *const *arow, const float *alpha, pf_cursor *pf) {
     switch (type) {
-    case TK_KV_F32: pv_rows_t(TK_KV_F32, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
-    case TK_KV_F16: pv_rows_t(TK_KV_F16, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
-    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_F32: pv_rows_t(TK_KV_F32, 0, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_F16: pv_rows_t(TK_KV_F16, 0, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, 0, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
     }
 }
 
