@@ -40,8 +40,7 @@ static int cmp_double(const void *a, const void *b) {
 static int kv_block_size(void) { return getenv("TK_BENCH_BLOCK") ? atoi(getenv("TK_BENCH_BLOCK")) : 64; }
 
 /* The engine-like decode (see the header). */
-static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
-    const int n_kv = 4, group = 8, hd = 64;
+static int engine_decode(int ctx, tk_kv_type type, int n_layers, int n_kv, int group, int hd) {
     const int block = kv_block_size();
     const int split = getenv("TK_BENCH_SPLIT") ? atoi(getenv("TK_BENCH_SPLIT")) : 512;
     const size_t flush_mb = getenv("TK_BENCH_FLUSH_MB") ? (size_t)atol(getenv("TK_BENCH_FLUSH_MB")) : 600;
@@ -80,7 +79,7 @@ static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
     enum { N_ROWS = 4093 };
     unsigned char *rows = malloc(N_ROWS * kv.row_bytes);
     if (!rows) return 1;
-    float row[64];
+    float row[512];
     uint64_t x = 1;
     for (int r = 0; r < N_ROWS; r++) {
         for (int d = 0; d < hd; d++) {
@@ -99,7 +98,8 @@ static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
                        kv.row_bytes);
             }
     free(rows);
-    float q[8 * 64];
+    float *q = malloc(sizeof(float) * (size_t)group * hd);
+    if (!q) return 1;
     for (int i = 0; i < group * hd; i++) q[i] = (float)(i % 97) / 97.0f - 0.5f;
     const int st_n = group * (hd + 2);
     float *st = malloc(sizeof(float) * 2 * st_n), *out = malloc(sizeof(float) * group * hd);
@@ -145,29 +145,31 @@ static int engine_decode(int ctx, tk_kv_type type, int n_layers) {
     qsort(times, reps, sizeof(double), cmp_double);
     double med = times[reps / 2];
     double bytes = 2.0 * n_layers * n_kv * (double)ctx * kv.row_bytes;
-    printf("engine-like decode: context %d, %s KV, %d layers, pools %d, %s, split %d: %.3f ms/layer (min %.3f), %.1f GB/s of "
-           "KV (check %g)\n",
-           ctx, tk_kv_type_name(type), n_layers, n_pools, tk_isa_name(isa), split, med * 1e3 / n_layers,
+    printf("engine-like decode: context %d, %s KV, %d layers of %d KV heads x %d (head size %d), pools %d, %s, split %d: "
+           "%.3f ms/layer (min %.3f), %.1f GB/s of KV (check %g)\n",
+           ctx, tk_kv_type_name(type), n_layers, n_kv, group, hd, n_pools, tk_isa_name(isa), split, med * 1e3 / n_layers,
            times[0] * 1e3 / n_layers, bytes / med * 1e-9, (double)check);
     for (int i = 0; i < n_pools; i++) {
         tk_kv_seq_release(&pools[i], &seqs[i]);
         tk_kv_pool_free(&pools[i]);
     }
-    free(st), free(out), free(scratch), free(flush), free(times);
+    free(q), free(st), free(out), free(scratch), free(flush), free(times);
     return 0;
 }
 
 int main(int argc, char **argv) {
     int ctx = argc > 1 ? atoi(argv[1]) : 4096;
     int type = argc > 2 ? tk_kv_type_from_name(argv[2]) : TK_KV_F32;
-    /* TK_BENCH_GROUP / TK_BENCH_HD: other shapes (query heads per KV head,
-     * head size), e.g. 1 / 128 for multi-head attention, 4 / 256 for Gemma 3 */
+    /* TK_BENCH_GROUP / TK_BENCH_HD / TK_BENCH_KV_HEADS: other shapes (query
+     * heads per KV head, head size, KV heads), e.g. 1 / 128 / 16 for
+     * OLMoE's multi-head attention, 4 / 256 / 1 for Gemma 3 270M */
     const int group = getenv("TK_BENCH_GROUP") ? atoi(getenv("TK_BENCH_GROUP")) : 8;
     const int hd = getenv("TK_BENCH_HD") ? atoi(getenv("TK_BENCH_HD")) : 64;
-    const int n_kv = 4, n_pre = ctx < 512 ? ctx : 512;
+    const int n_kv = getenv("TK_BENCH_KV_HEADS") ? atoi(getenv("TK_BENCH_KV_HEADS")) : 4;
+    const int n_pre = ctx < 512 ? ctx : 512;
     const int block = kv_block_size();
-    if (group < 1 || group > 64 || hd < 8 || hd > 512 || hd % 8) {
-        fprintf(stderr, "bad TK_BENCH_GROUP or TK_BENCH_HD\n");
+    if (group < 1 || group > 64 || hd < 8 || hd > 512 || hd % 8 || n_kv < 1 || n_kv > 64) {
+        fprintf(stderr, "bad TK_BENCH_GROUP, TK_BENCH_HD or TK_BENCH_KV_HEADS\n");
         return 1;
     }
     const int tile_tok = getenv("TK_BENCH_TILE") ? atoi(getenv("TK_BENCH_TILE")) : 8;
@@ -176,7 +178,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (getenv("TK_BENCH_LAYERS") && atoi(getenv("TK_BENCH_LAYERS")) > 1)
-        return engine_decode(ctx, (tk_kv_type)type, atoi(getenv("TK_BENCH_LAYERS")));
+        return engine_decode(ctx, (tk_kv_type)type, atoi(getenv("TK_BENCH_LAYERS")), n_kv, group, hd);
     tk_kv_pool kv;
     tk_err err;
     if (tk_kv_pool_init(&kv, 1, n_kv, hd, block, ctx / block + 2, (tk_kv_type)type, false, &err)) {
