@@ -57,8 +57,8 @@
 
 /* kt[d][pos] for the vectors [j0, j1) of the chunk (missing rows point to
  * a row of zeros). */
-AI void build_kt_t(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, float *kt) {
-    for (int j = j0; j < j1; j++)
+AI void build_kt_t(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, float *kt, pf_cursor *pf, int pf_lines) {
+    for (int j = j0; j < j1; j++, pf_step(pf, pf_lines))
         for (int d0 = 0; d0 < hd; d0 += VL) {
             vf r[VL];
             _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) r[i] = load_row(krow[j * VL + i], type, d0);
@@ -67,10 +67,11 @@ AI void build_kt_t(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, fl
         }
 }
 
-static void build_kt(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, float *kt) {
+static void build_kt(tk_kv_type type, int hd, rowp const *krow, int j0, int j1, float *kt, pf_cursor *pf,
+                     int pf_lines) {
     switch (type) {
-    case TK_KV_F32: build_kt_t(TK_KV_F32, hd, krow, j0, j1, kt); break;
-    case TK_KV_F16: build_kt_t(TK_KV_F16, hd, krow, j0, j1, kt); break;
+    case TK_KV_F32: build_kt_t(TK_KV_F32, hd, krow, j0, j1, kt, pf, pf_lines); break;
+    case TK_KV_F16: build_kt_t(TK_KV_F16, hd, krow, j0, j1, kt, pf, pf_lines); break;
     case TK_KV_Q8_0: break; /* integer scores: build_kt8 */
     }
 }
@@ -83,9 +84,9 @@ AI void gather_scales(rowp const *rows, int nb, float *d) {
 
 /* Q8_0: kt8[d4][pos] (dwords = 4 dims) and dk[block][pos] for the vectors
  * [j0, j1) of the chunk. */
-static void build_kt8(int hd, rowp const *krow, int j0, int j1, int32_t *kt8, float *dk) {
+static void build_kt8(int hd, rowp const *krow, int j0, int j1, int32_t *kt8, float *dk, pf_cursor *pf, int pf_lines) {
     const int nb = hd / 32, nd4 = hd / 4;
-    for (int j = j0; j < j1; j++) {
+    for (int j = j0; j < j1; j++, pf_step(pf, pf_lines)) {
         for (int u = 0; u * 4 * VL < hd; u++) {
             vf r[VL];
             _Pragma("GCC unroll 16") for (int i = 0; i < VL; i++) r[i] = (vf)load_k8(krow[j * VL + i], u, nb);
@@ -297,6 +298,16 @@ static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *dv, 
     }
 }
 
+/* Lines of a chunk's K (as many of V) the phases after the transpose do
+ * not prefetch (see pf_lines in the kernel) for n rows. */
+static int chunk_pf_lines(size_t row_bytes, int positions, int n_rows, int hd) {
+    const int nr = n_rows < RB ? n_rows : RB;
+    const int passes = (nr + PV_MR - 1) / PV_MR * (hd / (PV_NV * VL));
+    const int later = 8 + 4 * nr + 12 * passes;
+    const int lines = positions > 0 ? (int)(((size_t)positions * row_bytes + 63) / 64) : 0;
+    return lines > later ? lines - later + CH / VL - 1 : 0;
+}
+
 int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
                      float scale, int seg_lo, int seg_hi, float *acc, float *mx, float *sum, float *scratch) {
     const int hd = kv->head_dim, group = tile->group, n_rows = tile->n_tok * group;
@@ -337,8 +348,14 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
          * prefetches than the core has fill buffers stalls it */
         pf_init(&pf, kv, s, layer, kv_head, db, db + CH < next_hi ? db + CH : next_hi);
         pf_step(&pf, 8);
-        if (q8) build_kt8(hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt8, dk);
-        else build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt);
+        /* the lines the later phases would leave to the burst after P·V
+         * (8 after the transpose, 4 per row's softmax, 12 per P·V pass),
+         * issued while K is transposed, VL positions at a time: with few
+         * rows (multi-head attention, GQA 2) the later phases are short */
+        const int pf_lines = chunk_pf_lines(kv->row_bytes, db + CH < next_hi ? CH : next_hi - db, n_rows, hd) /
+                             (CH / VL);
+        if (q8) build_kt8(hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt8, dk, &pf, pf_lines);
+        else build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt, &pf, pf_lines);
         pf_step(&pf, 8);
         tk_kv_type vtype = kv->type;
         if (q8)
