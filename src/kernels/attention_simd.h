@@ -298,14 +298,17 @@ static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *dv, 
     }
 }
 
-/* Lines of a chunk's K (as many of V) the phases after the transpose do
- * not prefetch (see pf_lines in the kernel) for n rows. */
-static int chunk_pf_lines(size_t row_bytes, int positions, int n_rows, int hd) {
+/* The next chunk's K lines (as many of V) to prefetch per VL positions of
+ * the transpose: those of `positions` rows that the phases after it would
+ * leave to the burst after P·V (8 after the transpose, 4 per row's softmax,
+ * 12 per P·V pass of the first row block, counted as PV_NV wide: an
+ * estimate), for n_rows rows. */
+static int transpose_pf_lines(size_t row_bytes, int positions, int n_rows, int hd) {
     const int nr = n_rows < RB ? n_rows : RB;
     const int passes = (nr + PV_MR - 1) / PV_MR * (hd / (PV_NV * VL));
     const int later = 8 + 4 * nr + 12 * passes;
     const int lines = positions > 0 ? (int)(((size_t)positions * row_bytes + 63) / 64) : 0;
-    return lines > later ? lines - later + CH / VL - 1 : 0;
+    return lines > later ? (lines - later + CH / VL - 1) / (CH / VL) : 0;
 }
 
 int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head, const tk_attn_tile *tile,
@@ -348,12 +351,10 @@ int FN(tk_attn_tile)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv
          * prefetches than the core has fill buffers stalls it */
         pf_init(&pf, kv, s, layer, kv_head, db, db + CH < next_hi ? db + CH : next_hi);
         pf_step(&pf, 8);
-        /* the lines the later phases would leave to the burst after P·V
-         * (8 after the transpose, 4 per row's softmax, 12 per P·V pass),
-         * issued while K is transposed, VL positions at a time: with few
-         * rows (multi-head attention, GQA 2) the later phases are short */
-        const int pf_lines = chunk_pf_lines(kv->row_bytes, db + CH < next_hi ? CH : next_hi - db, n_rows, hd) /
-                             (CH / VL);
+        /* with few rows (multi-head attention, small GQA groups) the later
+         * phases are short: what they would leave to one burst goes out
+         * while K is transposed */
+        const int pf_lines = transpose_pf_lines(kv->row_bytes, (db + CH < next_hi ? db + CH : next_hi) - db, n_rows, hd);
         if (q8) build_kt8(hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt8, dk, &pf, pf_lines);
         else build_kt(kv->type, hd, krow, (da - c0) / VL, (db - c0 + VL - 1) / VL, kt, &pf, pf_lines);
         pf_step(&pf, 8);
