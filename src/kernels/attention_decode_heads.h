@@ -113,7 +113,7 @@ AI void dh_chunk(tk_kv_type type, rowp const *krow, rowp const *vrow, int ra, in
     float alpha[VL];
     dh_softmax(S, ra, rb, vmx, group, mx, sum, alpha);
     pf_step(pf, 8);
-    pv_rows_t(type, 0, group, vrow, NULL, prow, VL, ra, rb, hd, arow, alpha, pf);
+    pv_rows_t(type, group, vrow, NULL, prow, VL, ra, rb, hd, arow, alpha, pf);
 }
 
 static int FN(tk_attn_decode)(const tk_kv_pool *kv, const tk_kv_seq *s, int layer, int kv_head,

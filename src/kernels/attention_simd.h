@@ -271,18 +271,11 @@ AI void pv_span(const int MR, const int WIDTH, tk_kv_type type, rowp const *vrow
 /* pf: the next chunk's prefetches, a few issued after each pass (spread
  * over P·V, the longest phase, instead of a burst after it).  Rows left
  * after the blocks of PV_MR go in passes of PV_WIDE(rows) vectors (one
- * FMA chain per vector, down the positions), as in qk_rows; with NARROW
- * one at a time in passes of PV_NV (the one-token kernel's groups of 5-8:
- * the wide passes' code in that kernel made its score loop spill, GQA 8
- * 3-9 % slower in bench_attn). */
-AI void pv_rows_t(tk_kv_type type, const int NARROW, int nr, rowp const *vrow, const float *dv, const float *const *prow,
+ * FMA chain per vector, down the positions), as in qk_rows. */
+AI void pv_rows_t(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow,
                   const int ps, int ia, int ib, int hd, float *const *arow, const float *alpha, pf_cursor *pf) {
     int m = 0;
     for (; m + PV_MR <= nr; m += PV_MR) pv_span(PV_MR, PV_NV, type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
-    if (NARROW) {
-        for (; m < nr; m++) pv_span(1, PV_NV, type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
-        return;
-    }
     for (; nr - m >= 3; m += 3) pv_span(3, PV_WIDE(3), type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
     if (nr - m == 2) pv_span(2, PV_WIDE(2), type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
     else if (nr - m == 1) pv_span(1, PV_WIDE(1), type, vrow, dv, prow + m, ps, ia, ib, hd, arow + m, alpha + m, pf);
@@ -292,9 +285,9 @@ AI void pv_rows_t(tk_kv_type type, const int NARROW, int nr, rowp const *vrow, c
 static void pv_rows(tk_kv_type type, int nr, rowp const *vrow, const float *dv, const float *const *prow, int ia,
                     int ib, int hd, float *const *arow, const float *alpha, pf_cursor *pf) {
     switch (type) {
-    case TK_KV_F32: pv_rows_t(TK_KV_F32, 0, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
-    case TK_KV_F16: pv_rows_t(TK_KV_F16, 0, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
-    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, 0, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_F32: pv_rows_t(TK_KV_F32, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_F16: pv_rows_t(TK_KV_F16, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
+    case TK_KV_Q8_0: pv_rows_t(TK_KV_Q8_0, nr, vrow, dv, prow, 1, ia, ib, hd, arow, alpha, pf); break;
     }
 }
 
