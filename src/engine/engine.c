@@ -9,6 +9,7 @@
 #include <tokamak.h>
 
 #include "../formats/dtype.h"
+#include "../kernels/qgemm.h"
 #include "../model/model.h"
 #include "../parallel/slice.h"
 #include "../sample/sampler.h"
@@ -182,9 +183,12 @@ static int engine_open(const tk_engine_config *cfg, tk_threadpool *shared_pool, 
     e->exp_row = tk_exp_row_kernel(e->isa);
     const char *ref_env = getenv("TK_REFERENCE");
     bool reference = cfg->reference_kernels || (ref_env && *ref_env && strcmp(ref_env, "0") != 0);
-    e->kernels = reference                                    ? "reference"
-                 : e->isa == TK_ISA_AVX2 && tk_cpu_avxvnni() ? "avx2+avx-vnni"
-                                                              : tk_isa_name(e->isa);
+    /* named from the kernels tk_qkernel_get gives, not from the CPU bit:
+     * a compiler without -mavxvnni leaves the AVX-VNNI forms out */
+    const tk_qkernel *q4_0 = tk_qkernel_get(TK_Q4_0, e->isa);
+    e->kernels = reference                                                     ? "reference"
+                 : e->isa == TK_ISA_AVX2 && q4_0 && strstr(q4_0->name, "vnni") ? "avx2+avx-vnni"
+                                                                               : tk_isa_name(e->isa);
     /* TK_PANELS=0: the kernels read the file's row layout (to measure the panel layout) */
     const char *panels_env = getenv("TK_PANELS");
     if (!reference && !(panels_env && strcmp(panels_env, "0") == 0) &&
