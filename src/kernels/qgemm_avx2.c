@@ -872,6 +872,71 @@ AI void mk_panel(const int T, const int PL, int nt, const bptr *wp, bptr a, size
     }
 }
 
+/* Q4_0, two panels (16 rows) at a time, for passes of more than 4 tokens.
+ * One panel's token loop issues 8 activation broadcasts per 8 rows x 32
+ * elements, besides the scale, offset and accumulator loads: 11 loads to
+ * 11 multiplies, at the two load ports' limit.  Here each broadcast feeds
+ * both panels' maddubs.  The 16 rows' codes of a whole block would take all
+ * 16 registers, so a block goes in halves (low nibbles = elements 0..15,
+ * then high): part[] keeps each token's int16 sums of the first half (4
+ * maddubs each; 8 in all stay under 16 * 15 * 127 < 32768 as in dotk), the
+ * second half adds its own and finishes as mk_panel does.  The integers
+ * are exact and each lane's float steps the same: the same bits. */
+/* Half H of block o of q4_0_panel_pair (the halves as separate loops: one
+ * loop testing H kept two code vectors on the stack). */
+AI void q4_0_pair_half(const int H, int nt, const bptr *wp, size_t o, bptr ablk, size_t arb, const tokblk *tk, const __m256 *dw,
+                       __m256i *part, __m256 *acc0, __m256 *acc1) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i q0[4], q1[4];
+    panel_transpose(1, wp, o + 2, q0);
+    panel_transpose(1, wp + 1, o + 2, q1);
+    UNROLL for (int k = 0; k < 4; k++) {
+        q0[k] = _mm256_and_si256(H ? _mm256_srli_epi16(q0[k], 4) : q0[k], m4);
+        q1[k] = _mm256_and_si256(H ? _mm256_srli_epi16(q1[k], 4) : q1[k], m4);
+    }
+    for (int j = 0; j < nt; j++) {
+        const bptr aj = ablk + arb * (size_t)j + 16 * H;
+        __m256i x = bcast32(aj);
+        __m256i s0 = _mm256_maddubs_epi16(q0[0], x), s1 = _mm256_maddubs_epi16(q1[0], x);
+        UNROLL for (int k = 1; k < 4; k++) {
+            x = bcast32(aj + 4 * k);
+            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q0[k], x));
+            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q1[k], x));
+        }
+        if (H == 0) {
+            part[2 * j] = s0;
+            part[2 * j + 1] = s1;
+        } else {
+            const __m256i off = _mm256_set1_epi32(tk[j].off);
+            const __m256 d = _mm256_set1_ps(tk[j].d);
+            s0 = _mm256_add_epi16(s0, part[2 * j]);
+            s1 = _mm256_add_epi16(s1, part[2 * j + 1]);
+            acc0[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(madd1(s0), off)), _mm256_mul_ps(dw[0], d), acc0[j]);
+            acc1[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(madd1(s1), off)), _mm256_mul_ps(dw[1], d), acc1[j]);
+        }
+    }
+}
+
+AI void q4_0_panel_pair(int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs, int64_t nb, size_t pf,
+                        __m256 *acc0, __m256 *acc1) {
+    const size_t wb = lbytes(L_Q4_0);
+    __m256i part[2 * NT_P];
+    for (int j = 0; j < nt; j++) acc0[j] = acc1[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = wb * (size_t)b;
+        const bptr ablk = a + 34 * (size_t)b + 2;
+        const tokblk *tk = tb + tbs * (size_t)b;
+        if (pf)
+            for (size_t k = 0; k < PANEL * wb; k += 64) {
+                tk_prefetch_weights(wp[0] + pf + PANEL * o + k);
+                tk_prefetch_weights(wp[1] + pf + PANEL * o + k);
+            }
+        const __m256 dw[2] = {panel_scales(1, wp, o), panel_scales(1, wp + 1, o)};
+        q4_0_pair_half(0, nt, wp, o, ablk, arb, tk, dw, part, acc0, acc1);
+        q4_0_pair_half(1, nt, wp, o, ablk, arb, tk, dw, part, acc0, acc1);
+    }
+}
+
 /* ================= Q4_K Q5_K Q6_K in 8-row panels ================= */
 
 /* The same layout for the 256-element super-blocks (Q8_K activations): the
@@ -1121,15 +1186,18 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 else tb->off = panel_offset(T) * sum_i8x32(ldu(blk + 2));
             }
         for (int64_t r = r0; r < r1; r += PANEL) {
+            /* Q4_0 with more than 4 tokens: two panels at a time (q4_0_panel_pair), wp[1] the second */
+            const int pair = T == L_Q4_0 && PL && !VNNI && t1 - t0 > 4 && r + PANEL < r1;
             bptr wp[PANEL];
             for (int i = 0; i < PANEL; i++) wp[i] = W + (size_t)(PL ? r : r + i < r1 ? r + i : r1 - 1) * wrb;
+            if (pair) wp[1] = W + (size_t)(r + PANEL) * wrb;
             for (int64_t t = t0; t < t1;) {
                 const int nt = t1 - t >= NT_P ? NT_P : (int)(t1 - t);
                 bptr ap[NT_P];
                 for (int j = 0; kq && j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
-                __m256 acc[NT_P];
+                __m256 acc[2 * NT_P];
                 /* the first pass prefetches the next panel (decode streams it from DRAM) */
-                const size_t pf = t == t0 ? PANEL * wrb : 0;
+                const size_t pf = t == t0 ? (size_t)(pair + 1) * PANEL * wrb : 0;
                 const bptr at = A + (size_t)t * arb;
                 const tokblk *tt = td + (t - t0);
                 const size_t ts = (size_t)(t1 - t0);
@@ -1147,19 +1215,24 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 else if (nt == 2) mk_panel(T, PL, 2, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (nt == 3) mk_panel(T, PL, 3, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (nt == 4) mk_panel(T, PL, 4, wp, at, arb, tt, ts, nb, pf, acc);
+                else if (pair) q4_0_panel_pair(nt, wp, at, arb, tt, ts, nb, pf, acc, acc + NT_P);
                 else mk_panel(T, PL, nt, wp, at, arb, tt, ts, nb, pf, acc);
-                for (int j = 0; j < nt; j++) {
-                    float *yt = y + (t + j) * ldy + r;
-                    if (r + PANEL <= r1) {
-                        _mm256_storeu_ps(yt, acc[j]);
-                    } else {
-                        float o8[PANEL];
-                        _mm256_storeu_ps(o8, acc[j]);
-                        memcpy(yt, o8, sizeof(float) * (size_t)(r1 - r));
+                if (pair && nt <= 4) mk_panel(T, PL, nt, wp + 1, at, arb, tt, ts, nb, pf, acc + NT_P);
+                for (int p = 0; p <= pair; p++)
+                    for (int j = 0; j < nt; j++) {
+                        const int64_t rp = r + p * PANEL;
+                        float *yt = y + (t + j) * ldy + rp;
+                        if (rp + PANEL <= r1) {
+                            _mm256_storeu_ps(yt, acc[p * NT_P + j]);
+                        } else {
+                            float o8[PANEL];
+                            _mm256_storeu_ps(o8, acc[p * NT_P + j]);
+                            memcpy(yt, o8, sizeof(float) * (size_t)(r1 - rp));
+                        }
                     }
-                }
                 t += nt;
             }
+            r += pair * PANEL;
         }
     }
 }
