@@ -872,54 +872,75 @@ AI void mk_panel(const int T, const int PL, int nt, const bptr *wp, bptr a, size
     }
 }
 
-/* Q4_0, two panels (16 rows) at a time, for passes of more than 4 tokens.
- * One panel's token loop issues 8 activation broadcasts per 8 rows x 32
- * elements, besides the scale, offset and accumulator loads: 11 loads to
- * 11 multiplies, at the two load ports' limit.  Here each broadcast feeds
- * both panels' maddubs.  The 16 rows' codes of a whole block would take all
- * 16 registers, so a block goes in halves (low nibbles = elements 0..15,
- * then high): part[] keeps each token's int16 sums of the first half (4
- * maddubs each; 8 in all stay under 16 * 15 * 127 < 32768 as in dotk), the
- * second half adds its own and finishes as mk_panel does.  The integers
- * are exact and each lane's float steps the same: the same bits. */
-/* Half H of block o of q4_0_panel_pair (the halves as separate loops: one
- * loop testing H kept two code vectors on the stack). */
-AI void q4_0_pair_half(const int H, int nt, const bptr *wp, size_t o, bptr ablk, size_t arb, const tokblk *tk, const __m256 *dw,
-                       __m256i *part, __m256 *acc0, __m256 *acc1) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
+/* Q4_0 (and Q8_0 with AVX-VNNI), two panels (16 rows) at a time, for
+ * passes of more than 4 tokens.  One panel's token loop issues 8 activation
+ * broadcasts per 8 rows x 32 elements, besides the scale, offset and
+ * accumulator loads: 11 loads to 11 multiplies, at the two load ports'
+ * limit.  Here each broadcast feeds both panels.  The 16 rows' codes of a
+ * whole block would take all 16 registers, so a block goes in halves (Q4_0:
+ * low nibbles = elements 0..15, then high; Q8_0: bytes 0..15, then 16..31):
+ * part[] keeps each token's sums of the first half (plain AVX2: int16, 4
+ * maddubs each, 8 in all under 16 * 15 * 127 < 32768 as in dotk; AVX-VNNI:
+ * the int32 vpdpbusd sums), the second half adds its own and finishes as
+ * mk_panel does.  The integers are exact and each lane's float steps the
+ * same: the same bits. */
+AI void pair_half(const int T, const int H, int nt, const bptr *wp, size_t o, bptr ablk, size_t arb, const tokblk *tk,
+                  const __m256 *dw, __m256i *part, __m256 *acc0, __m256 *acc1) {
     __m256i q0[4], q1[4];
-    panel_transpose(1, wp, o + 2, q0);
-    panel_transpose(1, wp + 1, o + 2, q1);
-    UNROLL for (int k = 0; k < 4; k++) {
-        q0[k] = _mm256_and_si256(H ? _mm256_srli_epi16(q0[k], 4) : q0[k], m4);
-        q1[k] = _mm256_and_si256(H ? _mm256_srli_epi16(q1[k], 4) : q1[k], m4);
+    if (T == L_Q4_0) {
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+        panel_transpose(1, wp, o + 2, q0);
+        panel_transpose(1, wp + 1, o + 2, q1);
+        UNROLL for (int k = 0; k < 4; k++) {
+            q0[k] = _mm256_and_si256(H ? _mm256_srli_epi16(q0[k], 4) : q0[k], m4);
+            q1[k] = _mm256_and_si256(H ? _mm256_srli_epi16(q1[k], 4) : q1[k], m4);
+        }
+    } else { /* Q8_0 + 128 (AVX-VNNI only; the bias goes with the offset) */
+        panel_transpose(1, wp, o + 2 + 16 * H, q0);
+        panel_transpose(1, wp + 1, o + 2 + 16 * H, q1);
+        UNROLL for (int k = 0; k < 4; k++) {
+            q0[k] = _mm256_xor_si256(q0[k], _mm256_set1_epi8((char)0x80));
+            q1[k] = _mm256_xor_si256(q1[k], _mm256_set1_epi8((char)0x80));
+        }
     }
     for (int j = 0; j < nt; j++) {
         const bptr aj = ablk + arb * (size_t)j + 16 * H;
         __m256i x = bcast32(aj);
+#ifdef TK_AVXVNNI
+        __m256i s0 = _mm256_dpbusd_avx_epi32(H ? part[2 * j] : _mm256_setzero_si256(), q0[0], x);
+        __m256i s1 = _mm256_dpbusd_avx_epi32(H ? part[2 * j + 1] : _mm256_setzero_si256(), q1[0], x);
+        UNROLL for (int k = 1; k < 4; k++) {
+            x = bcast32(aj + 4 * k);
+            s0 = _mm256_dpbusd_avx_epi32(s0, q0[k], x);
+            s1 = _mm256_dpbusd_avx_epi32(s1, q1[k], x);
+        }
+#else
         __m256i s0 = _mm256_maddubs_epi16(q0[0], x), s1 = _mm256_maddubs_epi16(q1[0], x);
         UNROLL for (int k = 1; k < 4; k++) {
             x = bcast32(aj + 4 * k);
             s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q0[k], x));
             s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q1[k], x));
         }
+        if (H) {
+            s0 = madd1(_mm256_add_epi16(s0, part[2 * j]));
+            s1 = madd1(_mm256_add_epi16(s1, part[2 * j + 1]));
+        }
+#endif
         if (H == 0) {
             part[2 * j] = s0;
             part[2 * j + 1] = s1;
         } else {
             const __m256i off = _mm256_set1_epi32(tk[j].off);
             const __m256 d = _mm256_set1_ps(tk[j].d);
-            s0 = _mm256_add_epi16(s0, part[2 * j]);
-            s1 = _mm256_add_epi16(s1, part[2 * j + 1]);
-            acc0[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(madd1(s0), off)), _mm256_mul_ps(dw[0], d), acc0[j]);
-            acc1[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(madd1(s1), off)), _mm256_mul_ps(dw[1], d), acc1[j]);
+            acc0[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s0, off)), _mm256_mul_ps(dw[0], d), acc0[j]);
+            acc1[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s1, off)), _mm256_mul_ps(dw[1], d), acc1[j]);
         }
     }
 }
 
-AI void q4_0_panel_pair(int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs, int64_t nb, size_t pf,
-                        __m256 *acc0, __m256 *acc1) {
-    const size_t wb = lbytes(L_Q4_0);
+AI void panel_pair(const int T, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs, int64_t nb, size_t pf,
+                   __m256 *acc0, __m256 *acc1) {
+    const size_t wb = lbytes(T);
     __m256i part[2 * NT_P];
     for (int j = 0; j < nt; j++) acc0[j] = acc1[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
@@ -932,8 +953,8 @@ AI void q4_0_panel_pair(int nt, const bptr *wp, bptr a, size_t arb, const tokblk
                 tk_prefetch_weights(wp[1] + pf + PANEL * o + k);
             }
         const __m256 dw[2] = {panel_scales(1, wp, o), panel_scales(1, wp + 1, o)};
-        q4_0_pair_half(0, nt, wp, o, ablk, arb, tk, dw, part, acc0, acc1);
-        q4_0_pair_half(1, nt, wp, o, ablk, arb, tk, dw, part, acc0, acc1);
+        pair_half(T, 0, nt, wp, o, ablk, arb, tk, dw, part, acc0, acc1);
+        pair_half(T, 1, nt, wp, o, ablk, arb, tk, dw, part, acc0, acc1);
     }
 }
 
@@ -1186,8 +1207,8 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 else tb->off = panel_offset(T) * sum_i8x32(ldu(blk + 2));
             }
         for (int64_t r = r0; r < r1; r += PANEL) {
-            /* Q4_0 with more than 4 tokens: two panels at a time (q4_0_panel_pair), wp[1] the second */
-            const int pair = T == L_Q4_0 && PL && !VNNI && t1 - t0 > 4 && r + PANEL < r1;
+            /* Q4_0 (Q8_0 too with AVX-VNNI) with more than 4 tokens: two panels at a time (panel_pair), wp[1] the second */
+            const int pair = (T == L_Q4_0 || (VNNI && T == L_Q8_0)) && PL && t1 - t0 > 4 && r + PANEL < r1;
             bptr wp[PANEL];
             for (int i = 0; i < PANEL; i++) wp[i] = W + (size_t)(PL ? r : r + i < r1 ? r + i : r1 - 1) * wrb;
             if (pair) wp[1] = W + (size_t)(r + PANEL) * wrb;
@@ -1215,7 +1236,7 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 else if (nt == 2) mk_panel(T, PL, 2, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (nt == 3) mk_panel(T, PL, 3, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (nt == 4) mk_panel(T, PL, 4, wp, at, arb, tt, ts, nb, pf, acc);
-                else if (pair) q4_0_panel_pair(nt, wp, at, arb, tt, ts, nb, pf, acc, acc + NT_P);
+                else if (pair) panel_pair(T, nt, wp, at, arb, tt, ts, nb, pf, acc, acc + NT_P);
                 else mk_panel(T, PL, nt, wp, at, arb, tt, ts, nb, pf, acc);
                 if (pair && nt <= 4) mk_panel(T, PL, nt, wp + 1, at, arb, tt, ts, nb, pf, acc + NT_P);
                 for (int p = 0; p <= pair; p++)
