@@ -1022,6 +1022,27 @@ AI void prefetch_quarter(const int T, bptr p, int part) {
     for (size_t l = l0; l < l1; l++) tk_prefetch_weights(p + 64 * l);
 }
 
+/* Q4_K / Q5_K super-block o of 8 rows: sc[s] = sub-block s's scale twice
+ * per lane, wq[p] = its min twice per lane (bsum pair p = the two halves of
+ * sub-block p).  The 12 scale bytes as dwords u0 u1 u2 per lane:
+ * tk_qkernel_k4_scales64 lane-wise. */
+AI void k4_scales(const int PL, const bptr *wp, size_t o, __m256i sc[8], __m256i wq[8]) {
+    __m256i v[4];
+    panel_transpose(PL, wp, o + 4, v);
+    const __m256i lo6 = _mm256_set1_epi8(0x3F), lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3);
+    const __m256i s03 = _mm256_and_si256(v[0], lo6), m03 = _mm256_and_si256(v[1], lo6);
+    const __m256i s47 = _mm256_or_si256(_mm256_and_si256(v[2], lo4),
+                                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[0], 6), lo2), 4));
+    const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v[2], 4), lo4),
+                                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[1], 6), lo2), 4));
+    UNROLL for (int s = 0; s < 4; s++) {
+        sc[s] = dup_byte(s03, s, 0);
+        sc[s + 4] = dup_byte(s47, s, 0);
+        wq[s] = dup_byte(m03, s, 0);
+        wq[s + 4] = dup_byte(m47, s, 0);
+    }
+}
+
 /* In lanes: isum[j] (Q6_K: less its bsum term) and msum[j] (Q4_K,
  * Q5_K) of super-block o of the 8 rows for tokens ap[0..nt), ao the block's
  * offset in an activation row; pfb: the next panel's super-block, or NULL,
@@ -1033,21 +1054,7 @@ AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t 
     for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
     __m256i sc[16], wq[8]; /* sc[s]: sub-block s's scale twice per lane; wq: bsum weights */
     if (T != PK_Q6) {
-        /* the 12 scale bytes as dwords u0 u1 u2 per lane: tk_qkernel_k4_scales64 lane-wise */
-        __m256i v[4];
-        panel_transpose(PL, wp, o + 4, v);
-        const __m256i lo6 = _mm256_set1_epi8(0x3F), lo4 = m4, lo2 = _mm256_set1_epi8(3);
-        const __m256i s03 = _mm256_and_si256(v[0], lo6), m03 = _mm256_and_si256(v[1], lo6);
-        const __m256i s47 = _mm256_or_si256(_mm256_and_si256(v[2], lo4),
-                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[0], 6), lo2), 4));
-        const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(v[2], 4), lo4),
-                                            _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(v[1], 6), lo2), 4));
-        UNROLL for (int s = 0; s < 4; s++) {
-            sc[s] = dup_byte(s03, s, 0);
-            sc[s + 4] = dup_byte(s47, s, 0);
-            wq[s] = dup_byte(m03, s, 0); /* bsum pair p = the two halves of sub-block p */
-            wq[s + 4] = dup_byte(m47, s, 0);
-        }
+        k4_scales(PL, wp, o, sc, wq);
     } else {
         __m256i v[4];
         panel_transpose(PL, wp, o + 192, v); /* the 16 int8 scales */
@@ -1169,6 +1176,81 @@ AI void mk_kpanel(const int T, const int PL, const int ROWS, int nt, const bptr 
     }
 }
 
+/* Q4_K, two panels (16 rows) at a time for passes of more than 4 tokens,
+ * as panel_pair: each activation broadcast feeds both panels' maddubs, a
+ * sub-block goes in halves of 16 elements (P), the first half's int16 sums
+ * kept per token in part[], and the whole sub-block's 8 maddubs (at most
+ * 16 * 15 * 127 < 32768) take one madd with its scale, where
+ * kpanel_slices gives each half its own.  The same exact int32 sums per
+ * lane: the same bits.  qo: the byte offset of the half's 16 qs bytes of
+ * the 8 rows, HH its nibble, a0 the activations' offset. */
+AI void k4_pair_half(const int P, const int HH, int nt, const bptr *wp, size_t qo, const bptr *ap, size_t a0,
+                     const __m256i *sc0, const __m256i *sc1, __m256i *part, __m256i *isum0, __m256i *isum1) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    __m256i q0[4], q1[4];
+    panel_transpose(1, wp, qo, q0);
+    panel_transpose(1, wp + 1, qo, q1);
+    UNROLL for (int k = 0; k < 4; k++) {
+        q0[k] = _mm256_and_si256(HH ? _mm256_srli_epi16(q0[k], 4) : q0[k], m4);
+        q1[k] = _mm256_and_si256(HH ? _mm256_srli_epi16(q1[k], 4) : q1[k], m4);
+    }
+    for (int j = 0; j < nt; j++) {
+        const bptr a = ap[j] + a0;
+        __m256i x = bcast32(a);
+        __m256i s0 = _mm256_maddubs_epi16(q0[0], x), s1 = _mm256_maddubs_epi16(q1[0], x);
+        UNROLL for (int k = 1; k < 4; k++) {
+            x = bcast32(a + 4 * k);
+            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q0[k], x));
+            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q1[k], x));
+        }
+        if (P == 0) {
+            part[2 * j] = s0;
+            part[2 * j + 1] = s1;
+        } else {
+            isum0[j] = _mm256_add_epi32(isum0[j], _mm256_madd_epi16(_mm256_add_epi16(s0, part[2 * j]), *sc0));
+            isum1[j] = _mm256_add_epi32(isum1[j], _mm256_madd_epi16(_mm256_add_epi16(s1, part[2 * j + 1]), *sc1));
+        }
+    }
+}
+
+/* mk_kpanel for Q4_K from the panel layout, panels wp[0] and wp[1] (acc0,
+ * acc1), nt > 4 tokens; the next pair's super-block prefetched in four
+ * parts, as there. */
+AI void mk_kpanel_pair(int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf, __m256 *acc0, __m256 *acc1) {
+    const size_t wb = kbytes(PK_Q4);
+    __m256i isum[2 * NT_P], part[2 * NT_P];
+    for (int j = 0; j < nt; j++) acc0[j] = acc1[j] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = wb * (size_t)b, ao = QK_A * (size_t)b;
+        __m256i sc0[8], wq0[8], sc1[8], wq1[8];
+        k4_scales(1, wp, o, sc0, wq0);
+        k4_scales(1, wp + 1, o, sc1, wq1);
+        for (int j = 0; j < nt; j++) isum[j] = isum[NT_P + j] = _mm256_setzero_si256();
+        /* sub-block 2c + hh: elements 64c + 32hh + 16p.. in nibble hh of qs bytes 32c + 16p.. */
+        UNROLL for (int c = 0; c < 4; c++) UNROLL for (int hh = 0; hh < 2; hh++) {
+            if (pf && hh == 0) {
+                prefetch_quarter(PK_Q4, wp[0] + pf + PANEL * o, c);
+                prefetch_quarter(PK_Q4, wp[1] + pf + PANEL * o, c);
+            }
+            const size_t qo = o + 16 + 32 * (size_t)c, a0 = ao + 4 + 64 * (size_t)c + 32 * (size_t)hh;
+            const int sb = 2 * c + hh;
+            k4_pair_half(0, hh, nt, wp, qo, ap, a0, &sc0[sb], &sc1[sb], part, isum, isum + NT_P);
+            k4_pair_half(1, hh, nt, wp, qo + 16, ap, a0 + 16, &sc0[sb], &sc1[sb], part, isum, isum + NT_P);
+        }
+        const __m256 dw0 = panel_scales(1, wp, o), dm0 = panel_scales(1, wp, o + 2);
+        const __m256 dw1 = panel_scales(1, wp + 1, o), dm1 = panel_scales(1, wp + 1, o + 2);
+        for (int j = 0; j < nt; j++) {
+            const bptr a = ap[j] + ao;
+            const __m256 da = _mm256_set1_ps(ldf(a));
+            const __m256i ms0 = bsum_dot(wq0, a), ms1 = bsum_dot(wq1, a);
+            acc0[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw0, da), acc0[j]);
+            acc0[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms0), _mm256_mul_ps(dm0, da), acc0[j]);
+            acc1[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[NT_P + j]), _mm256_mul_ps(dw1, da), acc1[j]);
+            acc1[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms1), _mm256_mul_ps(dm1, da), acc1[j]);
+        }
+    }
+}
+
 static const tk_qkernel *tiled_kernel(tk_dtype wtype);
 
 AI tk_dtype panel_dtype(int T) {
@@ -1208,7 +1290,7 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
             }
         for (int64_t r = r0; r < r1; r += PANEL) {
             /* Q4_0 (Q8_0 too with AVX-VNNI) with more than 4 tokens: two panels at a time (panel_pair), wp[1] the second */
-            const int pair = (T == L_Q4_0 || (VNNI && T == L_Q8_0)) && PL && t1 - t0 > 4 && r + PANEL < r1;
+            const int pair = (T == L_Q4_0 || T == PK_Q4 || (VNNI && T == L_Q8_0)) && PL && t1 - t0 > 4 && r + PANEL < r1;
             bptr wp[PANEL];
             for (int i = 0; i < PANEL; i++) wp[i] = W + (size_t)(PL ? r : r + i < r1 ? r + i : r1 - 1) * wrb;
             if (pair) wp[1] = W + (size_t)(r + PANEL) * wrb;
@@ -1231,6 +1313,7 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 else if (kq && nt == 2) mk_kpanel(T, PL, 0, 2, wp, ap, nb, pf, acc);
                 else if (kq && nt == 3) mk_kpanel(T, PL, 0, 3, wp, ap, nb, pf, acc);
                 else if (kq && nt == 4) mk_kpanel(T, PL, 0, 4, wp, ap, nb, pf, acc);
+                else if (kq && pair) mk_kpanel_pair(nt, wp, ap, nb, pf, acc, acc + NT_P);
                 else if (kq) mk_kpanel(T, PL, 0, nt, wp, ap, nb, pf, acc);
                 else if (nt == 1) mk_panel(T, PL, 1, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (nt == 2) mk_panel(T, PL, 2, wp, at, arb, tt, ts, nb, pf, acc);
@@ -1238,7 +1321,8 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 else if (nt == 4) mk_panel(T, PL, 4, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (pair) panel_pair(T, nt, wp, at, arb, tt, ts, nb, pf, acc, acc + NT_P);
                 else mk_panel(T, PL, nt, wp, at, arb, tt, ts, nb, pf, acc);
-                if (pair && nt <= 4) mk_panel(T, PL, nt, wp + 1, at, arb, tt, ts, nb, pf, acc + NT_P);
+                if (pair && nt <= 4 && kq) mk_kpanel(T, PL, 0, nt, wp + 1, ap, nb, pf, acc + NT_P);
+                else if (pair && nt <= 4) mk_panel(T, PL, nt, wp + 1, at, arb, tt, ts, nb, pf, acc + NT_P);
                 for (int p = 0; p <= pair; p++)
                     for (int j = 0; j < nt; j++) {
                         const int64_t rp = r + p * PANEL;
