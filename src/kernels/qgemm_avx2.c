@@ -938,6 +938,9 @@ AI void pair_half(const int T, const int H, int nt, const bptr *wp, size_t o, bp
     }
 }
 
+/* mk_panel for panels wp[0] and wp[1] of the panel layout (acc0, acc1), nt
+ * > 4 tokens.  The halves are separate calls with H a constant: one loop
+ * testing H kept two code vectors on the stack. */
 AI void panel_pair(const int T, int nt, const bptr *wp, bptr a, size_t arb, const tokblk *tb, size_t tbs, int64_t nb, size_t pf,
                    __m256 *acc0, __m256 *acc1) {
     const size_t wb = lbytes(T);
