@@ -1292,7 +1292,8 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 else tb->off = panel_offset(T) * sum_i8x32(ldu(blk + 2));
             }
         for (int64_t r = r0; r < r1; r += PANEL) {
-            /* Q4_0 (Q8_0 too with AVX-VNNI) with more than 4 tokens: two panels at a time (panel_pair), wp[1] the second */
+            /* Q4_0, Q4_K (and Q8_0 with AVX-VNNI) with more than 4 tokens: two panels at a time
+             * (panel_pair, mk_kpanel_pair), wp[1] the second; passes of 4 or fewer take them one by one */
             const int pair = (T == L_Q4_0 || T == PK_Q4 || (VNNI && T == L_Q8_0)) && PL && t1 - t0 > 4 && r + PANEL < r1;
             bptr wp[PANEL];
             for (int i = 0; i < PANEL; i++) wp[i] = W + (size_t)(PL ? r : r + i < r1 ? r + i : r1 - 1) * wrb;
