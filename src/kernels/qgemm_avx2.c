@@ -872,6 +872,30 @@ AI void mk_panel(const int T, const int PL, int nt, const bptr *wp, bptr a, size
     }
 }
 
+/* 16 bytes at byte offset o of panels wp[0] and wp[1], as panel_transpose,
+ * reduced to their low (HI 0) or high (HI 1) nibbles. */
+AI void pair_nibbles(const bptr *wp, size_t o, const int HI, __m256i q0[4], __m256i q1[4]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+    panel_transpose(1, wp, o, q0);
+    panel_transpose(1, wp + 1, o, q1);
+    UNROLL for (int k = 0; k < 4; k++) {
+        q0[k] = _mm256_and_si256(HI ? _mm256_srli_epi16(q0[k], 4) : q0[k], m4);
+        q1[k] = _mm256_and_si256(HI ? _mm256_srli_epi16(q1[k], 4) : q1[k], m4);
+    }
+}
+
+/* dotk(4, q0, a) and dotk(4, q1, a), each broadcast of a serving both. */
+AI void pair_dotk4(const __m256i *q0, const __m256i *q1, bptr a, __m256i *s0, __m256i *s1) {
+    __m256i x = bcast32(a);
+    *s0 = _mm256_maddubs_epi16(q0[0], x);
+    *s1 = _mm256_maddubs_epi16(q1[0], x);
+    UNROLL for (int k = 1; k < 4; k++) {
+        x = bcast32(a + 4 * k);
+        *s0 = _mm256_add_epi16(*s0, _mm256_maddubs_epi16(q0[k], x));
+        *s1 = _mm256_add_epi16(*s1, _mm256_maddubs_epi16(q1[k], x));
+    }
+}
+
 /* Q4_0 (and Q8_0 with AVX-VNNI), two panels (16 rows) at a time, for
  * passes of more than 4 tokens.  One panel's token loop issues 8 activation
  * broadcasts per 8 rows x 32 elements, besides the scale, offset and
@@ -888,13 +912,7 @@ AI void pair_half(const int T, const int H, int nt, const bptr *wp, size_t o, bp
                   const __m256 *dw, __m256i *part, __m256 *acc0, __m256 *acc1) {
     __m256i q0[4], q1[4];
     if (T == L_Q4_0) {
-        const __m256i m4 = _mm256_set1_epi8(0x0F);
-        panel_transpose(1, wp, o + 2, q0);
-        panel_transpose(1, wp + 1, o + 2, q1);
-        UNROLL for (int k = 0; k < 4; k++) {
-            q0[k] = _mm256_and_si256(H ? _mm256_srli_epi16(q0[k], 4) : q0[k], m4);
-            q1[k] = _mm256_and_si256(H ? _mm256_srli_epi16(q1[k], 4) : q1[k], m4);
-        }
+        pair_nibbles(wp, o + 2, H, q0, q1);
     } else { /* Q8_0 + 128 (AVX-VNNI only; the bias goes with the offset) */
         panel_transpose(1, wp, o + 2 + 16 * H, q0);
         panel_transpose(1, wp + 1, o + 2 + 16 * H, q1);
@@ -905,8 +923,8 @@ AI void pair_half(const int T, const int H, int nt, const bptr *wp, size_t o, bp
     }
     for (int j = 0; j < nt; j++) {
         const bptr aj = ablk + arb * (size_t)j + 16 * H;
-        __m256i x = bcast32(aj);
 #ifdef TK_AVXVNNI
+        __m256i x = bcast32(aj);
         __m256i s0 = _mm256_dpbusd_avx_epi32(H ? part[2 * j] : _mm256_setzero_si256(), q0[0], x);
         __m256i s1 = _mm256_dpbusd_avx_epi32(H ? part[2 * j + 1] : _mm256_setzero_si256(), q1[0], x);
         UNROLL for (int k = 1; k < 4; k++) {
@@ -915,12 +933,8 @@ AI void pair_half(const int T, const int H, int nt, const bptr *wp, size_t o, bp
             s1 = _mm256_dpbusd_avx_epi32(s1, q1[k], x);
         }
 #else
-        __m256i s0 = _mm256_maddubs_epi16(q0[0], x), s1 = _mm256_maddubs_epi16(q1[0], x);
-        UNROLL for (int k = 1; k < 4; k++) {
-            x = bcast32(aj + 4 * k);
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q0[k], x));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q1[k], x));
-        }
+        __m256i s0, s1;
+        pair_dotk4(q0, q1, aj, &s0, &s1);
         if (H) {
             s0 = madd1(_mm256_add_epi16(s0, part[2 * j]));
             s1 = madd1(_mm256_add_epi16(s1, part[2 * j + 1]));
@@ -1189,23 +1203,11 @@ AI void mk_kpanel(const int T, const int PL, const int ROWS, int nt, const bptr 
  * the 8 rows, HH its nibble, a0 the activations' offset. */
 AI void k4_pair_half(const int P, const int HH, int nt, const bptr *wp, size_t qo, const bptr *ap, size_t a0,
                      const __m256i *sc0, const __m256i *sc1, __m256i *part, __m256i *isum0, __m256i *isum1) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
     __m256i q0[4], q1[4];
-    panel_transpose(1, wp, qo, q0);
-    panel_transpose(1, wp + 1, qo, q1);
-    UNROLL for (int k = 0; k < 4; k++) {
-        q0[k] = _mm256_and_si256(HH ? _mm256_srli_epi16(q0[k], 4) : q0[k], m4);
-        q1[k] = _mm256_and_si256(HH ? _mm256_srli_epi16(q1[k], 4) : q1[k], m4);
-    }
+    pair_nibbles(wp, qo, HH, q0, q1);
     for (int j = 0; j < nt; j++) {
-        const bptr a = ap[j] + a0;
-        __m256i x = bcast32(a);
-        __m256i s0 = _mm256_maddubs_epi16(q0[0], x), s1 = _mm256_maddubs_epi16(q1[0], x);
-        UNROLL for (int k = 1; k < 4; k++) {
-            x = bcast32(a + 4 * k);
-            s0 = _mm256_add_epi16(s0, _mm256_maddubs_epi16(q0[k], x));
-            s1 = _mm256_add_epi16(s1, _mm256_maddubs_epi16(q1[k], x));
-        }
+        __m256i s0, s1;
+        pair_dotk4(q0, q1, ap[j] + a0, &s0, &s1);
         if (P == 0) {
             part[2 * j] = s0;
             part[2 * j + 1] = s1;
