@@ -1040,10 +1040,11 @@ AI void prefetch_quarter(const int T, bptr p, int part) {
 }
 
 /* Q4_K / Q5_K super-block o of 8 rows: sc[s] = sub-block s's scale twice
- * per lane, wq[p] = its min twice per lane (bsum pair p = the two halves of
- * sub-block p).  The 12 scale bytes as dwords u0 u1 u2 per lane:
- * tk_qkernel_k4_scales64 lane-wise. */
-AI void k4_scales(const int PL, const bptr *wp, size_t o, __m256i sc[8], __m256i wq[8]) {
+ * per lane; wq the mins: wq[p] = min p twice per lane (bsum pair p = the
+ * two halves of sub-block p; bsum_dot), or with PAIRS wq[k] = (min 2k, min
+ * 2k + 1) per lane (k < 4; sub_block_sums).  The 12 scale bytes as dwords
+ * u0 u1 u2 per lane: tk_qkernel_k4_scales64 lane-wise. */
+AI void k4_scales(const int PL, const int PAIRS, const bptr *wp, size_t o, __m256i sc[8], __m256i wq[8]) {
     __m256i v[4];
     panel_transpose(PL, wp, o + 4, v);
     const __m256i lo6 = _mm256_set1_epi8(0x3F), lo4 = _mm256_set1_epi8(0x0F), lo2 = _mm256_set1_epi8(3);
@@ -1055,9 +1056,40 @@ AI void k4_scales(const int PL, const bptr *wp, size_t o, __m256i sc[8], __m256i
     UNROLL for (int s = 0; s < 4; s++) {
         sc[s] = dup_byte(s03, s, 0);
         sc[s + 4] = dup_byte(s47, s, 0);
-        wq[s] = dup_byte(m03, s, 0);
-        wq[s + 4] = dup_byte(m47, s, 0);
+        if (!PAIRS) {
+            wq[s] = dup_byte(m03, s, 0);
+            wq[s + 4] = dup_byte(m47, s, 0);
+        }
     }
+    if (PAIRS) { /* bytes 2k', 2k' + 1 of each dword zero-extended into its int16 halves */
+        const char z = (char)0x80;
+#define PAIR_D(b, d) (char)(b + 4 * d), z, (char)(b + 1 + 4 * d), z
+#define PAIR_LANE(b) PAIR_D(b, 0), PAIR_D(b, 1), PAIR_D(b, 2), PAIR_D(b, 3)
+        const __m256i p01 = _mm256_setr_epi8(PAIR_LANE(0), PAIR_LANE(0)), p23 = _mm256_setr_epi8(PAIR_LANE(2), PAIR_LANE(2));
+#undef PAIR_LANE
+#undef PAIR_D
+        wq[0] = _mm256_shuffle_epi8(m03, p01);
+        wq[1] = _mm256_shuffle_epi8(m03, p23);
+        wq[2] = _mm256_shuffle_epi8(m47, p01);
+        wq[3] = _mm256_shuffle_epi8(m47, p23);
+    }
+}
+
+/* The 8 sub-block sums of a token's Q8_K super-block at a (its bsum pairs
+ * added: at most 32 * 127, int16), stored to out[0..8) as int16 in order:
+ * dword k of out = (sum 2k, sum 2k + 1), to be broadcast against
+ * k4_scales' PAIRS mins. */
+AI void sub_block_sums(bptr a, int16_t out[8]) {
+    const __m256i s = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(a + 260)), _mm256_set1_epi16(1));
+    const __m256i p = _mm256_packs_epi32(s, s); /* qwords: sums 0-3, 0-3, 4-7, 4-7 */
+    _mm_storeu_si128((__m128i *)out, _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08)));
+}
+
+/* sum over k < 4 of madd(wq[k], dword k of ss): the min term of 8 rows, as bsum_dot */
+AI __m256i pair_min_dot(const __m256i wq[4], const int16_t ss[8]) {
+    __m256i m = _mm256_madd_epi16(wq[0], bcast32((bptr)ss));
+    UNROLL for (int k = 1; k < 4; k++) m = _mm256_add_epi32(m, _mm256_madd_epi16(wq[k], bcast32((bptr)ss + 4 * k)));
+    return m;
 }
 
 /* In lanes: isum[j] (Q6_K: less its bsum term) and msum[j] (Q4_K,
@@ -1071,7 +1103,7 @@ AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t 
     for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
     __m256i sc[16], wq[8]; /* sc[s]: sub-block s's scale twice per lane; wq: bsum weights */
     if (T != PK_Q6) {
-        k4_scales(PL, wp, o, sc, wq);
+        k4_scales(PL, 0, wp, o, sc, wq);
     } else {
         __m256i v[4];
         panel_transpose(PL, wp, o + 192, v); /* the 16 int8 scales */
@@ -1201,19 +1233,19 @@ AI void mk_kpanel(const int T, const int PL, const int ROWS, int nt, const bptr 
  * kpanel_slices gives each half its own.  The same exact int32 sums per
  * lane: the same bits.  qo: the byte offset of the half's 16 qs bytes of
  * the 8 rows, HH its nibble, a0 the activations' offset. */
-AI void k4_pair_half(const int P, const int HH, int nt, const bptr *wp, size_t qo, const bptr *ap, size_t a0,
-                     const __m256i *sc0, const __m256i *sc1, __m256i *part, __m256i *isum0, __m256i *isum1) {
+AI void k4_pair_half(const int P, const int HH, int nt, const bptr *wp, size_t qo, bptr a, size_t arb,
+                     const __m256i *sc0, const __m256i *sc1, __m256i *part, __m256i *isum) {
     __m256i q0[4], q1[4];
     pair_nibbles(wp, qo, HH, q0, q1);
     for (int j = 0; j < nt; j++) {
         __m256i s0, s1;
-        pair_dotk4(q0, q1, ap[j] + a0, &s0, &s1);
+        pair_dotk4(q0, q1, a + arb * (size_t)j, &s0, &s1);
         if (P == 0) {
             part[2 * j] = s0;
             part[2 * j + 1] = s1;
         } else {
-            isum0[j] = _mm256_add_epi32(isum0[j], _mm256_madd_epi16(_mm256_add_epi16(s0, part[2 * j]), *sc0));
-            isum1[j] = _mm256_add_epi32(isum1[j], _mm256_madd_epi16(_mm256_add_epi16(s1, part[2 * j + 1]), *sc1));
+            isum[2 * j] = _mm256_add_epi32(isum[2 * j], _mm256_madd_epi16(_mm256_add_epi16(s0, part[2 * j]), *sc0));
+            isum[2 * j + 1] = _mm256_add_epi32(isum[2 * j + 1], _mm256_madd_epi16(_mm256_add_epi16(s1, part[2 * j + 1]), *sc1));
         }
     }
 }
@@ -1221,16 +1253,16 @@ AI void k4_pair_half(const int P, const int HH, int nt, const bptr *wp, size_t q
 /* mk_kpanel for Q4_K from the panel layout, panels wp[0] and wp[1] (acc0,
  * acc1), nt > 4 tokens; the next pair's super-block prefetched in four
  * parts, as there. */
-AI void mk_kpanel_pair(int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf, __m256 *acc0, __m256 *acc1) {
+AI void mk_kpanel_pair(int nt, const bptr *wp, bptr at, size_t arb, int64_t nb, size_t pf, __m256 *acc0, __m256 *acc1) {
     const size_t wb = kbytes(PK_Q4);
     __m256i isum[2 * NT_P], part[2 * NT_P];
     for (int j = 0; j < nt; j++) acc0[j] = acc1[j] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = wb * (size_t)b, ao = QK_A * (size_t)b;
         __m256i sc0[8], wq0[8], sc1[8], wq1[8];
-        k4_scales(1, wp, o, sc0, wq0);
-        k4_scales(1, wp + 1, o, sc1, wq1);
-        for (int j = 0; j < nt; j++) isum[j] = isum[NT_P + j] = _mm256_setzero_si256();
+        k4_scales(1, 1, wp, o, sc0, wq0);
+        k4_scales(1, 1, wp + 1, o, sc1, wq1);
+        for (int j = 0; j < 2 * nt; j++) isum[j] = _mm256_setzero_si256();
         /* sub-block 2c + hh: elements 64c + 32hh + 16p.. in nibble hh of qs bytes 32c + 16p.. */
         UNROLL for (int c = 0; c < 4; c++) UNROLL for (int hh = 0; hh < 2; hh++) {
             if (pf && hh == 0) {
@@ -1239,18 +1271,20 @@ AI void mk_kpanel_pair(int nt, const bptr *wp, const bptr *ap, int64_t nb, size_
             }
             const size_t qo = o + 16 + 32 * (size_t)c, a0 = ao + 4 + 64 * (size_t)c + 32 * (size_t)hh;
             const int sb = 2 * c + hh;
-            k4_pair_half(0, hh, nt, wp, qo, ap, a0, &sc0[sb], &sc1[sb], part, isum, isum + NT_P);
-            k4_pair_half(1, hh, nt, wp, qo + 16, ap, a0 + 16, &sc0[sb], &sc1[sb], part, isum, isum + NT_P);
+            k4_pair_half(0, hh, nt, wp, qo, at + a0, arb, &sc0[sb], &sc1[sb], part, isum);
+            k4_pair_half(1, hh, nt, wp, qo + 16, at + a0 + 16, arb, &sc0[sb], &sc1[sb], part, isum);
         }
         const __m256 dw0 = panel_scales(1, wp, o), dm0 = panel_scales(1, wp, o + 2);
         const __m256 dw1 = panel_scales(1, wp + 1, o), dm1 = panel_scales(1, wp + 1, o + 2);
         for (int j = 0; j < nt; j++) {
-            const bptr a = ap[j] + ao;
+            const bptr a = at + arb * (size_t)j + ao;
             const __m256 da = _mm256_set1_ps(ldf(a));
-            const __m256i ms0 = bsum_dot(wq0, a), ms1 = bsum_dot(wq1, a);
-            acc0[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw0, da), acc0[j]);
+            int16_t ss[8];
+            sub_block_sums(a, ss);
+            const __m256i ms0 = pair_min_dot(wq0, ss), ms1 = pair_min_dot(wq1, ss);
+            acc0[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[2 * j]), _mm256_mul_ps(dw0, da), acc0[j]);
             acc0[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms0), _mm256_mul_ps(dm0, da), acc0[j]);
-            acc1[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[NT_P + j]), _mm256_mul_ps(dw1, da), acc1[j]);
+            acc1[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[2 * j + 1]), _mm256_mul_ps(dw1, da), acc1[j]);
             acc1[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(ms1), _mm256_mul_ps(dm1, da), acc1[j]);
         }
     }
@@ -1319,7 +1353,7 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                 else if (kq && nt == 2) mk_kpanel(T, PL, 0, 2, wp, ap, nb, pf, acc);
                 else if (kq && nt == 3) mk_kpanel(T, PL, 0, 3, wp, ap, nb, pf, acc);
                 else if (kq && nt == 4) mk_kpanel(T, PL, 0, 4, wp, ap, nb, pf, acc);
-                else if (kq && pair) mk_kpanel_pair(nt, wp, ap, nb, pf, acc, acc + NT_P);
+                else if (kq && pair) mk_kpanel_pair(nt, wp, at, arb, nb, pf, acc, acc + NT_P);
                 else if (kq) mk_kpanel(T, PL, 0, nt, wp, ap, nb, pf, acc);
                 else if (nt == 1) mk_panel(T, PL, 1, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (nt == 2) mk_panel(T, PL, 2, wp, at, arb, tt, ts, nb, pf, acc);
