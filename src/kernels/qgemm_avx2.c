@@ -1093,11 +1093,11 @@ AI __m256i pair_min_dot(const __m256i wq[4], const int16_t ss[8]) {
 }
 
 /* In lanes: isum[j] (Q6_K: less its bsum term) and msum[j] (Q4_K,
- * Q5_K) of super-block o of the 8 rows for tokens ap[0..nt), ao the block's
+ * Q5_K) of super-block o of the 8 rows for tokens at + j * arb (j < nt), ao the block's
  * offset in an activation row; pfb: the next panel's super-block, or NULL,
  * prefetched in four parts over the slices (prefetch_quarter, as the
  * AVX-512 passes do; bench_qgemm, 2-4 tokens: 2-5 %). */
-AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t o, const bptr *ap, size_t ao, bptr pfb,
+AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t o, bptr at, size_t arb, size_t ao, bptr pfb,
                       __m256i *isum, __m256i *msum) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
     for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
@@ -1133,7 +1133,7 @@ AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t 
                 }
             }
             for (int j = 0; j < nt; j++) {
-                const bptr a = ap[j] + ao + 4 + 64 * c + 16 * p;
+                const bptr a = at + arb * (size_t)j + ao + 4 + 64 * c + 16 * p;
                 const __m256i s0 = _mm256_madd_epi16(dotk(4, q, a), sc[2 * c]);
                 const __m256i s1 = _mm256_madd_epi16(dotk(4, q + 4, a + 32), sc[2 * c + 1]);
                 isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(s0, s1));
@@ -1158,7 +1158,7 @@ AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t 
                 }
                 const int s0 = 8 * h + 2 * g2 + p, s1 = s0 + 4;
                 for (int j = 0; j < nt; j++) {
-                    const bptr a = ap[j] + ao + 4 + 128 * h + 32 * g2 + 16 * p;
+                    const bptr a = at + arb * (size_t)j + ao + 4 + 128 * h + 32 * g2 + 16 * p;
                     const __m256i d0 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q, a), sc[s0]),
                                                         _mm256_madd_epi16(dotk(2, q + 2, a + 8), sc[s0]));
                     const __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q + 4, a + 64), sc[s1]),
@@ -1169,7 +1169,7 @@ AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t 
         }
     }
     for (int j = 0; j < nt; j++) {
-        const bptr a = ap[j] + ao;
+        const bptr a = at + arb * (size_t)j + ao;
         if (T == PK_Q6) isum[j] = _mm256_sub_epi32(isum[j], bsum_dot(wq, a));
         else msum[j] = bsum_dot(wq, a);
     }
@@ -1195,9 +1195,9 @@ AI __m256i q6k_rows(const bptr *wp, size_t o, bptr a) {
     return hsum_rows(r);
 }
 
-/* Rows wp[0..8) of type T (PK_*), tokens ap[0..nt), nb super-blocks;
+/* Rows wp[0..8) of type T (PK_*), tokens at + j * arb (j < nt), nb super-blocks;
  * acc[j] lane i = row i.  ROWS (Q6_K): one token, the integers in row layout. */
-AI void mk_kpanel(const int T, const int PL, const int ROWS, int nt, const bptr *wp, const bptr *ap, int64_t nb, size_t pf,
+AI void mk_kpanel(const int T, const int PL, const int ROWS, int nt, const bptr *wp, bptr at, size_t arb, int64_t nb, size_t pf,
                   __m256 *acc) {
     const size_t wb = kbytes(T);
     __m256i isum[NT_P], msum[NT_P];
@@ -1213,12 +1213,12 @@ AI void mk_kpanel(const int T, const int PL, const int ROWS, int nt, const bptr 
         else if (pf && !PL)
             for (size_t k = 0; k < wb; k += 64)
                 UNROLL for (int i = 0; i < PANEL; i++) tk_prefetch_weights(wp[i] + o + pf + k);
-        if (ROWS) isum[0] = q6k_rows(wp, o, ap[0] + ao);
-        else kpanel_slices(T, PL, nt, wp, o, ap, ao, spread ? wp[0] + pf + PANEL * o : NULL, isum, msum);
+        if (ROWS) isum[0] = q6k_rows(wp, o, at + ao);
+        else kpanel_slices(T, PL, nt, wp, o, at, arb, ao, spread ? wp[0] + pf + PANEL * o : NULL, isum, msum);
         const __m256 dw = panel_scales(PL, wp, T == PK_Q6 ? o + 208 : o);
         const __m256 dm = T == PK_Q6 ? _mm256_setzero_ps() : panel_scales(PL, wp, o + 2);
         for (int j = 0; j < nt; j++) {
-            const __m256 da = _mm256_set1_ps(ldf(ap[j] + ao));
+            const __m256 da = _mm256_set1_ps(ldf(at + arb * (size_t)j + ao));
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, da), acc[j]);
             if (T != PK_Q6) acc[j] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum[j]), _mm256_mul_ps(dm, da), acc[j]);
         }
@@ -1336,8 +1336,6 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
             if (pair) wp[1] = W + (size_t)(r + PANEL) * wrb;
             for (int64_t t = t0; t < t1;) {
                 const int nt = t1 - t >= NT_P ? NT_P : (int)(t1 - t);
-                bptr ap[NT_P];
-                for (int j = 0; kq && j < nt; j++) ap[j] = A + (size_t)(t + j) * arb;
                 __m256 acc[2 * NT_P];
                 /* the first pass prefetches the next panel (decode streams it from DRAM) */
                 const size_t pf = t == t0 ? (size_t)(pair + 1) * PANEL * wrb : 0;
@@ -1348,20 +1346,20 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
                  * the count a constant: the token loop unrolls, its sums stay in registers
                  * (bench_qgemm, 2-4 tokens: Q4_0 +4-11 %, Q4_K +4-7 %; docs/kernels.md).  An
                  * if-chain: the same calls as a switch ran Q4_0 up to 10 % slower (code layout). */
-                if (T == PK_Q6 && nt == 1 && !PL) mk_kpanel(T, PL, 1, 1, wp, ap, nb, pf, acc);
-                else if (kq && nt == 1) mk_kpanel(T, PL, 0, 1, wp, ap, nb, pf, acc);
-                else if (kq && nt == 2) mk_kpanel(T, PL, 0, 2, wp, ap, nb, pf, acc);
-                else if (kq && nt == 3) mk_kpanel(T, PL, 0, 3, wp, ap, nb, pf, acc);
-                else if (kq && nt == 4) mk_kpanel(T, PL, 0, 4, wp, ap, nb, pf, acc);
+                if (T == PK_Q6 && nt == 1 && !PL) mk_kpanel(T, PL, 1, 1, wp, at, arb, nb, pf, acc);
+                else if (kq && nt == 1) mk_kpanel(T, PL, 0, 1, wp, at, arb, nb, pf, acc);
+                else if (kq && nt == 2) mk_kpanel(T, PL, 0, 2, wp, at, arb, nb, pf, acc);
+                else if (kq && nt == 3) mk_kpanel(T, PL, 0, 3, wp, at, arb, nb, pf, acc);
+                else if (kq && nt == 4) mk_kpanel(T, PL, 0, 4, wp, at, arb, nb, pf, acc);
                 else if (kq && pair) mk_kpanel_pair(nt, wp, at, arb, nb, pf, acc, acc + NT_P);
-                else if (kq) mk_kpanel(T, PL, 0, nt, wp, ap, nb, pf, acc);
+                else if (kq) mk_kpanel(T, PL, 0, nt, wp, at, arb, nb, pf, acc);
                 else if (nt == 1) mk_panel(T, PL, 1, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (nt == 2) mk_panel(T, PL, 2, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (nt == 3) mk_panel(T, PL, 3, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (nt == 4) mk_panel(T, PL, 4, wp, at, arb, tt, ts, nb, pf, acc);
                 else if (pair) panel_pair(T, nt, wp, at, arb, tt, ts, nb, pf, acc, acc + NT_P);
                 else mk_panel(T, PL, nt, wp, at, arb, tt, ts, nb, pf, acc);
-                if (pair && nt <= 4 && kq) mk_kpanel(T, PL, 0, nt, wp + 1, ap, nb, pf, acc + NT_P);
+                if (pair && nt <= 4 && kq) mk_kpanel(T, PL, 0, nt, wp + 1, at, arb, nb, pf, acc + NT_P);
                 else if (pair && nt <= 4) mk_panel(T, PL, nt, wp + 1, at, arb, tt, ts, nb, pf, acc + NT_P);
                 for (int p = 0; p <= pair; p++)
                     for (int j = 0; j < nt; j++) {
