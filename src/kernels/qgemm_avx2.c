@@ -1237,6 +1237,7 @@ AI void k4_pair_half(const int P, const int HH, int nt, const bptr *wp, size_t q
                      const __m256i *sc0, const __m256i *sc1, __m256i *part, __m256i *isum) {
     __m256i q0[4], q1[4];
     pair_nibbles(wp, qo, HH, q0, q1);
+#pragma GCC unroll 2
     for (int j = 0; j < nt; j++) {
         __m256i s0, s1;
         pair_dotk4(q0, q1, a + arb * (size_t)j, &s0, &s1);
