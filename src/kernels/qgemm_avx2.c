@@ -1100,7 +1100,6 @@ AI __m256i pair_min_dot(const __m256i wq[4], const int16_t ss[8]) {
 AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t o, bptr at, size_t arb, size_t ao, bptr pfb,
                       __m256i *isum, __m256i *msum) {
     const __m256i m4 = _mm256_set1_epi8(0x0F);
-    for (int j = 0; j < nt; j++) isum[j] = _mm256_setzero_si256();
     __m256i sc[16], wq[8]; /* sc[s]: sub-block s's scale twice per lane; wq: bsum weights */
     if (T != PK_Q6) {
         k4_scales(PL, 0, wp, o, sc, wq);
@@ -1136,7 +1135,8 @@ AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t 
                 const bptr a = at + arb * (size_t)j + ao + 4 + 64 * c + 16 * p;
                 const __m256i s0 = _mm256_madd_epi16(dotk(4, q, a), sc[2 * c]);
                 const __m256i s1 = _mm256_madd_epi16(dotk(4, q + 4, a + 32), sc[2 * c + 1]);
-                isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(s0, s1));
+                /* the first slice sets the sums (a zeroing loop became a memset call per super-block) */
+                isum[j] = c == 0 && p == 0 ? _mm256_add_epi32(s0, s1) : _mm256_add_epi32(isum[j], _mm256_add_epi32(s0, s1));
             }
         }
     } else {
@@ -1163,7 +1163,8 @@ AI void kpanel_slices(const int T, const int PL, int nt, const bptr *wp, size_t 
                                                         _mm256_madd_epi16(dotk(2, q + 2, a + 8), sc[s0]));
                     const __m256i d1 = _mm256_add_epi32(_mm256_madd_epi16(dotk(2, q + 4, a + 64), sc[s1]),
                                                         _mm256_madd_epi16(dotk(2, q + 6, a + 72), sc[s1]));
-                    isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(d0, d1));
+                    isum[j] = h == 0 && p == 0 && g2 == 0 ? _mm256_add_epi32(d0, d1)
+                                                          : _mm256_add_epi32(isum[j], _mm256_add_epi32(d0, d1));
                 }
             }
         }
@@ -1233,7 +1234,7 @@ AI void mk_kpanel(const int T, const int PL, const int ROWS, int nt, const bptr 
  * kpanel_slices gives each half its own.  The same exact int32 sums per
  * lane: the same bits.  qo: the byte offset of the half's 16 qs bytes of
  * the 8 rows, HH its nibble, a0 the activations' offset. */
-AI void k4_pair_half(const int P, const int HH, int nt, const bptr *wp, size_t qo, bptr a, size_t arb,
+AI void k4_pair_half(const int P, const int FIRST, const int HH, int nt, const bptr *wp, size_t qo, bptr a, size_t arb,
                      const __m256i *sc0, const __m256i *sc1, __m256i *part, __m256i *isum) {
     __m256i q0[4], q1[4];
     pair_nibbles(wp, qo, HH, q0, q1);
@@ -1245,8 +1246,10 @@ AI void k4_pair_half(const int P, const int HH, int nt, const bptr *wp, size_t q
             part[2 * j] = s0;
             part[2 * j + 1] = s1;
         } else {
-            isum[2 * j] = _mm256_add_epi32(isum[2 * j], _mm256_madd_epi16(_mm256_add_epi16(s0, part[2 * j]), *sc0));
-            isum[2 * j + 1] = _mm256_add_epi32(isum[2 * j + 1], _mm256_madd_epi16(_mm256_add_epi16(s1, part[2 * j + 1]), *sc1));
+            const __m256i m0 = _mm256_madd_epi16(_mm256_add_epi16(s0, part[2 * j]), *sc0);
+            const __m256i m1 = _mm256_madd_epi16(_mm256_add_epi16(s1, part[2 * j + 1]), *sc1);
+            isum[2 * j] = FIRST ? m0 : _mm256_add_epi32(isum[2 * j], m0);
+            isum[2 * j + 1] = FIRST ? m1 : _mm256_add_epi32(isum[2 * j + 1], m1);
         }
     }
 }
@@ -1263,7 +1266,6 @@ AI void mk_kpanel_pair(int nt, const bptr *wp, bptr at, size_t arb, int64_t nb, 
         __m256i sc0[8], wq0[8], sc1[8], wq1[8];
         k4_scales(1, 1, wp, o, sc0, wq0);
         k4_scales(1, 1, wp + 1, o, sc1, wq1);
-        for (int j = 0; j < 2 * nt; j++) isum[j] = _mm256_setzero_si256();
         /* sub-block 2c + hh: elements 64c + 32hh + 16p.. in nibble hh of qs bytes 32c + 16p.. */
         UNROLL for (int c = 0; c < 4; c++) UNROLL for (int hh = 0; hh < 2; hh++) {
             if (pf && hh == 0) {
@@ -1272,8 +1274,8 @@ AI void mk_kpanel_pair(int nt, const bptr *wp, bptr at, size_t arb, int64_t nb, 
             }
             const size_t qo = o + 16 + 32 * (size_t)c, a0 = ao + 4 + 64 * (size_t)c + 32 * (size_t)hh;
             const int sb = 2 * c + hh;
-            k4_pair_half(0, hh, nt, wp, qo, at + a0, arb, &sc0[sb], &sc1[sb], part, isum);
-            k4_pair_half(1, hh, nt, wp, qo + 16, at + a0 + 16, arb, &sc0[sb], &sc1[sb], part, isum);
+            k4_pair_half(0, 0, hh, nt, wp, qo, at + a0, arb, &sc0[sb], &sc1[sb], part, isum);
+            k4_pair_half(1, c == 0 && hh == 0, hh, nt, wp, qo + 16, at + a0 + 16, arb, &sc0[sb], &sc1[sb], part, isum);
         }
         const __m256 dw0 = panel_scales(1, wp, o), dm0 = panel_scales(1, wp, o + 2);
         const __m256 dw1 = panel_scales(1, wp + 1, o), dm1 = panel_scales(1, wp + 1, o + 2);
