@@ -2,6 +2,8 @@
  * through tk_qkernel_get after a CPU check).  qgemm_avxvnni.c compiles this
  * file a second time with TK_AVXVNNI and AVX-VNNI: the 8-row panel kernels of
  * the 32-element types then form their integer dots with vpdpbusd (see idotk).
+ * qgemm_avx2_kbatch.c compiles it again with TK_QGEMM_KBATCH for the
+ * k-quants' passes of more than 4 tokens alone (k_panel_gemms).
  *
  * Integer products use _mm256_maddubs_epi16 (unsigned x signed bytes ->
  * int16 pairs).  Weights with a signed range go through the sign trick:
@@ -93,7 +95,7 @@ AI int sum_i8x32(__m256i q) {
 
 /* The activation packers exist once, in the plain AVX2 build; the AVX-VNNI
  * build's tables use them from there. */
-#ifndef TK_AVXVNNI
+#if !defined(TK_AVXVNNI) && !defined(TK_QGEMM_KBATCH)
 void tk_qkernel_avx2_quant_q8_0(const float *x, void *out, int64_t n) {
     uint8_t *o = out;
     for (int64_t i = 0; i < n / 32; i++, x += 32, o += sizeof(tk_block_q8_0)) {
@@ -1293,7 +1295,11 @@ AI void mk_kpanel_pair(int nt, const bptr *wp, bptr at, size_t arb, int64_t nb, 
     }
 }
 
+#ifdef TK_QGEMM_KBATCH
+static const tk_qkernel *tiled_kernel(tk_dtype wtype) { return tk_qkernel_avx2_tiled(wtype); }
+#else
 static const tk_qkernel *tiled_kernel(tk_dtype wtype);
+#endif
 
 AI tk_dtype panel_dtype(int T) {
     return T == L_Q4_0 ? TK_Q4_0 : T == L_Q4_1 ? TK_Q4_1 : T == L_Q5_0 ? TK_Q5_0 : T == L_Q5_1 ? TK_Q5_1 : T == L_Q8_0 ? TK_Q8_0 : T == L_IQ4_NL ? TK_IQ4_NL : T == PK_Q4 ? TK_Q4_K
@@ -1383,6 +1389,39 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
     }
 }
 
+/* The k-quants' panel-layout passes: more than 4 tokens in the build of
+ * qgemm_avx2_kbatch.c (tk_qkernel_avx2_k_batch), 1-4 here (both build the
+ * same code, so the same bits). */
+#define K_PANEL_GEMMS(NAME, T, K)                                                                                \
+    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
+                     int n_tok, float *y, int64_t ldy) {                                                         \
+        panel_gemm(T, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                            \
+    }                                                                                                            \
+    static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,        \
+                          size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
+        if (n_tok > 4) tk_qkernel_avx2_k_batch(K, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                   \
+        else panel_gemm(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                       \
+    }
+
+#ifdef TK_QGEMM_KBATCH
+/* one function per type: the three inlined into one were register-allocated
+ * as one, with three times the spills (Q4_K 300 -> 200 GFLOP/s) */
+#define K_BATCH_GEMM(NAME, T)                                                                                      \
+    __attribute__((noinline)) static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1,      \
+                                               const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {    \
+        panel_gemm(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                              \
+    }
+K_BATCH_GEMM(q4_K_batch, PK_Q4)
+K_BATCH_GEMM(q5_K_batch, PK_Q5)
+K_BATCH_GEMM(q6_K_batch, PK_Q6)
+
+void tk_qkernel_avx2_k_batch(tk_dtype wtype, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1,
+                             const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
+    if (wtype == TK_Q4_K) q4_K_batch(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+    else if (wtype == TK_Q5_K) q5_K_batch(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+    else q6_K_batch(w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+}
+#else
 #define PANEL_GEMM(NAME, T) TK_QKERNEL_PANEL_GEMMS(NAME, panel_gemm, T)
 PANEL_GEMM(q4_0_panel_gemm, L_Q4_0)
 PANEL_GEMM(q4_1_panel_gemm, L_Q4_1)
@@ -1391,9 +1430,9 @@ PANEL_GEMM(q5_1_panel_gemm, L_Q5_1)
 PANEL_GEMM(q8_0_panel_gemm, L_Q8_0)
 PANEL_GEMM(iq4_nl_panel_gemm, L_IQ4_NL)
 #ifndef TK_AVXVNNI
-PANEL_GEMM(q4_K_panel_gemm, PK_Q4)
-PANEL_GEMM(q5_K_panel_gemm, PK_Q5)
-PANEL_GEMM(q6_K_panel_gemm, PK_Q6)
+K_PANEL_GEMMS(q4_K_panel_gemm, PK_Q4, TK_Q4_K)
+K_PANEL_GEMMS(q5_K_panel_gemm, PK_Q5, TK_Q5_K)
+K_PANEL_GEMMS(q6_K_panel_gemm, PK_Q6, TK_Q6_K)
 #endif
 
 /* ================= instantiation ================= */
@@ -1483,6 +1522,11 @@ const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype) {
     return p ? p : tiled_kernel(wtype);
 }
 #endif
+#endif /* TK_QGEMM_KBATCH */
+
+#elif defined(TK_QGEMM_KBATCH) /* not built with AVX2: nothing calls it */
+
+typedef int tk_qgemm_kbatch_empty; /* a translation unit must declare something */
 
 #elif defined(TK_AVXVNNI) /* not built with AVX-VNNI */
 

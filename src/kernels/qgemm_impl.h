@@ -12,6 +12,11 @@
 const tk_qkernel *tk_qkernel_scalar(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx2(tk_dtype wtype);
 const tk_qkernel *tk_qkernel_avx2_tiled(tk_dtype wtype); /* the row-tiled kernels alone */
+/* Q4_K, Q5_K or Q6_K (wtype) from the panel layout, more than 4 tokens: the
+ * AVX2 panel passes built with GCC's pressure-aware scheduling
+ * (qgemm_avx2_kbatch.c); the arguments as tk_qkernel's gemm_panels */
+void tk_qkernel_avx2_k_batch(tk_dtype wtype, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1,
+                             const void *act, size_t arb, int n_tok, float *y, int64_t ldy);
 /* the 32-element types' AVX2 panel kernels with AVX-VNNI's vpdpbusd (the
  * same bits as tk_qkernel_avx2's); NULL for the other types or in builds
  * without AVX-VNNI */

@@ -98,7 +98,7 @@ AI void pfetch(int MR, const bptr *wp, int64_t off, size_t len, size_t pf) {
         for (int i = 0; i < MR; i++) tk_prefetch_weights(wp[i] + off + pf + k);
 }
 
-#ifndef TK_AVXVNNI /* the AVX-VNNI build of qgemm_avx2.c has no row-tiled kernels of its own */
+#if !defined(TK_AVXVNNI) && !defined(TK_QGEMM_KBATCH) /* the AVX-VNNI and k-batch builds of qgemm_avx2.c have no row-tiled kernels of their own */
 /* Rows in tiles of mr (the last tile repeats its last row), tokens in
  * tiles of nt = 1..nt_max (kernels mk[nt - 1]); tokens grouped in chunks
  * whose activations stay in L2 while all row tiles pass over them. */
