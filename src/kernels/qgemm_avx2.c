@@ -3,7 +3,7 @@
  * file a second time with TK_AVXVNNI and AVX-VNNI: the 8-row panel kernels of
  * the 32-element types then form their integer dots with vpdpbusd (see idotk).
  * qgemm_avx2_kbatch.c compiles it again with TK_QGEMM_KBATCH for the
- * k-quants' passes of more than 4 tokens alone (k_panel_gemms).
+ * k-quants' passes of more than 4 tokens alone (K_PANEL_GEMMS).
  *
  * Integer products use _mm256_maddubs_epi16 (unsigned x signed bytes ->
  * int16 pairs).  Weights with a signed range go through the sign trick:
