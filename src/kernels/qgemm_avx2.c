@@ -3,7 +3,7 @@
  * file a second time with TK_AVXVNNI and AVX-VNNI: the 8-row panel kernels of
  * the 32-element types then form their integer dots with vpdpbusd (see idotk).
  * qgemm_avx2_kbatch.c compiles it again with TK_QGEMM_KBATCH for the
- * k-quants' passes of more than 4 tokens alone (K_PANEL_GEMMS).
+ * k-quants' passes of more than 4 tokens alone (k_panel_gemm).
  *
  * Integer products use _mm256_maddubs_epi16 (unsigned x signed bytes ->
  * int16 pairs).  Weights with a signed range go through the sign trick:
@@ -1392,16 +1392,11 @@ AI void panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t
 /* The k-quants' panel-layout passes: more than 4 tokens in the build of
  * qgemm_avx2_kbatch.c (tk_qkernel_avx2_k_batch), 1-4 here (both build the
  * same code, so the same bits). */
-#define K_PANEL_GEMMS(NAME, T, K)                                                                                \
-    static void NAME(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act, size_t arb, \
-                     int n_tok, float *y, int64_t ldy) {                                                         \
-        panel_gemm(T, 0, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                            \
-    }                                                                                                            \
-    static void NAME##_pl(const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1, const void *act,        \
-                          size_t arb, int n_tok, float *y, int64_t ldy) {                                        \
-        if (n_tok > 4) tk_qkernel_avx2_k_batch(K, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                   \
-        else panel_gemm(T, 1, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);                                       \
-    }
+AI void k_panel_gemm(const int T, const int PL, const void *w, size_t wrb, int64_t n, int64_t r0, int64_t r1,
+                     const void *act, size_t arb, int n_tok, float *y, int64_t ldy) {
+    if (PL && n_tok > 4) tk_qkernel_avx2_k_batch(panel_dtype(T), w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+    else panel_gemm(T, PL, w, wrb, n, r0, r1, act, arb, n_tok, y, ldy);
+}
 
 #ifdef TK_QGEMM_KBATCH
 /* one function per type: the three inlined into one were register-allocated
@@ -1430,9 +1425,9 @@ PANEL_GEMM(q5_1_panel_gemm, L_Q5_1)
 PANEL_GEMM(q8_0_panel_gemm, L_Q8_0)
 PANEL_GEMM(iq4_nl_panel_gemm, L_IQ4_NL)
 #ifndef TK_AVXVNNI
-K_PANEL_GEMMS(q4_K_panel_gemm, PK_Q4, TK_Q4_K)
-K_PANEL_GEMMS(q5_K_panel_gemm, PK_Q5, TK_Q5_K)
-K_PANEL_GEMMS(q6_K_panel_gemm, PK_Q6, TK_Q6_K)
+TK_QKERNEL_PANEL_GEMMS(q4_K_panel_gemm, k_panel_gemm, PK_Q4)
+TK_QKERNEL_PANEL_GEMMS(q5_K_panel_gemm, k_panel_gemm, PK_Q5)
+TK_QKERNEL_PANEL_GEMMS(q6_K_panel_gemm, k_panel_gemm, PK_Q6)
 #endif
 
 /* ================= instantiation ================= */
