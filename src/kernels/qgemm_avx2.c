@@ -1021,6 +1021,17 @@ AI __m256i dup_byte(__m256i v, int b, int SX) {
     return SX ? _mm256_srai_epi16(r, 8) : r;
 }
 
+/* Bytes b and b + 1 of each dword of v, zero-extended into its low and
+ * high int16 halves (a pair of bytes per lane for one madd). */
+AI __m256i byte_pair(__m256i v, int b) {
+    const char z = (char)0x80, x = (char)b; /* z: a zero byte */
+#define PAIR_D(d) x + 4 * d, z, x + 1 + 4 * d, z
+#define PAIR_LANE PAIR_D(0), PAIR_D(1), PAIR_D(2), PAIR_D(3)
+    return _mm256_shuffle_epi8(v, _mm256_setr_epi8(PAIR_LANE, PAIR_LANE));
+#undef PAIR_LANE
+#undef PAIR_D
+}
+
 /* The bits of each byte shifted from position s to t, masked by m. */
 AI __m256i bits_to(__m256i v, int s, int t, __m256i m) {
     const __m256i x = s < t ? _mm256_slli_epi16(v, t - s) : s > t ? _mm256_srli_epi16(v, s - t) : v;
@@ -1063,18 +1074,11 @@ AI void k4_scales(const int PL, const int PAIRS, const bptr *wp, size_t o, __m25
             wq[s + 4] = dup_byte(m47, s, 0);
         }
     }
-    if (PAIRS) { /* bytes 2k', 2k' + 1 of each dword zero-extended into its int16 halves */
-        const char z = (char)0x80;
-#define PAIR_D(b, d) (char)(b + 4 * d), z, (char)(b + 1 + 4 * d), z
-#define PAIR_LANE(b) PAIR_D(b, 0), PAIR_D(b, 1), PAIR_D(b, 2), PAIR_D(b, 3)
-        const __m256i p01 = _mm256_setr_epi8(PAIR_LANE(0), PAIR_LANE(0)), p23 = _mm256_setr_epi8(PAIR_LANE(2), PAIR_LANE(2));
-#undef PAIR_LANE
-#undef PAIR_D
-        wq[0] = _mm256_shuffle_epi8(m03, p01);
-        wq[1] = _mm256_shuffle_epi8(m03, p23);
-        wq[2] = _mm256_shuffle_epi8(m47, p01);
-        wq[3] = _mm256_shuffle_epi8(m47, p23);
-    }
+    if (PAIRS)
+        UNROLL for (int k = 0; k < 2; k++) {
+            wq[k] = byte_pair(m03, 2 * k);
+            wq[k + 2] = byte_pair(m47, 2 * k);
+        }
 }
 
 /* The 8 sub-block sums of a token's Q8_K super-block at a (its bsum pairs
