@@ -131,6 +131,7 @@ typedef struct tk_model_summary {
     size_t panel_bytes;     /* copies of matrices in the kernels' panel layout (AVX2), beside weight_bytes */
     const char *kernels;    /* the matrix kernels' level: "scalar", "avx2", "avx2+avx-vnni", "avx512", "amx",
                                "neon", or "reference" (float32 dequantize-and-multiply) */
+    char cpu[96];           /* the CPU the engine runs on, for reports: "AMD EPYC (family 26, model 2)" */
     size_t embedding_bytes; /* token_embd */
     size_t routed_expert_bytes; /* mixture of experts: the routed experts' matrices (0 for dense models) */
     int n_expert, n_expert_used; /* routed experts per layer and per token (0 for dense models) */

@@ -82,6 +82,7 @@ static void test_synth_and_convert(void) {
         tk_engine_summary(e, &sum);
         CHECK(sum.dim == 288 && sum.n_layers == 6 && sum.n_vocab == 32000, "shape %d x %d, vocab %d", sum.dim,
               sum.n_layers, sum.n_vocab);
+        CHECK(sum.cpu[0] && memchr(sum.cpu, 0, sizeof sum.cpu), "cpu '%s'", sum.cpu);
         const tk_tokenizer *t = tk_engine_tokenizer(e);
         CHECK(t && tk_tokenizer_kind(t) == TK_TOK_SPM && tk_tokenizer_n_vocab(t) == 32000, "tokenizer");
         tk_engine_close(e);

@@ -724,6 +724,19 @@ static void test_isa_selection(void) {
     if (saved_copy) setenv("TK_ISA", saved_copy, 1);
     else unsetenv("TK_ISA");
     free(saved_copy);
+    /* the CPU in words: NUL-terminated at any size, a prefix of the whole when cut */
+    char whole[128], cut[8] = "xxxxxxx", none[1] = {'x'};
+    tk_cpu_describe(whole, sizeof whole);
+    tk_cpu_describe(cut, sizeof cut);
+    tk_cpu_describe(none, 0);
+    CHECK(whole[0] && strlen(whole) < sizeof whole, "cpu '%s'", whole);
+    CHECK(strlen(cut) == (strlen(whole) < 7 ? strlen(whole) : 7) && !strncmp(cut, whole, strlen(cut)), "cut '%s'", cut);
+    CHECK(none[0] == 'x', "n = 0 writes nothing");
+    for (const char *c = whole; *c; c++) CHECK(*c >= ' ' && *c <= '~' && *c != '"' && *c != '\\', "byte %d", *c);
+#if defined(__x86_64__)
+    CHECK(strstr(whole, "(family ") != NULL, "x86 family and model in '%s'", whole);
+#endif
+    printf("cpu: %s\n", whole);
     CHECK(tk_qkernel_get(TK_Q8_K, TK_ISA_SCALAR) == NULL, "Q8_K is not a weight type");
     /* which kernel each (type, supported ISA) gets */
     for (int t = 0; t < TK_DTYPE_LIMIT; t++) {

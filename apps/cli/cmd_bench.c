@@ -399,8 +399,9 @@ int tk_cmd_bench(int argc, char **argv) {
     double roofline = bw > 0 ? bw * 1e9 / bytes_per_token : 0;
     double tg_med = acc_median(&tg_acc);
     if (json) {
-        printf("{\"model\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"weight_bytes\": %zu, \"panel_bytes\": %zu, "
-               "\"params\": %lld", model, ms.n_threads, ms.kernels, ms.weight_bytes, ms.panel_bytes, (long long)ms.n_params);
+        printf("{\"model\": \"%s\", \"threads\": %d, \"kernels\": \"%s\", \"cpu\": \"%s\", \"weight_bytes\": %zu, "
+               "\"panel_bytes\": %zu, \"params\": %lld", model, ms.n_threads, ms.kernels, ms.cpu, ms.weight_bytes,
+               ms.panel_bytes, (long long)ms.n_params);
         if (pp) printf(", \"pp\": {\"n\": %d, \"median\": %.3f, \"mean\": %.3f, \"sd\": %.3f}", pp, acc_median(&pp_acc),
                        acc_mean(&pp_acc), acc_sd(&pp_acc));
         if (tg) printf(", \"tg\": {\"n\": %d, \"median\": %.3f, \"mean\": %.3f, \"sd\": %.3f}", tg, tg_med,
@@ -428,6 +429,7 @@ int tk_cmd_bench(int argc, char **argv) {
     } else {
         printf("model: %s (%s, %.1f M params, %.1f MiB of weights, %.1f MiB in the panel layout); kernels: %s\n", model,
                ms.arch, ms.n_params / 1e6, ms.weight_bytes / 1048576.0, ms.panel_bytes / 1048576.0, ms.kernels);
+        printf("cpu: %s\n", ms.cpu);
         printf("%-10s %8s %12s %12s %10s\n", "test", "threads", "median t/s", "mean t/s", "sd");
         int th = ms.n_threads;
         if (pp) printf("%-10s %8d %12.2f %12.2f %10.2f\n", "pp", th, acc_median(&pp_acc), acc_mean(&pp_acc), acc_sd(&pp_acc));

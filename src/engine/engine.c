@@ -9,6 +9,7 @@
 #include <tokamak.h>
 
 #include "../formats/dtype.h"
+#include "../kernels/cpu.h"
 #include "../kernels/qgemm.h"
 #include "../model/model.h"
 #include "../parallel/slice.h"
@@ -373,6 +374,7 @@ void tk_engine_summary(const tk_engine *e, tk_model_summary *o) {
     o->weight_bytes = m->weight_bytes;
     o->panel_bytes = m->panel_bytes;
     o->kernels = e->kernels;
+    tk_cpu_describe(o->cpu, sizeof o->cpu);
     o->embedding_bytes = m->w.tok_embd->nbytes;
     if (m->arch->moe) {
         o->n_expert = m->hp.n_expert;

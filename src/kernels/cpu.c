@@ -1,5 +1,6 @@
 #include "cpu.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -146,6 +147,58 @@ bool tk_cpu_avxvnni(void) {
 }
 
 static const char *const isa_names[TK_ISA_COUNT] = {"scalar", "avx2", "avx512", "neon", "amx"};
+
+#ifdef TK_X86
+/* The 48-byte brand string of cpuid leaves 0x80000002-4, spaces trimmed and
+ * runs of them collapsed (Intel pads it), anything but printable ASCII or
+ * a quote or backslash (it goes into JSON reports) as '?'; empty if the CPU
+ * has none. */
+static void brand_string(char out[49]) {
+    unsigned r[12] = {0}, a, b, c, d;
+    out[0] = 0;
+    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000004u) return;
+    for (unsigned i = 0; i < 3; i++) __get_cpuid(0x80000002u + i, &r[4 * i], &r[4 * i + 1], &r[4 * i + 2], &r[4 * i + 3]);
+    char raw[49];
+    memcpy(raw, r, 48);
+    raw[48] = 0;
+    size_t k = 0;
+    for (const char *p = raw; *p; p++) {
+        const char ch = *p < ' ' || *p > '~' || *p == '"' || *p == '\\' ? '?' : *p;
+        if (ch != ' ' || (k > 0 && out[k - 1] != ' ')) out[k++] = ch;
+    }
+    while (k > 0 && out[k - 1] == ' ') k--;
+    out[k] = 0;
+}
+#endif
+
+void tk_cpu_describe(char *out, size_t n) {
+    if (n == 0) return;
+#ifdef TK_X86
+    char brand[49];
+    brand_string(brand);
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) {
+        snprintf(out, n, "%s", brand[0] ? brand : "x86-64");
+        return;
+    }
+    /* the displayed family and model: extended fields added as the vendors define */
+    const unsigned family = (a >> 8) & 0xF, model = (a >> 4) & 0xF;
+    const unsigned shown_family = family == 0xF ? family + ((a >> 20) & 0xFF) : family;
+    const unsigned shown_model = family == 0x6 || family == 0xF ? model | ((a >> 16) & 0xF) << 4 : model;
+    snprintf(out, n, "%s (family %u, model %u)", brand[0] ? brand : "x86-64", shown_family, shown_model);
+#elif defined(TK_ARM64)
+    unsigned long long midr = 0;
+    FILE *f = fopen("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1", "r");
+    const bool have = f && fscanf(f, "%llx", &midr) == 1;
+    if (f) fclose(f);
+    if (have)
+        snprintf(out, n, "arm64 (implementer 0x%02llx, part 0x%03llx)", (midr >> 24) & 0xFF, (midr >> 4) & 0xFFF);
+    else
+        snprintf(out, n, "arm64");
+#else
+    snprintf(out, n, "unknown CPU");
+#endif
+}
 
 const char *tk_isa_name(tk_isa isa) {
     return (unsigned)isa < TK_ISA_COUNT ? isa_names[isa] : "?";

@@ -7,6 +7,7 @@
 #define TK_CPU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Kernel levels.  On x86-64 they are ordered: SCALAR < AVX2 < AVX512 < AMX,
  * and a level implies every lower one.  NEON is the arm64 level (above
@@ -62,6 +63,13 @@ tk_isa tk_cpu_best_isa(void);
  * does not say TK_AVXVNNI=0 (for side-by-side runs with builds that leave it
  * out, as llama.cpp's AVX2 builds do unless asked). */
 bool tk_cpu_avxvnni(void);
+
+/* This CPU in words for benchmark reports, at most n - 1 characters and a
+ * NUL in out (nothing when n is 0): on x86 the brand string with the
+ * family and model numbers ("AMD EPYC (family 26, model 2)"); on arm64 the
+ * implementer and part from MIDR_EL1 where Linux shows it; else the
+ * architecture alone. */
+void tk_cpu_describe(char *out, size_t n);
 
 /* "scalar", "avx2", "avx512", "neon", "amx". */
 const char *tk_isa_name(tk_isa isa);
