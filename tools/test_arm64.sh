@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The arm64 kernel tests: a cross build (tools/cmake/aarch64-linux-gnu.cmake,
-# TK_KERNELS_ONLY) of the kernels and test_qgemm / test_attention, run under
-# qemu-aarch64: test_qgemm on an emulated CPU with the dot-product
-# instructions (-cpu max: the dotprod kernels) and on one without
-# (cortex-a53: plain NEON), test_attention on the cortex-a53.
+# TK_KERNELS_ONLY) of the kernels and test_qgemm, test_attention, test_glu
+# and test_exp_row, run under qemu-aarch64: test_qgemm on an emulated CPU
+# with the dot-product instructions (-cpu max: the dotprod kernels) and on
+# one without (cortex-a53: plain NEON), the others on the cortex-a53.
 # Needs gcc-aarch64-linux-gnu, libc6-dev-arm64-cross and qemu-user
 # (tools/deps.sh --arm64); exits 0 with a SKIP line when they are missing.
 set -uo pipefail

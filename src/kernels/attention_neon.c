@@ -14,9 +14,8 @@
 
 #include "../formats/quant_blocks.h"
 #include "qgemm_impl.h"
+#include "vec_neon.h"
 
-#define VL 4
-typedef float32x4_t vf;
 #define FN(name) name##_neon
 #define QK_MR 4
 #define QK_NR 4
@@ -26,19 +25,8 @@ typedef float32x4_t vf;
 #define QK8_NR 4
 #define ATTN_QUANT_Q8_0 tk_qkernel_neon_quant_q8_0
 
-static inline vf vzero(void) { return vdupq_n_f32(0.0f); }
-static inline vf vset1(float x) { return vdupq_n_f32(x); }
-static inline vf vload(const float *p) { return vld1q_f32(p); }
 /* NEON arithmetic takes no memory operands: a loaded vector stays in a register */
 static inline vf vkeep(vf x) { return x; }
-static inline void vstore(float *p, vf v) { vst1q_f32(p, v); }
-static inline vf vfma(vf a, vf b, vf c) { return vfmaq_f32(c, a, b); }
-static inline vf vmul(vf a, vf b) { return vmulq_f32(a, b); }
-static inline vf vadd(vf a, vf b) { return vaddq_f32(a, b); }
-static inline vf vsub(vf a, vf b) { return vsubq_f32(a, b); }
-static inline vf vmax(vf a, vf b) { return vmaxq_f32(a, b); }
-static inline vf vmin(vf a, vf b) { return vminq_f32(a, b); }
-static inline vf vround(vf a) { return vrndnq_f32(a); }
 static inline vf vload_f16(const uint16_t *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 static inline vf vload_i8(const int8_t *p) {
     int32_t w;
@@ -65,13 +53,6 @@ static inline vf vmask(vf s, int la, int lb) {
     const vf idx = vld1q_f32(lane);
     const uint32x4_t keep = vandq_u32(vcgeq_f32(idx, vset1((float)la)), vcltq_f32(idx, vset1((float)lb)));
     return vbslq_f32(keep, s, vset1(-INFINITY));
-}
-static inline vf vexp_scale2(vf p, vf n) {
-    const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
-    return vmulq_f32(p, vreinterpretq_f32_s32(e));
-}
-static inline vf vzero_where_lt(vf y, vf x, float c) {
-    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(y), vcltq_f32(x, vset1(c))));
 }
 /* Q8_0 integer ops (see attention_simd.h): K as stored; each dword lane's
  * four products with vmull_s8, summed pairwise into int32. */

@@ -15,11 +15,13 @@
 typedef void (*tk_exp_row_fn)(float *out, const float *x, int64_t n, float shift, float scale);
 
 /* The kernel for level isa: AVX2 at the x86 SIMD levels on a CPU with AVX2,
- * else the scalar reference. */
+ * NEON at the arm64 level, else the scalar reference. */
 tk_exp_row_fn tk_exp_row_kernel(tk_isa isa);
 
 void tk_exp_row_scalar(float *out, const float *x, int64_t n, float shift, float scale);
 /* AVX2 + FMA (exp_row_avx2.c); only on x86-64. */
 void tk_exp_row_avx2(float *out, const float *x, int64_t n, float shift, float scale);
+/* NEON (exp_row_neon.c); only on arm64. */
+void tk_exp_row_neon(float *out, const float *x, int64_t n, float shift, float scale);
 
 #endif

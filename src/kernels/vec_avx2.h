@@ -1,7 +1,8 @@
 /* AVX2 + FMA float vector operations, 8 floats per vector: the arithmetic
- * part of the interface attention_simd_common.h and vec_exp.h expect.
- * Included by attention_avx2.c and glu_avx2.c, after <immintrin.h>, in files
- * compiled with AVX2 + FMA (and never AVX-512). */
+ * part of the interface attention_simd_common.h, vec_exp.h and the GLU and
+ * exp-row kernels expect.  Included by attention_avx2.c, glu_avx2.c and
+ * exp_row_avx2.c, after <immintrin.h>, in files compiled with AVX2 + FMA
+ * (and never AVX-512). */
 #ifndef TK_VEC_AVX2_H
 #define TK_VEC_AVX2_H
 
@@ -14,6 +15,7 @@ static inline vf vload(const float *p) { return _mm256_loadu_ps(p); }
 static inline void vstore(float *p, vf v) { _mm256_storeu_ps(p, v); }
 static inline vf vfma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vf vmul(vf a, vf b) { return _mm256_mul_ps(a, b); }
+static inline vf vdiv(vf a, vf b) { return _mm256_div_ps(a, b); }
 static inline vf vadd(vf a, vf b) { return _mm256_add_ps(a, b); }
 static inline vf vsub(vf a, vf b) { return _mm256_sub_ps(a, b); }
 static inline vf vmax(vf a, vf b) { return _mm256_max_ps(a, b); }

@@ -6,7 +6,8 @@
 # test_qgemm runs twice: on an emulated CPU with the arm64 dot-product
 # instructions (qemu -cpu max) and on one without (cortex-a53), so both
 # NEON kernel sets are tested; TK_TEST_DOTPROD tells the test which to
-# expect.  test_attention (no dotprod kernels) runs on the cortex-a53.
+# expect.  test_attention, test_glu and test_exp_row (no dotprod kernels)
+# run on the cortex-a53.
 find_package(Threads REQUIRED)
 file(GLOB TK_CORE_SOURCES CONFIGURE_DEPENDS
   ${CMAKE_SOURCE_DIR}/src/util/*.c
@@ -18,14 +19,14 @@ target_include_directories(tokamak_core PUBLIC ${CMAKE_SOURCE_DIR}/include PRIVA
 target_link_libraries(tokamak_core PUBLIC Threads::Threads m)
 
 enable_testing()
-foreach(name test_qgemm test_attention)
+foreach(name test_qgemm test_attention test_glu test_exp_row)
   add_executable(${name} ${CMAKE_SOURCE_DIR}/tests/${name}.c)
   target_link_libraries(${name} PRIVATE tokamak_core)
   target_include_directories(${name} PRIVATE ${CMAKE_SOURCE_DIR}/src)
   target_compile_definitions(${name} PRIVATE TK_SHARED_DIR="${CMAKE_SOURCE_DIR}/../shared" TK_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  # test_attention's NEON kernel needs no dotprod: one run, on the armv8.0 CPU
+  # only test_qgemm has dotprod kernels; the others run once, on the armv8.0 CPU
   set(cpus max:1 cortex-a53:0) # qemu CPU : has dotprod
-  if(name STREQUAL "test_attention")
+  if(NOT name STREQUAL "test_qgemm")
     set(cpus cortex-a53:0)
   endif()
   if(CMAKE_CROSSCOMPILING_EMULATOR)
